@@ -1,0 +1,185 @@
+//! A llama.cpp context: KV cache, compute buffers, decode, logits; the eval-callback and abort seams.
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use ggml_sys as sys;
+
+use super::batch::Batch;
+use super::model::LlamaModel;
+
+/// The one graph seam: llama.cpp's `cb_eval`, split into its two phases.
+pub trait EvalHook: Send {
+    /// Ask phase: return true to have the scheduler compute up to `t`, sync, and call `observe`.
+    fn ask(&mut self, t: &sys::ggml_tensor) -> bool;
+    /// Observe phase: `t` and everything before it in its split are computed. Return value is
+    /// ignored by design (llama.cpp does not abort on false): fail through the abort flag.
+    fn observe(&mut self, t: &sys::ggml_tensor);
+}
+
+/// Context creation parameters.
+pub struct ContextParams {
+    /// Context size in tokens.
+    pub n_ctx: u32,
+    /// Largest batch submitted to one decode.
+    pub n_batch: u32,
+    /// Physical batch (graph width).
+    pub n_ubatch: u32,
+    /// Cap on output rows per ubatch.
+    pub n_outputs_max: u32,
+    /// Compute threads.
+    pub threads: u32,
+    /// The graph hook, if any.
+    pub hook: Option<Box<dyn EvalHook>>,
+    /// Set to make the running decode stop (polled by the CPU backend between nodes).
+    pub abort: Arc<AtomicBool>,
+}
+
+struct Callbacks {
+    hook: Option<Box<dyn EvalHook>>,
+    abort: Arc<AtomicBool>,
+}
+
+/// An owned `llama_context` borrowing its model.
+pub struct LlamaContext<'m> {
+    raw: NonNull<sys::llama_context>,
+    // Boxed so the pointer handed to llama.cpp stays put.
+    callbacks: Box<Callbacks>,
+    _model: &'m LlamaModel,
+}
+
+// SAFETY: a context is used from one thread at a time (it is not Sync); moving it between
+// threads is fine because llama.cpp keeps no thread-local state per context.
+unsafe impl Send for LlamaContext<'_> {}
+
+impl Drop for LlamaContext<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we own the context; callbacks outlive it (dropped after this).
+        unsafe { sys::llama_free(self.raw.as_ptr()) }
+    }
+}
+
+extern "C" fn eval_trampoline(t: *mut sys::ggml_tensor, ask: bool, ud: *mut c_void) -> bool {
+    // SAFETY: `ud` is the boxed `Callbacks` of a live context (set at creation, freed after the
+    // context), and llama.cpp calls this on the thread running `llama_decode`, which holds the
+    // context mutably, so no other reference to the callbacks exists during the call.
+    let cb = unsafe { &mut *(ud as *mut Callbacks) };
+    let Some(hook) = cb.hook.as_mut() else {
+        return false;
+    };
+    // SAFETY: the scheduler passes a live graph node.
+    let t = unsafe { &*t };
+    if ask {
+        hook.ask(t)
+    } else {
+        hook.observe(t);
+        true
+    }
+}
+
+extern "C" fn abort_trampoline(ud: *mut c_void) -> bool {
+    // SAFETY: `ud` points to the `AtomicBool` inside the boxed callbacks' Arc, alive as long as
+    // the context; atomics may be read from any thread.
+    let flag = unsafe { &*(ud as *const AtomicBool) };
+    flag.load(Ordering::Relaxed)
+}
+
+/// Result of one `decode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeStatus {
+    /// Computed.
+    Ok,
+    /// Stopped by the abort flag.
+    Aborted,
+}
+
+impl<'m> LlamaContext<'m> {
+    /// Creates a context over `model`.
+    pub fn new(model: &'m LlamaModel, p: ContextParams) -> Result<Self, String> {
+        let has_hook = p.hook.is_some();
+        let mut callbacks = Box::new(Callbacks {
+            hook: p.hook,
+            abort: p.abort,
+        });
+        super::log::clear_recent();
+        // SAFETY: default params are plain data; the callback user data points into `callbacks`,
+        // which this struct owns and drops after the context.
+        let raw = unsafe {
+            let mut cp = sys::llama_context_default_params();
+            cp.n_ctx = p.n_ctx;
+            cp.n_batch = p.n_batch;
+            cp.n_ubatch = p.n_ubatch;
+            cp.n_seq_max = 1;
+            cp.n_outputs_max = p.n_outputs_max;
+            cp.n_threads = p.threads as i32;
+            cp.n_threads_batch = p.threads as i32;
+            cp.no_perf = true;
+            cp.op_offload = false;
+            if has_hook {
+                cp.cb_eval = Some(eval_trampoline);
+                cp.cb_eval_user_data = (&mut *callbacks as *mut Callbacks).cast();
+            }
+            cp.abort_callback = Some(abort_trampoline);
+            cp.abort_callback_data = Arc::as_ptr(&callbacks.abort) as *mut c_void;
+            sys::llama_init_from_model(model.raw(), cp)
+        };
+        let raw = NonNull::new(raw).ok_or_else(|| {
+            super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
+        })?;
+        Ok(Self {
+            raw,
+            callbacks,
+            _model: model,
+        })
+    }
+
+    pub(super) fn raw(&self) -> *mut sys::llama_context {
+        self.raw.as_ptr()
+    }
+
+    /// The context size.
+    pub fn n_ctx(&self) -> u32 {
+        // SAFETY: read-only query.
+        unsafe { sys::llama_n_ctx(self.raw()) }
+    }
+
+    /// The abort flag polled during compute.
+    pub fn abort_flag(&self) -> &Arc<AtomicBool> {
+        &self.callbacks.abort
+    }
+
+    /// Runs the batch. Errors carry llama.cpp's return code and logged reason.
+    pub fn decode(&mut self, batch: &Batch) -> Result<DecodeStatus, String> {
+        super::log::clear_recent();
+        // SAFETY: the batch is valid and sized for its token count; the context is live and
+        // exclusively borrowed.
+        let rc = unsafe { sys::llama_decode(self.raw(), batch.raw()) };
+        match rc {
+            0 => Ok(DecodeStatus::Ok),
+            2 => Ok(DecodeStatus::Aborted),
+            _ => Err(format!(
+                "llama_decode returned {rc}{}",
+                super::log::recent_reason()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            )),
+        }
+    }
+
+    /// The logits of output row `i` of the last decode (-1 = last), `n_vocab` floats.
+    pub fn logits(&self, i: i32, n_vocab: usize) -> Option<&[f32]> {
+        // SAFETY: llama returns NULL for an invalid row, otherwise a pointer to n_vocab floats
+        // owned by the context and valid until the next decode (which needs `&mut self`).
+        unsafe {
+            let p = sys::llama_get_logits_ith(self.raw(), i);
+            (!p.is_null()).then(|| std::slice::from_raw_parts(p, n_vocab))
+        }
+    }
+
+    /// Empties the KV cache.
+    pub fn clear_memory(&mut self) {
+        // SAFETY: live context; the memory handle is owned by it.
+        unsafe { sys::llama_memory_clear(sys::llama_get_memory(self.raw()), true) }
+    }
+}

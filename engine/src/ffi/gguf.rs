@@ -1,0 +1,253 @@
+//! The gguf C API: write a GGUF's metadata and tensor table, read a GGUF's tensor table.
+use std::ffi::{CStr, CString};
+use std::path::Path;
+use std::ptr::NonNull;
+
+use ggml_sys as sys;
+
+/// A tensor element type (ggml's enum).
+pub type GgmlType = sys::ggml_type;
+
+/// Builds a GGUF header (key-values and tensor infos); tensor data is written by the caller at the
+/// offsets this reports, so a multi-GB file never has to sit in memory.
+pub struct GgufBuilder {
+    gguf: NonNull<sys::gguf_context>,
+    // Holds the tensor descriptors (no data) that the gguf context copies infos from.
+    meta: NonNull<sys::ggml_context>,
+}
+
+impl Drop for GgufBuilder {
+    fn drop(&mut self) {
+        // SAFETY: both contexts are owned here and freed once.
+        unsafe {
+            sys::gguf_free(self.gguf.as_ptr());
+            sys::ggml_free(self.meta.as_ptr());
+        }
+    }
+}
+
+fn cs(s: &str) -> CString {
+    CString::new(s).expect("GGUF keys and names are generated without NUL bytes")
+}
+
+impl GgufBuilder {
+    /// An empty header with room for `max_tensors` tensor descriptors.
+    pub fn new(max_tensors: usize) -> Self {
+        super::backend_init();
+        // SAFETY: plain constructors; `no_alloc` makes the ggml context hold descriptors only.
+        unsafe {
+            let gguf = sys::gguf_init_empty();
+            let meta = sys::ggml_init(sys::ggml_init_params {
+                mem_size: (max_tensors + 1) * sys::ggml_tensor_overhead(),
+                mem_buffer: std::ptr::null_mut(),
+                no_alloc: true,
+            });
+            Self {
+                gguf: NonNull::new(gguf).expect("gguf_init_empty returned NULL"),
+                meta: NonNull::new(meta).expect("ggml_init returned NULL"),
+            }
+        }
+    }
+
+    /// Sets a string value.
+    pub fn set_str(&mut self, key: &str, v: &str) {
+        let (k, v) = (cs(key), cs(v));
+        // SAFETY: live context; both strings NUL-terminated; gguf copies them.
+        unsafe { sys::gguf_set_val_str(self.gguf.as_ptr(), k.as_ptr(), v.as_ptr()) }
+    }
+
+    /// Sets a u32 value.
+    pub fn set_u32(&mut self, key: &str, v: u32) {
+        let k = cs(key);
+        // SAFETY: live context; key NUL-terminated.
+        unsafe { sys::gguf_set_val_u32(self.gguf.as_ptr(), k.as_ptr(), v) }
+    }
+
+    /// Sets an f32 value.
+    pub fn set_f32(&mut self, key: &str, v: f32) {
+        let k = cs(key);
+        // SAFETY: live context; key NUL-terminated.
+        unsafe { sys::gguf_set_val_f32(self.gguf.as_ptr(), k.as_ptr(), v) }
+    }
+
+    /// Sets a bool value.
+    pub fn set_bool(&mut self, key: &str, v: bool) {
+        let k = cs(key);
+        // SAFETY: live context; key NUL-terminated.
+        unsafe { sys::gguf_set_val_bool(self.gguf.as_ptr(), k.as_ptr(), v) }
+    }
+
+    /// Sets a string array.
+    pub fn set_str_array(&mut self, key: &str, v: &[String]) {
+        let k = cs(key);
+        let owned: Vec<CString> = v.iter().map(|s| cs(s)).collect();
+        let mut ptrs: Vec<*const std::os::raw::c_char> = owned.iter().map(|s| s.as_ptr()).collect();
+        // SAFETY: `ptrs` holds `v.len()` valid NUL-terminated strings for the call; gguf copies.
+        unsafe { sys::gguf_set_arr_str(self.gguf.as_ptr(), k.as_ptr(), ptrs.as_mut_ptr(), ptrs.len()) }
+    }
+
+    /// Sets an f32 array.
+    pub fn set_f32_array(&mut self, key: &str, v: &[f32]) {
+        let k = cs(key);
+        // SAFETY: `v` is valid for `len` f32s; gguf copies them.
+        unsafe {
+            sys::gguf_set_arr_data(self.gguf.as_ptr(), k.as_ptr(), sys::GGUF_TYPE_FLOAT32, v.as_ptr().cast(), v.len())
+        }
+    }
+
+    /// Sets an i32 array.
+    pub fn set_i32_array(&mut self, key: &str, v: &[i32]) {
+        let k = cs(key);
+        // SAFETY: `v` is valid for `len` i32s; gguf copies them.
+        unsafe {
+            sys::gguf_set_arr_data(self.gguf.as_ptr(), k.as_ptr(), sys::GGUF_TYPE_INT32, v.as_ptr().cast(), v.len())
+        }
+    }
+
+    /// Adds a tensor descriptor (`ne` in ggml order, ne0 first).
+    pub fn add_tensor(&mut self, name: &str, ty: GgmlType, ne: &[i64]) {
+        assert!((1..=4).contains(&ne.len()), "tensor rank must be 1..=4");
+        let n = cs(name);
+        // SAFETY: the ggml context was sized for the descriptors added; `ne` holds `len` dims.
+        unsafe {
+            let t = sys::ggml_new_tensor(self.meta.as_ptr(), ty, ne.len() as i32, ne.as_ptr());
+            assert!(!t.is_null(), "ggml context out of descriptor space");
+            sys::ggml_set_name(t, n.as_ptr());
+            sys::gguf_add_tensor(self.gguf.as_ptr(), t);
+        }
+    }
+
+    /// Bytes of header (including padding up to the data section).
+    pub fn meta_bytes(&self) -> Vec<u8> {
+        // SAFETY: live context; the buffer is sized by gguf itself.
+        unsafe {
+            let n = sys::gguf_get_meta_size(self.gguf.as_ptr());
+            let mut buf = vec![0u8; n];
+            sys::gguf_get_meta_data(self.gguf.as_ptr(), buf.as_mut_ptr().cast());
+            buf
+        }
+    }
+
+    /// The tensors in file order with their offset within the data section and their size.
+    pub fn tensors(&self) -> Vec<(String, u64, u64)> {
+        tensor_table(self.gguf.as_ptr())
+    }
+}
+
+fn tensor_table(ctx: *const sys::gguf_context) -> Vec<(String, u64, u64)> {
+    // SAFETY: read-only queries on a live context with ids below the count.
+    unsafe {
+        let n = sys::gguf_get_n_tensors(ctx);
+        (0..n)
+            .map(|i| {
+                let name = CStr::from_ptr(sys::gguf_get_tensor_name(ctx, i))
+                    .to_string_lossy()
+                    .into_owned();
+                (
+                    name,
+                    sys::gguf_get_tensor_offset(ctx, i) as u64,
+                    sys::gguf_get_tensor_size(ctx, i) as u64,
+                )
+            })
+            .collect()
+    }
+}
+
+/// A GGUF's header read without tensor data.
+pub struct GgufFile {
+    gguf: NonNull<sys::gguf_context>,
+}
+
+impl Drop for GgufFile {
+    fn drop(&mut self) {
+        // SAFETY: owned context freed once.
+        unsafe { sys::gguf_free(self.gguf.as_ptr()) }
+    }
+}
+
+impl GgufFile {
+    /// Reads the header of `path`; on failure returns what gguf logged.
+    pub fn open(path: &Path) -> Result<Self, String> {
+        super::backend_init();
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "path contains NUL".to_string())?;
+        super::log::clear_recent();
+        // SAFETY: NUL-terminated path; `no_alloc` reads only the header.
+        let raw = unsafe {
+            sys::gguf_init_from_file(
+                c.as_ptr(),
+                sys::gguf_init_params {
+                    no_alloc: true,
+                    ctx: std::ptr::null_mut(),
+                },
+            )
+        };
+        NonNull::new(raw)
+            .map(|gguf| Self { gguf })
+            .ok_or_else(|| super::log::recent_reason().unwrap_or_else(|| "unreadable GGUF header".into()))
+    }
+
+    /// Absolute offset of the data section.
+    pub fn data_offset(&self) -> u64 {
+        // SAFETY: read-only query.
+        unsafe { sys::gguf_get_data_offset(self.gguf.as_ptr()) as u64 }
+    }
+
+    /// The tensors with their offset within the data section and their size.
+    pub fn tensors(&self) -> Vec<(String, u64, u64)> {
+        tensor_table(self.gguf.as_ptr())
+    }
+
+    /// A u32-like integer value (u8..u64, i8..i64), `None` when absent or not an integer.
+    pub fn get_u64(&self, key: &str) -> Option<u64> {
+        let k = cs(key);
+        // SAFETY: read-only queries with a key id returned by gguf itself.
+        unsafe {
+            let id = sys::gguf_find_key(self.gguf.as_ptr(), k.as_ptr());
+            if id < 0 {
+                return None;
+            }
+            let c = self.gguf.as_ptr();
+            Some(match sys::gguf_get_kv_type(c, id) {
+                sys::GGUF_TYPE_UINT8 => sys::gguf_get_val_u8(c, id) as u64,
+                sys::GGUF_TYPE_UINT16 => sys::gguf_get_val_u16(c, id) as u64,
+                sys::GGUF_TYPE_UINT32 => sys::gguf_get_val_u32(c, id) as u64,
+                sys::GGUF_TYPE_UINT64 => sys::gguf_get_val_u64(c, id),
+                sys::GGUF_TYPE_INT8 => sys::gguf_get_val_i8(c, id) as u64,
+                sys::GGUF_TYPE_INT16 => sys::gguf_get_val_i16(c, id) as u64,
+                sys::GGUF_TYPE_INT32 => sys::gguf_get_val_i32(c, id) as u64,
+                sys::GGUF_TYPE_INT64 => sys::gguf_get_val_i64(c, id) as u64,
+                _ => return None,
+            })
+        }
+    }
+
+    /// A string value, `None` when absent or not a string.
+    pub fn get_str(&self, key: &str) -> Option<String> {
+        let k = cs(key);
+        // SAFETY: read-only queries with a key id returned by gguf itself.
+        unsafe {
+            let c = self.gguf.as_ptr();
+            let id = sys::gguf_find_key(c, k.as_ptr());
+            if id < 0 || sys::gguf_get_kv_type(c, id) != sys::GGUF_TYPE_STRING {
+                return None;
+            }
+            Some(CStr::from_ptr(sys::gguf_get_val_str(c, id)).to_string_lossy().into_owned())
+        }
+    }
+}
+
+impl GgufBuilder {
+    /// Sets a u16 value.
+    pub fn set_u16(&mut self, key: &str, v: u16) {
+        let k = cs(key);
+        // SAFETY: live context; key NUL-terminated.
+        unsafe { sys::gguf_set_val_u16(self.gguf.as_ptr(), k.as_ptr(), v) }
+    }
+
+    /// Sets an i32 value.
+    pub fn set_i32(&mut self, key: &str, v: i32) {
+        let k = cs(key);
+        // SAFETY: live context; key NUL-terminated.
+        unsafe { sys::gguf_set_val_i32(self.gguf.as_ptr(), k.as_ptr(), v) }
+    }
+}

@@ -1,0 +1,24 @@
+//! The thin unsafe layer: safe wrappers over llama.cpp and ggml. Every `unsafe` block in the
+//! engine lives under this folder and says why it is sound.
+pub mod batch;
+pub mod context;
+pub mod gguf;
+pub mod log;
+pub mod model;
+pub mod quant;
+pub mod registry;
+pub mod sampler;
+pub mod vocab;
+
+use std::sync::Once;
+
+static INIT: Once = Once::new();
+
+/// Initialises llama.cpp's backends and routes its log through the engine; idempotent.
+pub fn backend_init() {
+    INIT.call_once(|| {
+        log::install();
+        // SAFETY: called exactly once per process (guarded by `Once`) before any other llama call.
+        unsafe { ggml_sys::llama_backend_init() };
+    });
+}

@@ -1,0 +1,230 @@
+//! A loaded llama.cpp model.
+use std::ffi::{CStr, CString};
+use std::path::Path;
+use std::ptr::NonNull;
+
+use ggml_sys as sys;
+
+use super::registry::Device;
+
+/// A metadata override applied at load (`llama_model_kv_override`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum KvOverride {
+    /// An integer value.
+    Int(String, i64),
+}
+
+/// How llama.cpp should load the weights.
+#[derive(Debug, Clone)]
+pub struct RawLoadParams {
+    /// The devices the model may use, CPU included; never empty.
+    pub devices: Vec<Device>,
+    /// Map the file (true) or read it into allocated buffers (false).
+    pub mmap: bool,
+    /// Metadata overrides.
+    pub kv_overrides: Vec<KvOverride>,
+}
+
+/// An owned `llama_model`.
+pub struct LlamaModel(NonNull<sys::llama_model>);
+
+// SAFETY: llama.cpp models are immutable after load apart from weight data the engine itself
+// manages, and llama.cpp documents sharing one model across contexts and threads.
+unsafe impl Send for LlamaModel {}
+// SAFETY: as above.
+unsafe impl Sync for LlamaModel {}
+
+impl Drop for LlamaModel {
+    fn drop(&mut self) {
+        // SAFETY: we own the pointer; every context borrowing it has been dropped (lifetimes).
+        unsafe { sys::llama_model_free(self.0.as_ptr()) }
+    }
+}
+
+fn c_string_lossy(buf: &[u8]) -> String {
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+impl LlamaModel {
+    /// Loads `path`; on failure returns what llama.cpp logged.
+    pub fn load(path: &Path, p: &RawLoadParams) -> Result<LlamaModel, String> {
+        super::backend_init();
+        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| "the path contains a NUL byte".to_string())?;
+        let mut devs: Vec<sys::ggml_backend_dev_t> = p.devices.iter().map(|d| d.raw()).collect();
+        devs.push(std::ptr::null_mut());
+        let mut kvs: Vec<sys::llama_model_kv_override> = Vec::with_capacity(p.kv_overrides.len() + 1);
+        for o in &p.kv_overrides {
+            // SAFETY: the override struct is plain old data; zero is a valid bit pattern.
+            let mut kv: sys::llama_model_kv_override = unsafe { std::mem::zeroed() };
+            match o {
+                KvOverride::Int(key, v) => {
+                    if key.len() >= kv.key.len() {
+                        return Err(format!("metadata key {key} is too long"));
+                    }
+                    for (d, s) in kv.key.iter_mut().zip(key.bytes()) {
+                        *d = s as std::os::raw::c_char;
+                    }
+                    kv.tag = sys::LLAMA_KV_OVERRIDE_TYPE_INT;
+                    kv.__bindgen_anon_1.val_i64 = *v;
+                }
+            }
+            kvs.push(kv);
+        }
+        // SAFETY: a zeroed override (empty key) terminates the list, as llama.cpp expects.
+        kvs.push(unsafe { std::mem::zeroed() });
+        super::log::clear_recent();
+        // SAFETY: default params are plain data; the pointers we store (devices, overrides) outlive
+        // the load call, which copies what it keeps.
+        let raw = unsafe {
+            let mut mp = sys::llama_model_default_params();
+            mp.devices = devs.as_mut_ptr();
+            mp.load_mode = if p.mmap {
+                sys::LLAMA_LOAD_MODE_MMAP
+            } else {
+                sys::LLAMA_LOAD_MODE_NONE
+            };
+            mp.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
+            mp.use_extra_bufts = false;
+            mp.n_gpu_layers = 0;
+            mp.kv_overrides = if p.kv_overrides.is_empty() {
+                std::ptr::null()
+            } else {
+                kvs.as_ptr()
+            };
+            sys::llama_model_load_from_file(cpath.as_ptr(), mp)
+        };
+        NonNull::new(raw).map(LlamaModel).ok_or_else(|| {
+            super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
+        })
+    }
+
+    /// The raw pointer, for the other wrappers.
+    pub fn raw(&self) -> *mut sys::llama_model {
+        self.0.as_ptr()
+    }
+
+    /// A metadata value as a string, `None` when the key is absent.
+    pub fn meta(&self, key: &str) -> Option<String> {
+        let ckey = CString::new(key).ok()?;
+        let mut buf = vec![0u8; 256];
+        loop {
+            // SAFETY: buffer and key are valid for the call; llama writes at most `len` bytes.
+            let n = unsafe {
+                sys::llama_model_meta_val_str(
+                    self.raw(),
+                    ckey.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                return None;
+            }
+            if (n as usize) < buf.len() {
+                return Some(c_string_lossy(&buf));
+            }
+            buf.resize(n as usize + 1, 0);
+        }
+    }
+
+    /// Every metadata key and value (arrays are summarised by llama.cpp).
+    pub fn meta_all(&self) -> Vec<(String, String)> {
+        // SAFETY: read-only metadata queries with indices below the count.
+        let n = unsafe { sys::llama_model_meta_count(self.raw()) };
+        (0..n)
+            .filter_map(|i| {
+                let mut k = vec![0u8; 256];
+                let mut v = vec![0u8; 512];
+                // SAFETY: buffers valid for their lengths; llama truncates.
+                let (a, b) = unsafe {
+                    (
+                        sys::llama_model_meta_key_by_index(self.raw(), i, k.as_mut_ptr().cast(), k.len()),
+                        sys::llama_model_meta_val_str_by_index(self.raw(), i, v.as_mut_ptr().cast(), v.len()),
+                    )
+                };
+                (a >= 0 && b >= 0).then(|| (c_string_lossy(&k), c_string_lossy(&v)))
+            })
+            .collect()
+    }
+
+    /// llama.cpp's one-line description (`qwen3moe ?B Q4_0`).
+    pub fn desc(&self) -> String {
+        let mut buf = vec![0u8; 256];
+        // SAFETY: buffer valid for its length.
+        unsafe { sys::llama_model_desc(self.raw(), buf.as_mut_ptr().cast(), buf.len()) };
+        c_string_lossy(&buf)
+    }
+
+    /// Layers.
+    pub fn n_layer(&self) -> u32 {
+        // SAFETY: read-only query on a live model.
+        unsafe { sys::llama_model_n_layer(self.raw()) as u32 }
+    }
+
+    /// Training context length.
+    pub fn n_ctx_train(&self) -> u32 {
+        // SAFETY: read-only query on a live model.
+        unsafe { sys::llama_model_n_ctx_train(self.raw()) as u32 }
+    }
+
+    /// Embedding width.
+    pub fn n_embd(&self) -> u32 {
+        // SAFETY: read-only query on a live model.
+        unsafe { sys::llama_model_n_embd(self.raw()) as u32 }
+    }
+
+    /// Total bytes of weights.
+    pub fn size(&self) -> u64 {
+        // SAFETY: read-only query on a live model.
+        unsafe { sys::llama_model_size(self.raw()) }
+    }
+
+    /// The model's default chat template, if it carries one.
+    pub fn chat_template(&self) -> Option<String> {
+        // SAFETY: read-only query; the returned string is owned by the model.
+        let p = unsafe { sys::llama_model_chat_template(self.raw(), std::ptr::null()) };
+        // SAFETY: non-null pointers are NUL-terminated strings living as long as the model.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+
+    /// The vocabulary.
+    pub fn vocab(&self) -> super::vocab::Vocab<'_> {
+        // SAFETY: the vocab is owned by the model and lives as long as the borrow.
+        super::vocab::Vocab::new(unsafe { sys::llama_model_get_vocab(self.raw()) })
+    }
+}
+
+/// Renders one user message with a chat template; `None` when llama.cpp does not know the template.
+pub fn apply_chat_template(template: &str, user: &str) -> Option<String> {
+    let tmpl = CString::new(template).ok()?;
+    let role = c"user";
+    let content = CString::new(user).ok()?;
+    let msg = sys::llama_chat_message {
+        role: role.as_ptr(),
+        content: content.as_ptr(),
+    };
+    let mut buf = vec![0u8; user.len() * 2 + 256];
+    loop {
+        // SAFETY: all pointers are valid NUL-terminated strings for the call; buffer valid for len.
+        let n = unsafe {
+            sys::llama_chat_apply_template(
+                tmpl.as_ptr(),
+                &msg,
+                1,
+                true,
+                buf.as_mut_ptr().cast(),
+                buf.len() as i32,
+            )
+        };
+        if n < 0 {
+            return None;
+        }
+        if (n as usize) <= buf.len() {
+            buf.truncate(n as usize);
+            return Some(String::from_utf8_lossy(&buf).into_owned());
+        }
+        buf.resize(n as usize, 0);
+    }
+}

@@ -1,0 +1,53 @@
+//! ggml's type traits and quantizer, for writing synthetic weights.
+use ggml_sys as sys;
+
+use super::gguf::GgmlType;
+
+/// Elements per block of `ty`.
+pub fn block_size(ty: GgmlType) -> usize {
+    // SAFETY: pure lookup in ggml's type-traits table.
+    unsafe { sys::ggml_blck_size(ty) as usize }
+}
+
+/// Bytes of one row of `n` elements of `ty`.
+pub fn row_size(ty: GgmlType, n: usize) -> usize {
+    // SAFETY: pure lookup in ggml's type-traits table.
+    unsafe { sys::ggml_row_size(ty, n as i64) }
+}
+
+/// ggml's name for `ty` (`q4_0`).
+pub fn type_name(ty: GgmlType) -> String {
+    // SAFETY: returns a static NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(sys::ggml_type_name(ty)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Converts `rows` rows of `n_per_row` f32s into `ty` with ggml's own quantizer; returns the bytes.
+pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: usize) -> Vec<u8> {
+    assert!(n_per_row > 0 && src.len() % n_per_row == 0, "src is not whole rows");
+    assert!(n_per_row % block_size(ty) == 0, "row width not a multiple of the block size");
+    let rows = src.len() / n_per_row;
+    let mut dst = vec![0u8; rows * row_size(ty, n_per_row)];
+    // SAFETY: `src` holds rows*n_per_row floats, `dst` exactly rows row_size bytes; no imatrix is
+    // needed for the types the engine writes (checked by the synth spec validation).
+    let written = unsafe {
+        sys::ggml_quantize_chunk(
+            ty,
+            src.as_ptr(),
+            dst.as_mut_ptr().cast(),
+            0,
+            rows as i64,
+            n_per_row as i64,
+            std::ptr::null(),
+        )
+    };
+    debug_assert_eq!(written, dst.len());
+    dst
+}
+
+/// True when ggml's quantizer needs an importance matrix for `ty`.
+pub fn requires_imatrix(ty: GgmlType) -> bool {
+    // SAFETY: pure lookup.
+    unsafe { sys::ggml_quantize_requires_imatrix(ty) }
+}

@@ -1,0 +1,85 @@
+//! Tokenize and detokenize through a model's vocabulary.
+use std::marker::PhantomData;
+
+use ggml_sys as sys;
+
+/// A token id.
+pub type Token = sys::llama_token;
+
+/// A model's vocabulary, borrowed from the model.
+#[derive(Clone, Copy)]
+pub struct Vocab<'m> {
+    raw: *const sys::llama_vocab,
+    _model: PhantomData<&'m ()>,
+}
+
+impl<'m> Vocab<'m> {
+    pub(super) fn new(raw: *const sys::llama_vocab) -> Self {
+        Self {
+            raw,
+            _model: PhantomData,
+        }
+    }
+
+    /// Tokens in the vocabulary.
+    pub fn n_tokens(&self) -> usize {
+        // SAFETY: read-only query on a vocab that lives as long as 'm.
+        unsafe { sys::llama_vocab_n_tokens(self.raw) as usize }
+    }
+
+    /// True for end-of-generation tokens.
+    pub fn is_eog(&self, t: Token) -> bool {
+        // SAFETY: read-only query.
+        unsafe { sys::llama_vocab_is_eog(self.raw, t) }
+    }
+
+    /// Tokenizes `text`. `add_special` adds BOS where the model asks for it; `parse_special`
+    /// turns control-token text into control tokens.
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<Token>, String> {
+        let len = i32::try_from(text.len()).map_err(|_| "text longer than 2 GiB".to_string())?;
+        let mut out = vec![0 as Token; text.len() + 8];
+        loop {
+            // SAFETY: `text` is valid for `len` bytes (no NUL needed), `out` for its length.
+            let n = unsafe {
+                sys::llama_tokenize(
+                    self.raw,
+                    text.as_ptr().cast(),
+                    len,
+                    out.as_mut_ptr(),
+                    out.len() as i32,
+                    add_special,
+                    parse_special,
+                )
+            };
+            if n == i32::MIN {
+                return Err("tokenization overflowed".into());
+            }
+            if n >= 0 {
+                out.truncate(n as usize);
+                return Ok(out);
+            }
+            out.resize((-n) as usize, 0);
+        }
+    }
+
+    /// The bytes one token stands for (special tokens rendered when `special`).
+    pub fn piece(&self, t: Token, special: bool) -> Vec<u8> {
+        let mut buf = vec![0u8; 64];
+        loop {
+            // SAFETY: buffer valid for its length; llama writes at most that many bytes.
+            let n = unsafe {
+                sys::llama_token_to_piece(self.raw, t, buf.as_mut_ptr().cast(), buf.len() as i32, 0, special)
+            };
+            if n >= 0 {
+                buf.truncate(n as usize);
+                return buf;
+            }
+            buf.resize((-n) as usize, 0);
+        }
+    }
+
+    /// The bytes a token sequence stands for.
+    pub fn detokenize(&self, tokens: &[Token], special: bool) -> Vec<u8> {
+        tokens.iter().flat_map(|&t| self.piece(t, special)).collect()
+    }
+}

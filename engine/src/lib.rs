@@ -1,0 +1,29 @@
+//! bmoe's engine: runs (mixture-of-experts) GGUF models on the real llama.cpp through FFI.
+//!
+//! Data flows one way: typed options in ([`LoadOptions`], [`SessionOptions`]), records out
+//! ([`GenerateRecord`], [`DecideRecord`], [`PerplexityRecord`]). The engine never reads the
+//! environment or a config file.
+pub mod error;
+pub mod ffi;
+pub mod gguf_index;
+pub mod model;
+pub mod options;
+pub mod session;
+pub mod synth;
+pub mod telemetry;
+
+pub use error::{EngineError, Result};
+pub use ffi::log::set_verbose as set_log_verbose;
+pub use ffi::registry::{backend_names, devices, Device, DeviceInfo, DeviceKind};
+pub use model::{Model, ModelInfo};
+pub use options::{
+    DecideRequest, DenseWeights, GenerateOptions, LoadOptions, PrefillOptions, Sampling,
+    SessionOptions, StreamOptions,
+};
+pub use session::{log_softmax, CancelToken, Session};
+pub use telemetry::{
+    DecideRecord, GenerateRecord, PerplexityRecord, PrefillDevCounters, StreamCounters, Timing,
+};
+
+/// The engine's version, as recorded in telemetry.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,167 @@
+//! Typed configuration the engine takes: the runner builds these, the engine reads nothing else.
+use std::path::PathBuf;
+
+/// How the weights that are not routed experts are held while streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DenseWeights {
+    /// Left in llama.cpp's read-only mapping of the file.
+    #[default]
+    Mmap,
+    /// Copied once into engine-owned anonymous memory.
+    Anon,
+}
+
+/// Expert streaming settings (`moe_stream`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamOptions {
+    /// Expert cache budget in MiB; 0 = no cache (shared slots reused by every layer).
+    pub cache_mb: u64,
+    /// Positioned-read lanes, each with its own descriptor.
+    pub io_threads: usize,
+    /// Dense weights placement.
+    pub dense_weights: DenseWeights,
+    /// Read every expert of a layer instead of only the routed ones (gate G3's reference).
+    pub read_all_experts: bool,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        Self {
+            cache_mb: 0,
+            io_threads: 4,
+            dense_weights: DenseWeights::Mmap,
+            read_all_experts: false,
+        }
+    }
+}
+
+/// Prefill-device settings (`prefill_device`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefillOptions {
+    /// ggml device name (`HTP0`, `CUDA0`, ...).
+    pub device: String,
+    /// Pieces at least this wide run on the device.
+    pub min_tokens: u32,
+    /// Loader threads filling the arena.
+    pub loaders: usize,
+    /// Read only routed experts (true) or whole layers (false).
+    pub routed: bool,
+    /// A layer routing to more than this share of its experts gets the next layer read whole.
+    pub routed_full: f64,
+}
+
+impl Default for PrefillOptions {
+    fn default() -> Self {
+        Self {
+            device: String::new(),
+            min_tokens: 32,
+            loaders: 8,
+            routed: true,
+            routed_full: 0.85,
+        }
+    }
+}
+
+/// What to load and how.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LoadOptions {
+    /// The GGUF (the first shard of a split GGUF).
+    pub path: PathBuf,
+    /// Override of the model's experts-per-token (top-k).
+    pub n_expert_used: Option<u32>,
+    /// Expert streaming; `None` = llama.cpp's own mmap path.
+    pub stream: Option<StreamOptions>,
+    /// Prefill device; `None` = everything on the CPU.
+    pub prefill: Option<PrefillOptions>,
+}
+
+impl LoadOptions {
+    /// Load `path` on the CPU with llama.cpp's mmap path.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// Per-session settings (one llama.cpp context).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionOptions {
+    /// Compute threads.
+    pub threads: u32,
+    /// Context size in tokens (0 = the model's training context).
+    pub n_ctx: u32,
+    /// Prompt piece width on the CPU (the ubatch).
+    pub n_ubatch: u32,
+    /// Prompt piece width on the prefill device.
+    pub n_ubatch_device: u32,
+    /// Cap on logit rows per ubatch (bounds the compute buffer).
+    pub n_outputs_max: u32,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(2),
+            n_ctx: 4096,
+            n_ubatch: 512,
+            n_ubatch_device: 512,
+            n_outputs_max: 128,
+        }
+    }
+}
+
+/// Token selection for `generate`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Sampling {
+    /// Argmax: deterministic, what gates compare.
+    #[default]
+    Greedy,
+    /// Seeded stochastic sampling.
+    Seeded {
+        /// RNG seed.
+        seed: u32,
+        /// Temperature.
+        temperature: f32,
+        /// Top-k (0 = off).
+        top_k: i32,
+        /// Top-p (1.0 = off).
+        top_p: f32,
+    },
+}
+
+/// Options for one `generate` call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateOptions {
+    /// Tokens to generate at most.
+    pub n_predict: u32,
+    /// Token selection.
+    pub sampling: Sampling,
+    /// Render the prompt with the model's chat template as one user message.
+    pub chat: bool,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self {
+            n_predict: 128,
+            sampling: Sampling::Greedy,
+            chat: true,
+        }
+    }
+}
+
+/// One decision: `prefix + suffix` as one user message, scored over `choices`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DecideRequest {
+    /// The part that repeats across calls (instructions, history).
+    pub prefix: String,
+    /// The part that changes (the current screen).
+    pub suffix: String,
+    /// The options; each is scored by its first token.
+    pub choices: Vec<String>,
+}

@@ -1,0 +1,89 @@
+//! `generate`: prefill the prompt, then decode one token at a time on the CPU.
+use std::time::Instant;
+
+use crate::error::{EngineError, Result};
+use crate::ffi::batch::Batch;
+use crate::ffi::context::DecodeStatus;
+use crate::ffi::sampler::Sampler;
+use crate::options::{GenerateOptions, Sampling};
+use crate::telemetry::{GenerateRecord, Timing};
+
+use super::prefill::Outputs;
+use super::{CancelToken, Session};
+
+impl Session<'_> {
+    /// Generates up to `opts.n_predict` tokens after `prompt`; stops at end-of-generation or when
+    /// `cancel` is set (the record then says `cancelled`).
+    pub fn generate(
+        &mut self,
+        prompt: &str,
+        opts: &GenerateOptions,
+        cancel: &CancelToken,
+    ) -> Result<GenerateRecord> {
+        let text = if opts.chat {
+            self.model.render_user_message(prompt)
+        } else {
+            prompt.to_string()
+        };
+        let tokens = self.model.tokenize(&text, true)?;
+        if tokens.is_empty() || prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let need = tokens.len() + opts.n_predict as usize;
+        if need > self.n_ctx {
+            return Err(EngineError::PromptTooLong {
+                n_prompt: tokens.len(),
+                n_ctx: self.n_ctx,
+                extra: format!(" plus {} to generate", opts.n_predict),
+            });
+        }
+        let mut sampler = match opts.sampling {
+            Sampling::Greedy => Sampler::greedy(),
+            Sampling::Seeded {
+                seed,
+                temperature,
+                top_k,
+                top_p,
+            } => Sampler::seeded(seed, temperature, top_k, top_p),
+        };
+        self.ctx.clear_memory();
+        let mut rec = GenerateRecord::default();
+        let prefill_s = self.prefill(&tokens, 0, Outputs::Last, |_, _, _| Ok(()))?;
+        rec.timing = Timing {
+            n_prompt: tokens.len() as u32,
+            prefill_s,
+            ..Timing::default()
+        };
+        let vocab = self.model.raw.vocab();
+        let t0 = Instant::now();
+        let mut batch = Batch::new(1);
+        let mut pos = tokens.len();
+        for _ in 0..opts.n_predict {
+            if cancel.is_cancelled() {
+                rec.cancelled = true;
+                break;
+            }
+            let tok = sampler.sample(&self.ctx, -1);
+            if vocab.is_eog(tok) {
+                rec.stopped_eog = true;
+                break;
+            }
+            rec.tokens.push(tok);
+            rec.bytes.extend(vocab.piece(tok, false));
+            if rec.tokens.len() == opts.n_predict as usize {
+                break;
+            }
+            batch.clear();
+            batch.push(tok, pos as i32, true);
+            pos += 1;
+            match self.ctx.decode(&batch).map_err(EngineError::Decode)? {
+                DecodeStatus::Ok => {}
+                DecodeStatus::Aborted => return Err(EngineError::Cancelled),
+            }
+        }
+        rec.timing.n_decoded = rec.tokens.len() as u32;
+        rec.timing.decode_s = t0.elapsed().as_secs_f64();
+        rec.text = String::from_utf8_lossy(&rec.bytes).into_owned();
+        Ok(rec)
+    }
+}

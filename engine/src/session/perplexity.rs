@@ -1,0 +1,87 @@
+//! `perplexity`: teacher-forced log-likelihood of a text, in context-sized windows.
+use crate::error::{EngineError, Result};
+use crate::telemetry::{PerplexityRecord, Timing};
+
+use super::decide::log_softmax;
+use super::prefill::Outputs;
+use super::Session;
+
+impl Session<'_> {
+    /// The logits of every position of `tokens` (one window from an empty KV cache); the building
+    /// block of `perplexity`, public so a test can recompute it independently.
+    pub fn eval_logits(&mut self, tokens: &[i32]) -> Result<Vec<Vec<f32>>> {
+        if tokens.len() > self.n_ctx {
+            return Err(EngineError::PromptTooLong {
+                n_prompt: tokens.len(),
+                n_ctx: self.n_ctx,
+                extra: String::new(),
+            });
+        }
+        self.ctx.clear_memory();
+        let n_vocab = self.n_vocab;
+        let mut rows = Vec::with_capacity(tokens.len());
+        self.prefill(tokens, 0, Outputs::All, |s, start, end| {
+            for i in 0..(end - start) {
+                let l = s
+                    .ctx
+                    .logits(i as i32, n_vocab)
+                    .ok_or_else(|| EngineError::Decode(format!("no logits for row {}", start + i)))?;
+                rows.push(l.to_vec());
+            }
+            Ok(())
+        })?;
+        Ok(rows)
+    }
+
+    /// exp(mean NLL) of `text` (BOS added where the model asks), each window of `n_ctx` tokens
+    /// scored from an empty KV cache; the first token of each window is context only.
+    pub fn perplexity(&mut self, text: &str) -> Result<PerplexityRecord> {
+        let tokens = self.model.tokenize(text, true)?;
+        if tokens.len() < 2 {
+            return Err(EngineError::InvalidOption(format!(
+                "perplexity needs a text of at least 2 tokens, this one has {}",
+                tokens.len()
+            )));
+        }
+        let n_vocab = self.n_vocab;
+        let mut nll = 0.0f64;
+        let mut n_scored = 0u32;
+        let mut prefill_s = 0.0;
+        for window in tokens.chunks(self.n_ctx) {
+            if window.len() < 2 {
+                continue;
+            }
+            self.ctx.clear_memory();
+            let mut next = 1usize;
+            prefill_s += self.prefill(window, 0, Outputs::All, |s, start, end| {
+                for i in start..end {
+                    if i + 1 >= window.len() {
+                        break;
+                    }
+                    let l = s
+                        .ctx
+                        .logits((i - start) as i32, n_vocab)
+                        .ok_or_else(|| EngineError::Decode(format!("no logits for row {i}")))?;
+                    nll -= log_softmax(l)[window[i + 1] as usize];
+                    n_scored += 1;
+                    next = i + 2;
+                }
+                Ok(())
+            })?;
+            debug_assert_eq!(next, window.len());
+        }
+        let nll_mean = nll / f64::from(n_scored);
+        Ok(PerplexityRecord {
+            ppl: nll_mean.exp(),
+            nll_mean,
+            n_scored,
+            n_tokens: tokens.len() as u32,
+            timing: Timing {
+                n_prompt: tokens.len() as u32,
+                prefill_s,
+                ..Timing::default()
+            },
+            ..PerplexityRecord::default()
+        })
+    }
+}

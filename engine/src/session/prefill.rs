@@ -1,0 +1,58 @@
+//! Prefill: the prompt goes in ubatch-wide pieces; the width rule lives here.
+use std::time::Instant;
+
+use crate::error::{EngineError, Result};
+use crate::ffi::batch::Batch;
+use crate::ffi::context::DecodeStatus;
+
+use super::Session;
+
+/// Which rows of a piece need logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outputs {
+    /// Only the prompt's last token.
+    Last,
+    /// Every token (perplexity).
+    All,
+}
+
+impl Session<'_> {
+    /// Decodes `tokens` at positions `pos0..` and returns the seconds spent. With `Outputs::All`
+    /// the caller must read each piece's rows through `on_piece` before the next piece runs.
+    pub(crate) fn prefill(
+        &mut self,
+        tokens: &[i32],
+        pos0: usize,
+        outputs: Outputs,
+        mut on_piece: impl FnMut(&Self, usize, usize) -> Result<()>,
+    ) -> Result<f64> {
+        let width = match outputs {
+            Outputs::Last => self.opts.n_ubatch as usize,
+            // Every row is an output: the piece may not exceed the logit-row cap.
+            Outputs::All => (self.opts.n_ubatch.min(self.opts.n_outputs_max)) as usize,
+        }
+        .max(1);
+        let t0 = Instant::now();
+        let mut batch = Batch::new(width);
+        let mut start = 0;
+        while start < tokens.len() {
+            let end = (start + width).min(tokens.len());
+            batch.clear();
+            for (i, &t) in tokens[start..end].iter().enumerate() {
+                let at = start + i;
+                let want = match outputs {
+                    Outputs::Last => at + 1 == tokens.len(),
+                    Outputs::All => true,
+                };
+                batch.push(t, (pos0 + at) as i32, want);
+            }
+            match self.ctx.decode(&batch).map_err(EngineError::Decode)? {
+                DecodeStatus::Ok => {}
+                DecodeStatus::Aborted => return Err(EngineError::Cancelled),
+            }
+            on_piece(self, start, end)?;
+            start = end;
+        }
+        Ok(t0.elapsed().as_secs_f64())
+    }
+}

@@ -1,0 +1,141 @@
+//! Per-architecture knowledge of synthetic models, in one place: metadata keys and the tensors
+//! each architecture's llama.cpp graph creates.
+use super::spec::SynthSpec;
+use crate::error::{EngineError, Result};
+use crate::ffi::gguf::GgufBuilder;
+
+/// Architectures `synth` can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SynthArch {
+    /// Qwen3-MoE: per-head q/k norms, softmax routing with renormalised weights.
+    Qwen3Moe,
+    /// OLMoE: full-width q/k norms, softmax routing without renormalisation.
+    Olmoe,
+}
+
+/// What a tensor holds, which decides how its data is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Norm weights: ones, F32.
+    Norm,
+    /// Token embeddings (with the offset that makes router skew work).
+    Embedding,
+    /// A dense matrix in the dense type.
+    Dense,
+    /// The router, F32.
+    Router,
+    /// Routed experts `[ne0, ne1, n_expert]` in the expert type.
+    Expert,
+}
+
+/// One tensor to write.
+#[derive(Debug, Clone)]
+pub(crate) struct TensorPlan {
+    pub name: String,
+    pub ne: Vec<i64>,
+    pub role: Role,
+    /// The layer, for sharding (`None` = goes with the first shard).
+    pub layer: Option<u32>,
+}
+
+impl SynthArch {
+    /// llama.cpp's architecture string.
+    pub fn name(self) -> &'static str {
+        match self {
+            SynthArch::Qwen3Moe => "qwen3moe",
+            SynthArch::Olmoe => "olmoe",
+        }
+    }
+
+    /// Parses an architecture string.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "qwen3moe" => SynthArch::Qwen3Moe,
+            "olmoe" => SynthArch::Olmoe,
+            _ => return None,
+        })
+    }
+
+    /// The names `parse` accepts.
+    pub const NAMES: &'static [&'static str] = &["qwen3moe", "olmoe"];
+
+    /// Makes a preset shape legal for this architecture.
+    pub(crate) fn adjust(self, mut s: SynthSpec) -> SynthSpec {
+        if self == SynthArch::Olmoe {
+            // OLMoE normalises q/k over the full width before splitting heads: no GQA.
+            s.n_head_kv = s.n_head;
+        }
+        s
+    }
+
+    pub(crate) fn validate(self, s: &SynthSpec) -> Result<()> {
+        if self == SynthArch::Olmoe && s.n_head_kv != s.n_head {
+            return Err(EngineError::Synth(format!(
+                "olmoe needs kv heads == heads (got {} and {})",
+                s.n_head_kv, s.n_head
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write_metadata(self, s: &SynthSpec, g: &mut GgufBuilder) {
+        let a = self.name();
+        g.set_str("general.architecture", a);
+        g.set_str("general.name", &format!("bmoe synthetic {a}"));
+        g.set_u32(&format!("{a}.context_length"), s.n_ctx);
+        g.set_u32(&format!("{a}.embedding_length"), s.n_embd);
+        g.set_u32(&format!("{a}.block_count"), s.n_layer);
+        g.set_u32(&format!("{a}.attention.head_count"), s.n_head);
+        g.set_u32(&format!("{a}.attention.head_count_kv"), s.n_head_kv);
+        g.set_f32(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6);
+        g.set_u32(&format!("{a}.expert_count"), s.n_expert);
+        g.set_u32(&format!("{a}.expert_used_count"), s.n_expert_used);
+        g.set_f32(&format!("{a}.rope.freq_base"), 10000.0);
+        match self {
+            SynthArch::Qwen3Moe => {
+                g.set_u32(&format!("{a}.attention.key_length"), s.head_dim());
+                g.set_u32(&format!("{a}.attention.value_length"), s.head_dim());
+                g.set_u32(&format!("{a}.expert_feed_forward_length"), s.n_ff_exp);
+                g.set_u32(&format!("{a}.feed_forward_length"), s.n_ff_exp * s.n_expert_used);
+            }
+            SynthArch::Olmoe => {
+                g.set_u32(&format!("{a}.feed_forward_length"), s.n_ff_exp);
+            }
+        }
+    }
+
+    pub(crate) fn tensors(self, s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
+        let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
+        let (hd, h, hkv) = (i64::from(s.head_dim()), i64::from(s.n_head), i64::from(s.n_head_kv));
+        let (f, x) = (i64::from(s.n_ff_exp), i64::from(s.n_expert));
+        let t = |name: String, ne: Vec<i64>, role, layer| TensorPlan { name, ne, role, layer };
+        let mut out = vec![
+            t("token_embd.weight".into(), vec![e, v], Role::Embedding, None),
+            t("output_norm.weight".into(), vec![e], Role::Norm, None),
+            t("output.weight".into(), vec![e, v], Role::Dense, None),
+        ];
+        let qk_norm = match self {
+            SynthArch::Qwen3Moe => (hd, hd),
+            SynthArch::Olmoe => (h * hd, hkv * hd),
+        };
+        for il in 0..s.n_layer {
+            let l = Some(il);
+            let n = |suffix: &str| format!("blk.{il}.{suffix}.weight");
+            out.extend([
+                t(n("attn_norm"), vec![e], Role::Norm, l),
+                t(n("attn_q"), vec![e, h * hd], Role::Dense, l),
+                t(n("attn_k"), vec![e, hkv * hd], Role::Dense, l),
+                t(n("attn_v"), vec![e, hkv * hd], Role::Dense, l),
+                t(n("attn_output"), vec![h * hd, e], Role::Dense, l),
+                t(n("attn_q_norm"), vec![qk_norm.0], Role::Norm, l),
+                t(n("attn_k_norm"), vec![qk_norm.1], Role::Norm, l),
+                t(n("ffn_norm"), vec![e], Role::Norm, l),
+                t(n("ffn_gate_inp"), vec![e, x], Role::Router, l),
+                t(n("ffn_gate_exps"), vec![e, f, x], Role::Expert, l),
+                t(n("ffn_up_exps"), vec![e, f, x], Role::Expert, l),
+                t(n("ffn_down_exps"), vec![f, e, x], Role::Expert, l),
+            ]);
+        }
+        out
+    }
+}

@@ -1,0 +1,38 @@
+//! Binds the one header the pinned sys crate does not: `ggml-rpc.h`.
+//!
+//! The headers are installed under the sys crate's OUT_DIR; it exports `<OUT_DIR>/lib/cmake` as
+//! `DEP_LLAMA_GGML_CMAKE_DIR`, from which the include folder is two levels up.
+use std::env;
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=DEP_LLAMA_GGML_CMAKE_DIR");
+    let cmake_dir = PathBuf::from(
+        env::var("DEP_LLAMA_GGML_CMAKE_DIR")
+            .expect("llama-cpp-sys-2 did not export ggml_cmake_dir (is it built with system-ggml?)"),
+    );
+    let include = cmake_dir
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|p| p.join("include"))
+        .expect("ggml_cmake_dir has no grandparent");
+    let header = include.join("ggml-rpc.h");
+    assert!(
+        header.exists(),
+        "{} is missing: llama-cpp-sys-2 was built without GGML_RPC=ON (see .cargo/config.toml; \
+         `cargo clean -p llama-cpp-sys-2` to reconfigure)",
+        header.display()
+    );
+    println!("cargo:rerun-if-changed={}", header.display());
+    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
+    bindgen::Builder::default()
+        .header(header.to_string_lossy())
+        .clang_arg(format!("-I{}", include.display()))
+        .allowlist_function("ggml_backend_rpc_.*")
+        .allowlist_recursively(false)
+        .raw_line("#[allow(unused_imports)] use llama_cpp_sys_2::*;")
+        .generate()
+        .expect("bindgen over ggml-rpc.h")
+        .write_to_file(out.join("rpc.rs"))
+        .expect("write rpc.rs");
+}
