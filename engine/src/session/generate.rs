@@ -55,6 +55,7 @@ impl Session<'_> {
             ..Timing::default()
         };
         let vocab = self.model.raw.vocab();
+        let io0 = crate::telemetry::storage_read_bytes();
         let t0 = Instant::now();
         let mut batch = Batch::new(1);
         let mut pos = tokens.len();
@@ -80,6 +81,9 @@ impl Session<'_> {
         }
         rec.timing.n_decoded = rec.tokens.len() as u32;
         rec.timing.decode_s = t0.elapsed().as_secs_f64();
+        if let (Some(a), Some(b)) = (io0, crate::telemetry::storage_read_bytes()) {
+            rec.decode_storage_read_bytes = b.saturating_sub(a);
+        }
         rec.text = String::from_utf8_lossy(&rec.bytes).into_owned();
         rec.stream = self.model.stream_counters().since(&before);
         Ok(rec)

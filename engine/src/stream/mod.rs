@@ -20,6 +20,9 @@ use crate::telemetry::StreamCounters;
 
 use cache::ExpertLru;
 
+/// Below this many bytes per routing node, reads run on the calling thread.
+const INLINE_READ_BYTES: usize = 1 << 20;
+
 /// One expert matrix of one layer, and where its bytes are in the GGUF.
 struct ExpertTensor {
     role: ExpertRole,
@@ -286,14 +289,23 @@ impl Streamer {
             }
         }
         let reader = &self.reader;
-        let results: Vec<std::io::Result<(f64, usize)>> = self.pool.install(|| {
-            jobs.into_par_iter()
-                .map(|(dst, file, off)| {
-                    let lane = rayon::current_thread_index().unwrap_or(0);
-                    reader.read(lane, file, off, dst).map(|s| (s, dst.len()))
+        let total: usize = jobs.iter().map(|(d, _, _)| d.len()).sum();
+        // Small batches are read on the calling thread: waking the lanes costs more than it saves.
+        let results: Vec<std::io::Result<(f64, usize)>> =
+            if total < INLINE_READ_BYTES || jobs.len() < 2 {
+                jobs.into_iter()
+                    .map(|(dst, file, off)| reader.read(0, file, off, dst).map(|s| (s, dst.len())))
+                    .collect()
+            } else {
+                self.pool.install(|| {
+                    jobs.into_par_iter()
+                        .map(|(dst, file, off)| {
+                            let lane = rayon::current_thread_index().unwrap_or(0);
+                            reader.read(lane, file, off, dst).map(|s| (s, dst.len()))
+                        })
+                        .collect()
                 })
-                .collect()
-        });
+            };
         let mut first_err = None;
         for r in results {
             match r {

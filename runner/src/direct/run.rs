@@ -62,6 +62,19 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
     }
 }
 
+/// The process's peak resident set (`VmHWM`), in MiB.
+fn peak_rss_mib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb / 1024)
+}
+
 /// Generates once and prints the text on stdout, the counters on stderr.
 pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     let model = load(&a.engine)?;
@@ -92,6 +105,13 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         writeln!(out)?;
     }
     print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
+    eprintln!(
+        "storage: {:.2} MiB read per decoded token (all paths), peak RSS {} MiB",
+        rec.decode_storage_read_bytes as f64 / 1048576.0 / f64::from(rec.timing.n_decoded.max(1)),
+        peak_rss_mib()
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "?".into())
+    );
     if rec.cancelled {
         eprintln!("cancelled after {} tokens", rec.tokens.len());
     }
