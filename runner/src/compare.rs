@@ -64,13 +64,21 @@ impl Report {
             self.matched, self.only_a, self.only_b
         );
         if self.decisions > 0 {
-            let _ = writeln!(s, "decisions: {}/{} agree on best", self.best_agree, self.decisions);
+            let _ = writeln!(
+                s,
+                "decisions: {}/{} agree on best",
+                self.best_agree, self.decisions
+            );
             if let Some((d, k)) = &self.max_logp_diff {
                 let _ = writeln!(s, "largest choice_logp difference: {d:.6} nats ({k})");
             }
         }
         if self.texts.0 > 0 {
-            let _ = writeln!(s, "generations: {}/{} identical text", self.texts.1, self.texts.0);
+            let _ = writeln!(
+                s,
+                "generations: {}/{} identical text",
+                self.texts.1, self.texts.0
+            );
         }
         if let Some((d, k)) = &self.max_ppl_diff {
             let _ = writeln!(s, "largest perplexity difference: {d:.6} ({k})");
@@ -98,8 +106,16 @@ impl Report {
                 s,
                 "result: {} rows differ{}{}",
                 self.differing.len(),
-                if shown.is_empty() { String::new() } else { format!(": {}", shown.join(", ")) },
-                if self.differing.len() > shown.len() { ", ..." } else { "" }
+                if shown.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", shown.join(", "))
+                },
+                if self.differing.len() > shown.len() {
+                    ", ..."
+                } else {
+                    ""
+                }
             );
         }
         s

@@ -126,8 +126,15 @@ fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             let p = prepare(&t.jobs, &t.selection())?;
             print_warnings(&p);
             for j in &p.jobs {
-                let units: Vec<_> = p.units.iter().filter(|u| std::ptr::eq(&p.jobs[u.job], j)).collect();
-                let profile = units.first().map(|u| u.profile.name.clone()).unwrap_or_default();
+                let units: Vec<_> = p
+                    .units
+                    .iter()
+                    .filter(|u| std::ptr::eq(&p.jobs[u.job], j))
+                    .collect();
+                let profile = units
+                    .first()
+                    .map(|u| u.profile.name.clone())
+                    .unwrap_or_default();
                 println!(
                     "ok: {} ({} {} items, {} point(s), profile {}, csv {})",
                     shown(&j.src.path),
@@ -250,15 +257,26 @@ fn run_cmd(a: RunArgs) -> anyhow::Result<ExitCode> {
     let s = run::exec::execute(&p, &opts, &stop)?;
     let mut out = String::new();
     for (csv, n) in &s.written {
-        out.push_str(&format!("run {}: {n} rows appended to {}\n", s.run_id, shown(csv)));
+        out.push_str(&format!(
+            "run {}: {n} rows appended to {}\n",
+            s.run_id,
+            shown(csv)
+        ));
     }
-    out.push_str(&format!("skipped {} items already in the run, {} refused by the engine\n", s.skipped, s.failed));
+    out.push_str(&format!(
+        "skipped {} items already in the run, {} refused by the engine\n",
+        s.skipped, s.failed
+    ));
     if s.prefill_tokens > 0 {
         out.push_str(&format!(
             "prefill: {} tokens in {:.3} s ({:.1} tokens/s)\n",
             s.prefill_tokens,
             s.prefill_s,
-            if s.prefill_s > 0.0 { s.prefill_tokens as f64 / s.prefill_s } else { 0.0 }
+            if s.prefill_s > 0.0 {
+                s.prefill_tokens as f64 / s.prefill_s
+            } else {
+                0.0
+            }
         ));
     }
     if s.decisions > 0 {
@@ -273,7 +291,12 @@ fn run_cmd(a: RunArgs) -> anyhow::Result<ExitCode> {
     if s.interrupted {
         eprintln!(
             "bmoe: interrupted; continue with: bmoe run {} --resume --run-id {}",
-            a.target.jobs.iter().map(|j| shown(j)).collect::<Vec<_>>().join(" "),
+            a.target
+                .jobs
+                .iter()
+                .map(|j| shown(j))
+                .collect::<Vec<_>>()
+                .join(" "),
             s.run_id
         );
         return Ok(ExitCode::from(130));

@@ -62,11 +62,32 @@ pub struct ModelDims {
 }
 
 const LAYER_SUFFIXES: &[&str] = &[
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm",
-    "attn_qkv", "ffn_norm", "post_attention_norm", "ffn_gate_inp", "ffn_gate", "ffn_up", "ffn_down",
-    "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp", "ffn_gate_inp_shexp", "exp_probs_b",
+    "attn_norm",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "attn_q_norm",
+    "attn_k_norm",
+    "attn_qkv",
+    "ffn_norm",
+    "post_attention_norm",
+    "ffn_gate_inp",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+    "ffn_gate_shexp",
+    "ffn_up_shexp",
+    "ffn_down_shexp",
+    "ffn_gate_inp_shexp",
+    "exp_probs_b",
 ];
-const EXPERT_SUFFIXES: &[&str] = &["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps"];
+const EXPERT_SUFFIXES: &[&str] = &[
+    "ffn_gate_exps",
+    "ffn_up_exps",
+    "ffn_down_exps",
+    "ffn_gate_up_exps",
+];
 
 /// Reads the model's dimensions from its header.
 pub fn model_dims(path: &Path) -> Result<ModelDims, bmoe_engine::EngineError> {
@@ -119,7 +140,11 @@ pub fn model_dims(path: &Path) -> Result<ModelDims, bmoe_engine::EngineError> {
         }
         d.max_layer_bytes = d.max_layer_bytes.max(layer);
     }
-    d.data_start = if data_start == u64::MAX { 0 } else { data_start };
+    d.data_start = if data_start == u64::MAX {
+        0
+    } else {
+        data_start
+    };
     Ok(d)
 }
 
@@ -148,7 +173,10 @@ pub fn place_prefill(profile: &Profile, s: &Settings) -> PrefillPlace {
     // ggml names its Hexagon devices HTP<n>; the profile's generation decides whether they can run.
     if name.to_ascii_uppercase().starts_with("HTP") {
         if profile.hexagon == Hexagon::None {
-            return cpu(format!("{name} is a Hexagon NPU but profile {} has none (hexagon = \"none\")", profile.name));
+            return cpu(format!(
+                "{name} is a Hexagon NPU but profile {} has none (hexagon = \"none\")",
+                profile.name
+            ));
         }
         if profile.hexagon < Hexagon::MIN_PREFILL {
             return cpu(format!(
@@ -163,7 +191,10 @@ pub fn place_prefill(profile: &Profile, s: &Settings) -> PrefillPlace {
         None => cpu(format!("{name} is not in this build's registry")),
         Some(d) => PrefillPlace {
             device: Some(d.name.clone()),
-            reason: format!("{} ({}, {}); a device that fails to open leaves the run on the CPU", d.name, d.description, d.backend),
+            reason: format!(
+                "{} ({}, {}); a device that fails to open leaves the run on the CPU",
+                d.name, d.description, d.backend
+            ),
         },
     }
 }
@@ -215,7 +246,12 @@ impl Placement {
                 l.note
             ));
         }
-        let used: f64 = self.budget.iter().filter(|l| l.counted).map(|l| l.mib).sum();
+        let used: f64 = self
+            .budget
+            .iter()
+            .filter(|l| l.counted)
+            .map(|l| l.mib)
+            .sum();
         out.push_str(&format!("    {:<26} {:>10.1} MiB\n", "total counted", used));
         out.push_str(&format!(
             "    {:<26} {:>10.1} MiB  (RAM {:.0} MiB - floor {:.0} MiB)",
@@ -229,14 +265,21 @@ impl Placement {
 pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement, PlacementError> {
     let dims = model_dims(model)?;
     let prefill = place_prefill(profile, s);
-    let n_ctx = if s.context == 0 { dims.n_ctx_train.max(1) } else { u64::from(s.context) };
+    let n_ctx = if s.context == 0 {
+        dims.n_ctx_train.max(1)
+    } else {
+        u64::from(s.context)
+    };
     let mut budget = Vec::new();
     let kv = 2.0 * dims.n_layer as f64 * n_ctx as f64 * dims.n_embd_kv as f64 * 2.0;
     budget.push(BudgetLine {
         what: "KV cache",
         mib: kv / MIB,
         counted: true,
-        note: format!("2 x {} layers x {n_ctx} ctx x {} kv width x 2 B (f16)", dims.n_layer, dims.n_embd_kv),
+        note: format!(
+            "2 x {} layers x {n_ctx} ctx x {} kv width x 2 B (f16)",
+            dims.n_layer, dims.n_embd_kv
+        ),
     });
     let compute = |ubatch: u64| -> f64 {
         let outputs = ubatch.min(128);
@@ -257,7 +300,9 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
             what: "compute buffers (device)",
             mib: compute(ub_dev) / MIB,
             counted: true,
-            note: format!("rough: as the CPU's at device ubatch {ub_dev} (shared memory on phones)"),
+            note: format!(
+                "rough: as the CPU's at device ubatch {ub_dev} (shared memory on phones)"
+            ),
         });
         budget.push(BudgetLine {
             what: "arena slots",
@@ -293,7 +338,10 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
         (true, CacheMb::Mib(n)) => (n, "cache_mb".to_string()),
         (true, CacheMb::Auto) => {
             let v = left.min(all_experts).max(0.0).floor() as u64;
-            (v, format!("auto: what is left, at most every expert ({all_experts:.1} MiB)"))
+            (
+                v,
+                format!("auto: what is left, at most every expert ({all_experts:.1} MiB)"),
+            )
         }
     };
     budget.push(BudgetLine {
@@ -351,20 +399,28 @@ pub fn engine_options(
             },
             read_all_experts: false,
         }),
-        prefill: p.prefill.device.as_ref().map(|d| bmoe_engine::PrefillOptions {
-            device: d.clone(),
-            min_tokens: s.min_tokens,
-            loaders: s.loaders as usize,
-            routed: s.routed,
-            routed_full: s.routed_full,
-        }),
+        prefill: p
+            .prefill
+            .device
+            .as_ref()
+            .map(|d| bmoe_engine::PrefillOptions {
+                device: d.clone(),
+                min_tokens: s.min_tokens,
+                loaders: s.loaders as usize,
+                routed: s.routed,
+                routed_full: s.routed_full,
+            }),
     };
     let session = bmoe_engine::SessionOptions {
         threads: s.threads,
         n_ctx: p.n_ctx as u32,
         n_ubatch: s.cpu_ubatch,
         // Without a device the context need not be sized for the device's wider pieces.
-        n_ubatch_device: if p.prefill.device.is_some() { s.device_ubatch } else { s.cpu_ubatch },
+        n_ubatch_device: if p.prefill.device.is_some() {
+            s.device_ubatch
+        } else {
+            s.cpu_ubatch
+        },
         ..bmoe_engine::SessionOptions::default()
     };
     (load, session)

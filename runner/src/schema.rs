@@ -13,7 +13,11 @@ use crate::config::settings::Settings;
 use crate::sink::row::Row;
 
 /// The files `bmoe schema` writes, and what each holds.
-pub const FILES: &[&str] = &["profile.schema.json", "job.schema.json", "telemetry.schema.json"];
+pub const FILES: &[&str] = &[
+    "profile.schema.json",
+    "job.schema.json",
+    "telemetry.schema.json",
+];
 
 fn generate<T: JsonSchema>(id: &str) -> Value {
     let mut gen = SchemaSettings::draft2020_12().into_generator();
@@ -21,7 +25,10 @@ fn generate<T: JsonSchema>(id: &str) -> Value {
     strip_null(&mut v);
     if let Value::Object(m) = &mut v {
         if !id.is_empty() {
-            m.insert("$id".into(), Value::String(format!("https://bmoe.invalid/schemas/{id}")));
+            m.insert(
+                "$id".into(),
+                Value::String(format!("https://bmoe.invalid/schemas/{id}")),
+            );
         }
     }
     v
@@ -104,7 +111,12 @@ pub fn rendered() -> Vec<(&'static str, String)> {
     FILES
         .iter()
         .zip(all)
-        .map(|(f, v)| (*f, format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())))
+        .map(|(f, v)| {
+            (
+                *f,
+                format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
+            )
+        })
         .collect()
 }
 
@@ -123,7 +135,9 @@ pub fn write(dir: &Path) -> anyhow::Result<()> {
 pub fn stale(dir: &Path) -> Vec<String> {
     rendered()
         .into_iter()
-        .filter(|(name, text)| std::fs::read_to_string(dir.join(name)).ok().as_deref() != Some(text.as_str()))
+        .filter(|(name, text)| {
+            std::fs::read_to_string(dir.join(name)).ok().as_deref() != Some(text.as_str())
+        })
         .map(|(name, _)| name.to_string())
         .collect()
 }

@@ -8,10 +8,18 @@ fn project_with_examples() -> Project {
     for dir in ["profiles", "jobs"] {
         for e in std::fs::read_dir(common::repo_root().join(dir)).unwrap() {
             let e = e.unwrap();
-            std::fs::copy(e.path(), p.path(&format!("{dir}/{}", e.file_name().to_string_lossy()))).ok();
+            std::fs::copy(
+                e.path(),
+                p.path(&format!("{dir}/{}", e.file_name().to_string_lossy())),
+            )
+            .ok();
             if !p.path(dir).exists() {
                 std::fs::create_dir_all(p.path(dir)).unwrap();
-                std::fs::copy(e.path(), p.path(&format!("{dir}/{}", e.file_name().to_string_lossy()))).unwrap();
+                std::fs::copy(
+                    e.path(),
+                    p.path(&format!("{dir}/{}", e.file_name().to_string_lossy())),
+                )
+                .unwrap();
             }
         }
     }
@@ -57,12 +65,25 @@ fn demo_job_runs_and_writes_its_csv() {
 #[test]
 fn plan_explains_values_placement_and_budget() {
     let p = project_with_examples();
-    let o = p.bmoe(&["plan", "jobs/agent-replay.toml", "--profile", "profiles/galaxy-s22.toml", "--set", "threads=3"]);
+    let o = p.bmoe(&[
+        "plan",
+        "jobs/agent-replay.toml",
+        "--profile",
+        "profiles/galaxy-s22.toml",
+        "--set",
+        "threads=3",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let out = text(&o);
     // Origins of values: default, profile, job overrides, --set.
-    assert!(out.contains("threads         3              --set"), "{out}");
-    assert!(out.contains("job jobs/agent-replay.toml [overrides]"), "{out}");
+    assert!(
+        out.contains("threads         3              --set"),
+        "{out}"
+    );
+    assert!(
+        out.contains("job jobs/agent-replay.toml [overrides]"),
+        "{out}"
+    );
     assert!(out.contains("profile profiles/galaxy-s22.toml"), "{out}");
     // Hexagon v69 refuses the NPU with a reason.
     assert!(out.contains("CPU (Hexagon v69 is older than v73"), "{out}");
@@ -73,7 +94,16 @@ fn plan_explains_values_placement_and_budget() {
 #[test]
 fn an_unregistered_device_leaves_prefill_on_the_cpu() {
     let p = project_with_examples();
-    let o = p.bmoe(&["plan", "jobs/demo.toml", "--profile", "profiles/oneplus-15.toml"]);
+    let o = p.bmoe(&[
+        "plan",
+        "jobs/demo.toml",
+        "--profile",
+        "profiles/oneplus-15.toml",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("CPU (HTP0 is not in this build's registry)"), "{}", text(&o));
+    assert!(
+        text(&o).contains("CPU (HTP0 is not in this build's registry)"),
+        "{}",
+        text(&o)
+    );
 }

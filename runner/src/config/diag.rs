@@ -18,7 +18,13 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     /// A diagnostic about a file at a byte offset of its text.
-    pub fn at(file: &Path, text: &str, offset: Option<usize>, field: &str, message: String) -> Self {
+    pub fn at(
+        file: &Path,
+        text: &str,
+        offset: Option<usize>,
+        field: &str,
+        message: String,
+    ) -> Self {
         Self {
             source: display_path(file),
             pos: offset.map(|o| line_col(text, o)),
@@ -163,7 +169,10 @@ mod tests {
             relative_to(Path::new("jobs/demo.toml"), "../models/tiny.gguf"),
             PathBuf::from("models/tiny.gguf")
         );
-        assert_eq!(relative_to(Path::new("/x/j.toml"), "/abs"), PathBuf::from("/abs"));
+        assert_eq!(
+            relative_to(Path::new("/x/j.toml"), "/abs"),
+            PathBuf::from("/abs")
+        );
     }
 
     #[test]

@@ -236,12 +236,20 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
     }
     let csv = relative_to(path, &job.csv);
     if csv.is_dir() {
-        errs.push(src.diag("/csv", false, format!("{} is a directory, expected a CSV file path", csv.display())));
+        errs.push(src.diag(
+            "/csv",
+            false,
+            format!("{} is a directory, expected a CSV file path", csv.display()),
+        ));
     }
     let profile = job.profile.as_ref().map(|p| relative_to(path, p));
     if let Some(p) = &profile {
         if !p.is_file() {
-            errs.push(src.diag("/profile", false, format!("profile file {} does not exist", p.display())));
+            errs.push(src.diag(
+                "/profile",
+                false,
+                format!("profile file {} does not exist", p.display()),
+            ));
         }
     }
 
@@ -254,7 +262,10 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
             errs.push(src.diag(
                 &format!("/{k}"),
                 true,
-                format!("a {} job takes `{inline_key}` or `{file_key}`, not `{k}`", job.kind),
+                format!(
+                    "a {} job takes `{inline_key}` or `{file_key}`, not `{k}`",
+                    job.kind
+                ),
             ));
         }
     }
@@ -270,7 +281,10 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
         (false, false) => errs.push(src.diag(
             "",
             false,
-            format!("a {} job needs its items: `{inline_key}` inline or `{file_key}` (JSONL)", job.kind),
+            format!(
+                "a {} job needs its items: `{inline_key}` inline or `{file_key}` (JSONL)",
+                job.kind
+            ),
         )),
         (true, false) => items = inline_items(&job),
         (false, true) => {
@@ -296,11 +310,18 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, it) in items.iter().enumerate() {
         if let Some(j) = seen.insert(it.id.as_str(), i) {
-            let ptr = if has_inline { format!("/{inline_key}/{i}") } else { format!("/{file_key}") };
+            let ptr = if has_inline {
+                format!("/{inline_key}/{i}")
+            } else {
+                format!("/{file_key}")
+            };
             errs.push(src.diag(
                 &ptr,
                 false,
-                format!("item {i} has id {:?}, the same as item {j}: ids must be unique", it.id),
+                format!(
+                    "item {i} has id {:?}, the same as item {j}: ids must be unique",
+                    it.id
+                ),
             ));
         }
     }
@@ -320,7 +341,11 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
 /// The inline items of a job, ids defaulting to positions.
 fn inline_items(job: &Job) -> Vec<Item> {
     if let Some(ds) = &job.decisions {
-        return ds.iter().enumerate().map(|(i, d)| decision_item(i, d)).collect();
+        return ds
+            .iter()
+            .enumerate()
+            .map(|(i, d)| decision_item(i, d))
+            .collect();
     }
     job.prompts
         .iter()
@@ -339,7 +364,11 @@ fn inline_items(job: &Job) -> Vec<Item> {
 /// A decision as an item.
 pub fn decision_item(i: usize, d: &DecisionSpec) -> Item {
     Item {
-        id: d.id.as_ref().map(|x| x.to_string()).unwrap_or_else(|| i.to_string()),
+        id: d
+            .id
+            .as_ref()
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| i.to_string()),
         payload: Payload::Decide(bmoe_engine::DecideRequest {
             prefix: d.prefix.clone(),
             suffix: d.suffix.clone(),
@@ -351,7 +380,11 @@ pub fn decision_item(i: usize, d: &DecisionSpec) -> Item {
 /// A prompt as an item.
 pub fn prompt_item(i: usize, p: &PromptSpec) -> Item {
     Item {
-        id: p.id.as_ref().map(|x| x.to_string()).unwrap_or_else(|| i.to_string()),
+        id: p
+            .id
+            .as_ref()
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| i.to_string()),
         payload: Payload::Text(p.text.clone()),
     }
 }

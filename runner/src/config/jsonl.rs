@@ -16,7 +16,11 @@ pub fn read_items(path: &Path, kind: Kind) -> Result<Vec<Item>, Option<ConfigErr
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(None),
-        Err(e) => return Err(Some(Diagnostic::file(path, format!("cannot read: {e}")).into())),
+        Err(e) => {
+            return Err(Some(
+                Diagnostic::file(path, format!("cannot read: {e}")).into(),
+            ))
+        }
     };
     let schema = match kind {
         Kind::Decide => crate::schema::item_schema::<DecisionSpec>(),
@@ -69,7 +73,9 @@ pub fn read_items(path: &Path, kind: Kind) -> Result<Vec<Item>, Option<ConfigErr
             continue;
         }
         let item = match kind {
-            Kind::Decide => serde_json::from_value::<DecisionSpec>(v).map(|d| decision_item(lineno, &d)),
+            Kind::Decide => {
+                serde_json::from_value::<DecisionSpec>(v).map(|d| decision_item(lineno, &d))
+            }
             _ => serde_json::from_value::<PromptSpec>(v).map(|p| prompt_item(lineno, &p)),
         };
         match item {
@@ -86,13 +92,18 @@ pub fn read_items(path: &Path, kind: Kind) -> Result<Vec<Item>, Option<ConfigErr
         }
     }
     if n_bad > errs.len() {
-        errs.push(Diagnostic::file(path, format!("... and {} more bad lines", n_bad - errs.len())));
+        errs.push(Diagnostic::file(
+            path,
+            format!("... and {} more bad lines", n_bad - errs.len()),
+        ));
     }
     if !errs.is_empty() {
         return Err(Some(ConfigErrors(errs)));
     }
     if items.is_empty() {
-        return Err(Some(Diagnostic::file(path, "holds no items (every line is blank)".into()).into()));
+        return Err(Some(
+            Diagnostic::file(path, "holds no items (every line is blank)".into()).into(),
+        ));
     }
     Ok(items)
 }

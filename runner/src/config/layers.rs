@@ -131,7 +131,7 @@ pub fn resolve(
             Ok(v) => {
                 let origin = match figment.get_metadata(v.tag()) {
                     Some(m) if m.name.contains("environment") => {
-                        format!("environment {}", m.interpolate(&FigProfile::Default, &[key]))
+                        format!("environment BMOE_{}", key.to_ascii_uppercase())
                     }
                     Some(m) if m.name.starts_with("Serialized") => "default".to_string(),
                     Some(m) => m.name.to_string(),
@@ -152,7 +152,12 @@ pub fn resolve(
     // blame the layer that gave it.
     let schema = crate::schema::settings_schema();
     for v in validate::validate(&schema, &Value::Object(resolved.clone())) {
-        let key = v.field.split(['.', '[']).next().unwrap_or_default().to_string();
+        let key = v
+            .field
+            .split(['.', '['])
+            .next()
+            .unwrap_or_default()
+            .to_string();
         let origin = origins
             .iter()
             .find(|(k, _, _)| *k == key)

@@ -35,20 +35,34 @@ impl SourceFile {
 
 /// Reads `path` (`what` names it in messages: "profile", "job"), checks it against `schema` and
 /// deserializes it.
-pub fn load<T: DeserializeOwned>(path: &Path, what: &str, schema: &Value) -> Result<(T, SourceFile), ConfigErrors> {
+pub fn load<T: DeserializeOwned>(
+    path: &Path,
+    what: &str,
+    schema: &Value,
+) -> Result<(T, SourceFile), ConfigErrors> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(Diagnostic::file(path, format!("{what} file does not exist")).into())
         }
-        Err(e) => return Err(Diagnostic::file(path, format!("cannot read the {what} file: {e}")).into()),
+        Err(e) => {
+            return Err(Diagnostic::file(path, format!("cannot read the {what} file: {e}")).into())
+        }
     };
     let doc = match spanned::parse(&text) {
         Ok(d) => d,
         Err(errs) => {
             return Err(ConfigErrors(
                 errs.into_iter()
-                    .map(|e| Diagnostic::at(path, &text, e.offset, "", format!("malformed TOML: {}", e.message)))
+                    .map(|e| {
+                        Diagnostic::at(
+                            path,
+                            &text,
+                            e.offset,
+                            "",
+                            format!("malformed TOML: {}", e.message),
+                        )
+                    })
                     .collect(),
             ))
         }
@@ -74,6 +88,8 @@ pub fn load<T: DeserializeOwned>(path: &Path, what: &str, schema: &Value) -> Res
     match serde_json::from_value::<T>(src.doc.value.clone()) {
         Ok(v) => Ok((v, src)),
         // The schema is generated from T, so this means the two disagree: still say where.
-        Err(e) => Err(Diagnostic::file(path, format!("{what} does not match its type: {e}")).into()),
+        Err(e) => {
+            Err(Diagnostic::file(path, format!("{what} does not match its type: {e}")).into())
+        }
     }
 }

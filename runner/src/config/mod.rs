@@ -9,4 +9,3 @@ pub mod profile;
 pub mod settings;
 pub mod spanned;
 pub mod validate;
-

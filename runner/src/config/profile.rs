@@ -10,7 +10,9 @@ use super::load::{load, SourceFile};
 use super::settings::{EngineValues, PrefillValues};
 
 /// Hexagon NPU generation of the SoC, or `none`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Hexagon {
     /// No Hexagon NPU (or not a Qualcomm SoC).

@@ -369,16 +369,30 @@ mod tests {
 
     #[test]
     fn cache_mb_parses() {
-        assert_eq!(serde_json::from_value::<CacheMb>(json!("auto")).unwrap(), CacheMb::Auto);
-        assert_eq!(serde_json::from_value::<CacheMb>(json!(12)).unwrap(), CacheMb::Mib(12));
-        assert_eq!(serde_json::from_value::<CacheMb>(json!("12")).unwrap(), CacheMb::Mib(12));
+        assert_eq!(
+            serde_json::from_value::<CacheMb>(json!("auto")).unwrap(),
+            CacheMb::Auto
+        );
+        assert_eq!(
+            serde_json::from_value::<CacheMb>(json!(12)).unwrap(),
+            CacheMb::Mib(12)
+        );
+        assert_eq!(
+            serde_json::from_value::<CacheMb>(json!("12")).unwrap(),
+            CacheMb::Mib(12)
+        );
         assert!(serde_json::from_value::<CacheMb>(json!("lots")).is_err());
         assert!(serde_json::from_value::<CacheMb>(json!(-1)).is_err());
     }
 
     #[test]
     fn sweep_points() {
-        let s = Sweep(json!({"cache_mb": [0, 10], "threads": [1, 2, 4]}).as_object().unwrap().clone());
+        let s = Sweep(
+            json!({"cache_mb": [0, 10], "threads": [1, 2, 4]})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
         let p = s.points();
         assert_eq!(p.len(), 6);
         assert_eq!(point_label(&p[1]), "cache_mb=0,threads=2");

@@ -68,7 +68,9 @@ pub fn validate(schema: &Value, instance: &Value) -> Vec<Violation> {
             }
             _ => {
                 // The subschema the failing keyword belongs to says what was expected as a whole.
-                let expected = sub.map(|s| describe(schema, s)).unwrap_or_else(|| err.to_string());
+                let expected = sub
+                    .map(|s| describe(schema, s))
+                    .unwrap_or_else(|| err.to_string());
                 out.push(Violation {
                     field: field_path(&ptr),
                     pointer: ptr.clone(),
@@ -160,7 +162,11 @@ pub fn describe(root: &Value, s: &Value) -> String {
         if let Some(alts) = s.get(key).and_then(|v| v.as_array()) {
             // An enum written as documented constants reads best as a list.
             if alts.len() > 1 && alts.iter().all(|a| a.get("const").is_some()) {
-                let opts: Vec<String> = alts.iter().filter_map(|a| a.get("const")).map(|c| c.to_string()).collect();
+                let opts: Vec<String> = alts
+                    .iter()
+                    .filter_map(|a| a.get("const"))
+                    .map(|c| c.to_string())
+                    .collect();
                 return format!("one of {}", opts.join(", "));
             }
             let parts: Vec<String> = alts.iter().map(|a| describe(root, a)).collect();
@@ -192,7 +198,11 @@ pub fn describe(root: &Value, s: &Value) -> String {
     };
     match ty {
         "integer" | "number" => {
-            let noun = if ty == "integer" { "an integer" } else { "a number" };
+            let noun = if ty == "integer" {
+                "an integer"
+            } else {
+                "a number"
+            };
             let min = s.get("minimum").and_then(Value::as_f64);
             let xmin = s.get("exclusiveMinimum").and_then(Value::as_f64);
             let max = s.get("maximum").and_then(Value::as_f64);
@@ -247,6 +257,7 @@ pub fn describe(root: &Value, s: &Value) -> String {
 fn plural(what: &str) -> String {
     for (one, many) in [
         ("a string", "strings"),
+        ("a non-empty string", "non-empty strings"),
         ("an integer", "integers"),
         ("a number", "numbers"),
         ("a table", "tables"),
@@ -279,15 +290,33 @@ mod tests {
 
     #[test]
     fn reports_every_problem_with_expectations() {
-        let v = validate(&schema(), &json!({"threads": 99, "cache_mb": "lots", "zzz": 1}));
-        let msgs: Vec<String> = v.iter().map(|v| format!("{}: {}", v.field, v.message)).collect();
-        assert!(msgs.contains(&"threads: expected an integer between 1 and 64, found 99".into()), "{msgs:?}");
+        let v = validate(
+            &schema(),
+            &json!({"threads": 99, "cache_mb": "lots", "zzz": 1}),
+        );
+        let msgs: Vec<String> = v
+            .iter()
+            .map(|v| format!("{}: {}", v.field, v.message))
+            .collect();
         assert!(
-            msgs.contains(&"cache_mb: expected a non-negative integer or \"auto\", found \"lots\"".into()),
+            msgs.contains(&"threads: expected an integer between 1 and 64, found 99".into()),
             "{msgs:?}"
         );
-        assert!(msgs.iter().any(|m| m.starts_with("zzz: unknown key `zzz`")), "{msgs:?}");
-        assert!(msgs.iter().any(|m| m.starts_with("name: missing required key `name`")), "{msgs:?}");
+        assert!(
+            msgs.contains(
+                &"cache_mb: expected a non-negative integer or \"auto\", found \"lots\"".into()
+            ),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.iter().any(|m| m.starts_with("zzz: unknown key `zzz`")),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.iter()
+                .any(|m| m.starts_with("name: missing required key `name`")),
+            "{msgs:?}"
+        );
     }
 
     #[test]

@@ -62,7 +62,10 @@ fn run_id_default(prep: &Prepared) -> String {
 
 /// Picks the run id and the (job, point, item) keys it already has, reading each CSV once; refuses
 /// a CSV with another header before anything is written.
-fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<(String, HashSet<(String, String, String)>)> {
+fn existing_state(
+    prep: &Prepared,
+    opts: &RunOptions,
+) -> anyhow::Result<(String, HashSet<(String, String, String)>)> {
     let mut rows_by_csv: HashMap<PathBuf, Vec<Row>> = HashMap::new();
     for j in &prep.jobs {
         if !rows_by_csv.contains_key(&j.csv) {
@@ -125,7 +128,11 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
     let mut progress = Progress::new(prep.units.len() as u64, opts.quiet);
     let mut sinks: HashMap<PathBuf, CsvSink> = HashMap::new();
     let mut written: HashMap<PathBuf, u64> = HashMap::new();
-    let build = format!("bmoe {} (engine {})", env!("CARGO_PKG_VERSION"), bmoe_engine::VERSION);
+    let build = format!(
+        "bmoe {} (engine {})",
+        env!("CARGO_PKG_VERSION"),
+        bmoe_engine::VERSION
+    );
 
     for unit in &prep.units {
         let lj = &prep.jobs[unit.job];
@@ -148,7 +155,8 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         let (load_opts, sess_opts) =
             crate::placement::engine_options(&unit.placement, &unit.resolved.settings, &lj.model);
         let t0 = Instant::now();
-        let model = Model::load(&load_opts).with_context(|| format!("loading {}", display_path(&lj.model)))?;
+        let model = Model::load(&load_opts)
+            .with_context(|| format!("loading {}", display_path(&lj.model)))?;
         let load_s = t0.elapsed().as_secs_f64();
         let mut session = model.session(&sess_opts).context("opening a session")?;
         let base = base_row(&run_id, lj, unit, &model, load_s, &build)?;
@@ -163,7 +171,14 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
                 item: item.id.clone(),
                 ..base.clone()
             };
-            let outcome = run_item(&mut session, lj.job.kind, &item.payload, &gen_opts, stop, &mut row);
+            let outcome = run_item(
+                &mut session,
+                lj.job.kind,
+                &item.payload,
+                &gen_opts,
+                stop,
+                &mut row,
+            );
             match outcome {
                 Ok(true) => {}
                 // Abandoned by a second Ctrl-C: not complete, so not written.
@@ -236,7 +251,14 @@ fn generate_options(lj: &LoadedJob) -> GenerateOptions {
 }
 
 /// The columns every row of a unit shares.
-fn base_row(run_id: &str, lj: &LoadedJob, u: &Unit, model: &Model, load_s: f64, build: &str) -> anyhow::Result<Row> {
+fn base_row(
+    run_id: &str,
+    lj: &LoadedJob,
+    u: &Unit,
+    model: &Model,
+    load_s: f64,
+    build: &str,
+) -> anyhow::Result<Row> {
     let s = &u.resolved.settings;
     let info = model.info();
     Ok(Row {
@@ -303,7 +325,11 @@ fn run_item(
             row.n_scored = Some(r.n_scored);
         }
         // load_job pairs kinds with payloads; a mismatch is a bug, reported as a refusal.
-        _ => return Err(EngineError::InvalidOption(format!("{kind} job with the wrong kind of item"))),
+        _ => {
+            return Err(EngineError::InvalidOption(format!(
+                "{kind} job with the wrong kind of item"
+            )))
+        }
     }
     Ok(true)
 }

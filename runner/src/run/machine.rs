@@ -12,7 +12,11 @@ pub fn line(kind: Kind, r: &Row) -> String {
     let logp: Vec<Value> = parse_logp(&r.choice_logp)
         .unwrap_or_default()
         .into_iter()
-        .map(|x| serde_json::Number::from_f64(x).map(Value::Number).unwrap_or(Value::Null))
+        .map(|x| {
+            serde_json::Number::from_f64(x)
+                .map(Value::Number)
+                .unwrap_or(Value::Null)
+        })
         .collect();
     let v = match kind {
         Kind::Decide => json!({
@@ -64,7 +68,11 @@ pub fn line(kind: Kind, r: &Row) -> String {
             "text": r.text,
         }),
     };
-    let tag = if kind == Kind::Decide { "BMOE_DECIDE" } else { "BMOE_DONE" };
+    let tag = if kind == Kind::Decide {
+        "BMOE_DECIDE"
+    } else {
+        "BMOE_DONE"
+    };
     format!("{tag} {v}")
 }
 

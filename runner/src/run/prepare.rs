@@ -56,6 +56,17 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
             Err(d) => diags.push(d),
         }
     }
+    // A --profile is checked even when a job fails, so one pass shows the errors of both.
+    let shared_profile = match &sel.profile {
+        Some(path) => match load_profile(path) {
+            Ok((p, _)) => Some((p, path.clone())),
+            Err(mut e) => {
+                diags.append(&mut e.0);
+                None
+            }
+        },
+        None => None,
+    };
     let mut jobs = Vec::new();
     for p in job_paths {
         match load_job(p) {
@@ -66,25 +77,24 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
     // Profiles: --profile for all, else each job's own.
     let mut profiles: Vec<Option<(Profile, PathBuf)>> = Vec::new();
     for j in &jobs {
-        let path = match (&sel.profile, &j.profile) {
-            (Some(p), _) => p.clone(),
-            (None, Some(p)) => p.clone(),
-            (None, None) => {
-                diags.push(Diagnostic::file(
-                    &j.src.path,
-                    "no profile: give `profile = \"...\"` in the job or --profile".into(),
-                ));
-                profiles.push(None);
-                continue;
-            }
+        if sel.profile.is_some() {
+            profiles.push(shared_profile.clone());
+            continue;
+        }
+        let Some(path) = j.profile.clone() else {
+            diags.push(Diagnostic::file(
+                &j.src.path,
+                "no profile: give `profile = \"...\"` in the job or --profile".into(),
+            ));
+            profiles.push(None);
+            continue;
         };
         match load_profile(&path) {
             Ok((p, _)) => profiles.push(Some((p, path))),
             Err(mut e) => {
-                // The same --profile failing for several jobs is one problem.
-                if !diags.iter().any(|d| e.0.first() == Some(d)) {
-                    diags.append(&mut e.0);
-                }
+                // Several jobs sharing one bad profile: report it once.
+                e.0.retain(|d| !diags.contains(d));
+                diags.append(&mut e.0);
                 profiles.push(None);
             }
         }
@@ -96,10 +106,19 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
     let mut warnings = Vec::new();
     let mut placement_errors = Vec::new();
     for (ji, (j, prof)) in jobs.iter().zip(profiles).enumerate() {
-        let Some((profile, profile_path)) = prof else { continue };
+        let Some((profile, profile_path)) = prof else {
+            continue;
+        };
         let points = j.job.sweep.points();
         for point in &points {
-            let resolved = match resolve(&profile, &profile_path, &j.src.path, &j.job.overrides.0, point, &inputs) {
+            let resolved = match resolve(
+                &profile,
+                &profile_path,
+                &j.src.path,
+                &j.job.overrides.0,
+                point,
+                &inputs,
+            ) {
                 Ok(r) => r,
                 Err(mut e) => {
                     diags.append(&mut e.0);
@@ -139,7 +158,11 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
     if !placement_errors.is_empty() {
         return Err(anyhow!(placement_errors.join("\nerror: ")));
     }
-    Ok(Prepared { jobs, units, warnings })
+    Ok(Prepared {
+        jobs,
+        units,
+        warnings,
+    })
 }
 
 /// `path` for messages.

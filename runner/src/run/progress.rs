@@ -29,7 +29,9 @@ impl Progress {
         units.set_style(style("{prefix:>8} [{bar:20}] {pos}/{len} {msg}"));
         units.set_prefix("jobs");
         let items = mp.add(ProgressBar::new(0));
-        items.set_style(style("{prefix:>8} [{bar:20}] {pos}/{len} {msg} ({per_sec}, ETA {eta})"));
+        items.set_style(style(
+            "{prefix:>8} [{bar:20}] {pos}/{len} {msg} ({per_sec}, ETA {eta})",
+        ));
         items.set_prefix("items");
         Self {
             mp,
@@ -52,7 +54,8 @@ impl Progress {
     /// One item finished after prefilling `n_prompt` tokens.
     pub fn item_done(&mut self, n_prompt: u64) {
         self.prefill_tokens += n_prompt;
-        self.items.set_message(format!("{} prefill tokens", self.prefill_tokens));
+        self.items
+            .set_message(format!("{} prefill tokens", self.prefill_tokens));
         self.items.inc(1);
     }
 

@@ -63,7 +63,11 @@ pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Existing::default()),
         Err(e) => return Err(io(path)(e)),
     };
-    let good_len = bytes.iter().rposition(|&b| b == b'\n').map(|i| i + 1).unwrap_or(0);
+    let good_len = bytes
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map(|i| i + 1)
+        .unwrap_or(0);
     let torn_bytes = (bytes.len() - good_len) as u64;
     let good = &bytes[..good_len];
     let header = Row::header_line();
@@ -82,16 +86,24 @@ pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
         });
     }
     let first_nl = good.iter().position(|&b| b == b'\n').unwrap_or(good.len());
-    let found = String::from_utf8_lossy(&good[..first_nl]).trim_end_matches('\r').to_string();
+    let found = String::from_utf8_lossy(&good[..first_nl])
+        .trim_end_matches('\r')
+        .to_string();
     let want = Row::columns();
     if found != want.join(",") {
         let have: Vec<&str> = found.split(',').collect();
-        let detail = match (0..want.len().max(have.len())).find(|&i| have.get(i).copied() != want.get(i).map(|s| s.as_str())) {
+        let detail = match (0..want.len().max(have.len()))
+            .find(|&i| have.get(i).copied() != want.get(i).map(|s| s.as_str()))
+        {
             Some(i) => format!(
                 "column {} is {} in the file, {} in this build",
                 i + 1,
-                have.get(i).map(|s| format!("`{s}`")).unwrap_or_else(|| "missing".into()),
-                want.get(i).map(|s| format!("`{s}`")).unwrap_or_else(|| "absent".into())
+                have.get(i)
+                    .map(|s| format!("`{s}`"))
+                    .unwrap_or_else(|| "missing".into()),
+                want.get(i)
+                    .map(|s| format!("`{s}`"))
+                    .unwrap_or_else(|| "absent".into())
             ),
             None => "the header line differs".into(),
         };
@@ -100,7 +112,9 @@ pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
             detail,
         });
     }
-    let mut rdr = csv::ReaderBuilder::new().has_headers(true).from_reader(good);
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .from_reader(good);
     let mut rows = Vec::new();
     for r in rdr.deserialize::<Row>() {
         match r {
@@ -163,7 +177,9 @@ impl CsvSink {
     /// Appends one row: a single write of the whole line, then flush and fsync, so a kill can
     /// tear at most this row.
     pub fn append(&mut self, row: &Row) -> Result<(), SinkError> {
-        let line = row.to_line().map_err(|e| io(&self.path)(std::io::Error::other(e.to_string())))?;
+        let line = row
+            .to_line()
+            .map_err(|e| io(&self.path)(std::io::Error::other(e.to_string())))?;
         self.write_line(&line)
     }
 
@@ -216,7 +232,10 @@ mod tests {
         s.append(&row("b")).unwrap();
         let e = inspect(&p).unwrap();
         assert_eq!(e.torn_bytes, 0);
-        assert_eq!(e.rows.iter().map(|r| r.item.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            e.rows.iter().map(|r| r.item.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
     }
 
     #[test]
@@ -225,7 +244,11 @@ mod tests {
         let p = d.path().join("x.csv");
         std::fs::write(&p, "a,b,c\n1,2,3\n").unwrap();
         let e = CsvSink::open(&p).err().unwrap();
-        assert!(e.to_string().contains("column 1 is `a` in the file, `run_id` in this build"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("column 1 is `a` in the file, `run_id` in this build"),
+            "{e}"
+        );
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "a,b,c\n1,2,3\n");
     }
 }

@@ -149,7 +149,9 @@ pub struct Row {
 impl Row {
     /// The column names, in order.
     pub fn columns() -> Vec<String> {
-        let mut w = csv::WriterBuilder::new().has_headers(true).from_writer(Vec::new());
+        let mut w = csv::WriterBuilder::new()
+            .has_headers(true)
+            .from_writer(Vec::new());
         // Serializing the default row is infallible: every field is a plain scalar.
         let _ = w.serialize(Row::default());
         let bytes = w.into_inner().unwrap_or_default();
@@ -169,7 +171,9 @@ impl Row {
 
     /// The row as one CSV line, with its newline.
     pub fn to_line(&self) -> anyhow::Result<Vec<u8>> {
-        let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
+        let mut w = csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(Vec::new());
         w.serialize(self)?;
         Ok(w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)
     }
@@ -193,7 +197,11 @@ pub fn escape_text(s: &str) -> String {
 pub fn logp_json(v: &[f64]) -> String {
     let items: Vec<serde_json::Value> = v
         .iter()
-        .map(|x| serde_json::Number::from_f64(*x).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null))
+        .map(|x| {
+            serde_json::Number::from_f64(*x)
+                .map(serde_json::Value::Number)
+                .unwrap_or(serde_json::Value::Null)
+        })
         .collect();
     serde_json::Value::Array(items).to_string()
 }
@@ -201,7 +209,11 @@ pub fn logp_json(v: &[f64]) -> String {
 /// Parses [`logp_json`]'s output back (null -> -inf).
 pub fn parse_logp(s: &str) -> Option<Vec<f64>> {
     let v: Vec<Option<f64>> = serde_json::from_str(s).ok()?;
-    Some(v.into_iter().map(|x| x.unwrap_or(f64::NEG_INFINITY)).collect())
+    Some(
+        v.into_iter()
+            .map(|x| x.unwrap_or(f64::NEG_INFINITY))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

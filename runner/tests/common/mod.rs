@@ -18,7 +18,8 @@ fn tiny_model() -> PathBuf {
     ONCE.get_or_init(|| {
         let dir = tempfile::tempdir().expect("tempdir").keep();
         let p = dir.join("tiny.gguf");
-        write_model(&SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe), &p).expect("write tiny model");
+        write_model(&SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe), &p)
+            .expect("write tiny model");
         p
     })
     .clone()
@@ -87,7 +88,9 @@ impl Project {
     /// RUST_BACKTRACE=1 so a panic would show.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_bmoe"));
-        c.current_dir(self.dir.path()).args(args).env("RUST_BACKTRACE", "1");
+        c.current_dir(self.dir.path())
+            .args(args)
+            .env("RUST_BACKTRACE", "1");
         for (k, _) in std::env::vars() {
             if k.starts_with("BMOE_") {
                 c.env_remove(k);
@@ -104,7 +107,11 @@ impl Project {
 
 /// stdout + stderr as text.
 pub fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// Data rows of a CSV (header excluded).
