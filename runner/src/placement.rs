@@ -390,7 +390,7 @@ pub fn engine_options(
     let load = bmoe_engine::LoadOptions {
         path: model.to_path_buf(),
         n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
-        stream: s.moe_stream.then(|| bmoe_engine::StreamOptions {
+        stream: s.moe_stream.then_some(bmoe_engine::StreamOptions {
             cache_mb: p.cache_mb,
             io_threads: s.io_threads as usize,
             dense_weights: match s.dense_weights {

@@ -18,6 +18,9 @@ use crate::config::job::{Kind, LoadedJob, Payload};
 use crate::sink::csv::{inspect, CsvSink};
 use crate::sink::row::{escape_text, logp_json, Row};
 
+/// (job, sweep point, item id): what identifies a row within a run.
+type RowKey = (String, String, String);
+
 /// How to run.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -62,10 +65,7 @@ fn run_id_default(prep: &Prepared) -> String {
 
 /// Picks the run id and the (job, point, item) keys it already has, reading each CSV once; refuses
 /// a CSV with another header before anything is written.
-fn existing_state(
-    prep: &Prepared,
-    opts: &RunOptions,
-) -> anyhow::Result<(String, HashSet<(String, String, String)>)> {
+fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<(String, HashSet<RowKey>)> {
     let mut rows_by_csv: HashMap<PathBuf, Vec<Row>> = HashMap::new();
     for j in &prep.jobs {
         if !rows_by_csv.contains_key(&j.csv) {

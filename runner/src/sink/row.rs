@@ -175,7 +175,7 @@ impl Row {
             .has_headers(false)
             .from_writer(Vec::new());
         w.serialize(self)?;
-        Ok(w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)
+        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
     }
 }
 
