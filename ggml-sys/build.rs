@@ -7,10 +7,10 @@ use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_LLAMA_GGML_CMAKE_DIR");
-    let cmake_dir = PathBuf::from(
-        env::var("DEP_LLAMA_GGML_CMAKE_DIR")
-            .expect("llama-cpp-sys-2 did not export ggml_cmake_dir (is it built with system-ggml?)"),
-    );
+    let cmake_dir =
+        PathBuf::from(env::var("DEP_LLAMA_GGML_CMAKE_DIR").expect(
+            "llama-cpp-sys-2 did not export ggml_cmake_dir (is it built with system-ggml?)",
+        ));
     let include = cmake_dir
         .parent()
         .and_then(|p| p.parent())

@@ -18,7 +18,7 @@ pub enum EngineError {
     #[error("{path} is not a GGUF file (it starts with {magic:?}, a GGUF starts with \"GGUF\")")]
     NotGguf { path: PathBuf, magic: String },
     /// llama.cpp refused the file; `reason` is what it logged.
-    #[error("llama.cpp could not load {path}: {reason}")]
+    #[error("cannot load {path}: {reason}")]
     ModelLoad { path: PathBuf, reason: String },
     /// A split GGUF is missing one of its shards.
     #[error("split GGUF {path}: shard {shard} of {count} is missing ({missing})")]

@@ -67,10 +67,12 @@ pub fn check_gguf_file(path: &Path) -> Result<u64> {
         source: e,
     })?;
     let mut magic = [0u8; 4];
-    let n = f.read(&mut magic).map_err(|e| EngineError::ModelUnreadable {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
+    let n = f
+        .read(&mut magic)
+        .map_err(|e| EngineError::ModelUnreadable {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
     if n < 4 || &magic != b"GGUF" {
         return Err(EngineError::NotGguf {
             path: path.to_path_buf(),
@@ -105,7 +107,10 @@ impl Model {
                     "n_expert_used = {k} is out of range: the model has {n_expert} experts"
                 )));
             }
-            kv_overrides.push(KvOverride::Int(format!("{arch}.expert_used_count"), i64::from(k)));
+            kv_overrides.push(KvOverride::Int(
+                format!("{arch}.expert_used_count"),
+                i64::from(k),
+            ));
         }
         let raw = LlamaModel::load(
             path,

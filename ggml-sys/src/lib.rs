@@ -1,12 +1,23 @@
 //! FFI to llama.cpp and ggml as built by the pinned `llama-cpp-sys-2`, plus what that crate leaves out:
 //! the `ggml-rpc.h` declarations and the `#define` constants bindgen drops.
-#![allow(non_camel_case_types, non_upper_case_globals, non_snake_case, clippy::all)]
+#![allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    clippy::all
+)]
 
 pub use llama_cpp_sys_2::*;
 
 /// `ggml-rpc.h`, bound by this crate's build script (the symbols live in the sys crate's `libggml-rpc.a`).
 pub mod rpc {
-    #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case, dead_code, clippy::all)]
+    #![allow(
+        non_camel_case_types,
+        non_upper_case_globals,
+        non_snake_case,
+        dead_code,
+        clippy::all
+    )]
     include!(concat!(env!("OUT_DIR"), "/rpc.rs"));
 }
 
@@ -64,7 +75,10 @@ mod tests {
         // NUL-terminated literals.
         unsafe {
             let reg = ggml_backend_reg_by_name(c"RPC".as_ptr());
-            assert!(!reg.is_null(), "RPC backend not registered: build without GGML_RPC=ON?");
+            assert!(
+                !reg.is_null(),
+                "RPC backend not registered: build without GGML_RPC=ON?"
+            );
             for name in [RPC_PROC_ADD_SERVER, RPC_PROC_START_SERVER] {
                 let p = ggml_backend_reg_get_proc_address(reg, name.as_ptr());
                 assert!(!p.is_null(), "proc {name:?} missing");

@@ -2,6 +2,7 @@
 //! `schema`). The only place that reads the environment (`BMOE_*`, through the layering).
 mod compare;
 mod config;
+mod direct;
 mod placement;
 mod run;
 mod schema;
@@ -34,6 +35,16 @@ enum Command {
     Compare(CompareArgs),
     /// Write the JSON Schemas (profile, job, telemetry) generated from the code.
     Schema(SchemaArgs),
+    /// List the ggml backends and devices of this build.
+    Devices(direct::DevicesArgs),
+    /// Write a synthetic MoE GGUF.
+    Synth(direct::SynthArgs),
+    /// Generate text once.
+    Generate(direct::GenerateArgs),
+    /// Score choices after a prompt (one prefill, no decode).
+    Decide(direct::DecideArgs),
+    /// Perplexity of a text file.
+    Ppl(direct::PplArgs),
 }
 
 /// Jobs and how to configure them.
@@ -121,7 +132,13 @@ fn main() -> ExitCode {
 }
 
 fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
+    let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     match cmd {
+        Command::Devices(a) => done(direct::run_devices(a)),
+        Command::Synth(a) => done(direct::run_synth(a)),
+        Command::Generate(a) => done(direct::run_generate(a)),
+        Command::Decide(a) => done(direct::run_decide(a)),
+        Command::Ppl(a) => done(direct::run_ppl(a)),
         Command::Check(t) => {
             let p = prepare(&t.jobs, &t.selection())?;
             print_warnings(&p);

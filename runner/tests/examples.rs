@@ -107,3 +107,74 @@ fn an_unregistered_device_leaves_prefill_on_the_cpu() {
         text(&o)
     );
 }
+
+#[test]
+fn a_sweep_runs_once_per_point() {
+    let p = project_with_examples();
+    let o = p.bmoe(&["run", "jobs/sweep-cache.toml", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = p.read("runs/sweep-cache.csv");
+    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
+    let h = rdr.headers().unwrap().clone();
+    let point = h.iter().position(|c| c == "point").unwrap();
+    let cache = h.iter().position(|c| c == "cache_mb").unwrap();
+    let mut per_point = std::collections::BTreeMap::<String, (usize, String)>::new();
+    for r in rdr.records() {
+        let r = r.unwrap();
+        let e = per_point
+            .entry(r[point].to_string())
+            .or_insert((0, r[cache].to_string()));
+        e.0 += 1;
+    }
+    let decisions = p.read("jobs/agent-replay.jsonl").lines().count();
+    assert_eq!(per_point.len(), 3, "{per_point:?}");
+    for (label, (n, cache_mb)) in &per_point {
+        assert_eq!(*n, decisions, "{label}");
+        assert_eq!(label, &format!("cache_mb={cache_mb}"));
+    }
+}
+
+#[test]
+fn ctrl_c_finishes_the_row_in_flight_and_exits_cleanly() {
+    let p = Project::new();
+    p.decisions("jobs/decisions.jsonl", 60);
+    p.write("jobs/job.toml", common::DECIDE_JOB);
+    let child = p
+        .cmd(&["run", "jobs/job.toml", "--run-id", "r1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while common::data_lines(&p.read("runs/decide.csv")).len() < 2 {
+        assert!(t0.elapsed().as_secs() < 120, "no rows");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let st = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(130), "{out}");
+    assert!(
+        out.contains("interrupt: finishing the row in flight"),
+        "{out}"
+    );
+    assert!(out.contains("--resume --run-id r1"), "{out}");
+    let csv = p.read("runs/decide.csv");
+    assert!(csv.ends_with('\n'));
+    let n = common::data_lines(&csv).len();
+    assert!(n < 60, "{n}");
+    let o = p.bmoe(&[
+        "run",
+        "jobs/job.toml",
+        "--resume",
+        "--run-id",
+        "r1",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(common::data_lines(&p.read("runs/decide.csv")).len(), 60);
+}

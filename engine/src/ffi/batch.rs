@@ -43,7 +43,11 @@ impl Batch {
     /// Panics only on a programming error (more tokens than capacity).
     pub fn push(&mut self, token: Token, pos: i32, logits: bool) {
         let i = self.raw.n_tokens as usize;
-        assert!(i < self.capacity, "batch overflow: capacity {}", self.capacity);
+        assert!(
+            i < self.capacity,
+            "batch overflow: capacity {}",
+            self.capacity
+        );
         // SAFETY: `i < capacity`, and every array was allocated for `capacity` entries with one
         // seq-id slot per entry by llama_batch_init.
         unsafe {

@@ -83,7 +83,14 @@ impl GgufBuilder {
         let owned: Vec<CString> = v.iter().map(|s| cs(s)).collect();
         let mut ptrs: Vec<*const std::os::raw::c_char> = owned.iter().map(|s| s.as_ptr()).collect();
         // SAFETY: `ptrs` holds `v.len()` valid NUL-terminated strings for the call; gguf copies.
-        unsafe { sys::gguf_set_arr_str(self.gguf.as_ptr(), k.as_ptr(), ptrs.as_mut_ptr(), ptrs.len()) }
+        unsafe {
+            sys::gguf_set_arr_str(
+                self.gguf.as_ptr(),
+                k.as_ptr(),
+                ptrs.as_mut_ptr(),
+                ptrs.len(),
+            )
+        }
     }
 
     /// Sets an f32 array.
@@ -91,7 +98,13 @@ impl GgufBuilder {
         let k = cs(key);
         // SAFETY: `v` is valid for `len` f32s; gguf copies them.
         unsafe {
-            sys::gguf_set_arr_data(self.gguf.as_ptr(), k.as_ptr(), sys::GGUF_TYPE_FLOAT32, v.as_ptr().cast(), v.len())
+            sys::gguf_set_arr_data(
+                self.gguf.as_ptr(),
+                k.as_ptr(),
+                sys::GGUF_TYPE_FLOAT32,
+                v.as_ptr().cast(),
+                v.len(),
+            )
         }
     }
 
@@ -100,7 +113,13 @@ impl GgufBuilder {
         let k = cs(key);
         // SAFETY: `v` is valid for `len` i32s; gguf copies them.
         unsafe {
-            sys::gguf_set_arr_data(self.gguf.as_ptr(), k.as_ptr(), sys::GGUF_TYPE_INT32, v.as_ptr().cast(), v.len())
+            sys::gguf_set_arr_data(
+                self.gguf.as_ptr(),
+                k.as_ptr(),
+                sys::GGUF_TYPE_INT32,
+                v.as_ptr().cast(),
+                v.len(),
+            )
         }
     }
 
@@ -169,7 +188,8 @@ impl GgufFile {
     /// Reads the header of `path`; on failure returns what gguf logged.
     pub fn open(path: &Path) -> Result<Self, String> {
         super::backend_init();
-        let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "path contains NUL".to_string())?;
+        let c = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| "path contains NUL".to_string())?;
         super::log::clear_recent();
         // SAFETY: NUL-terminated path; `no_alloc` reads only the header.
         let raw = unsafe {
@@ -181,9 +201,9 @@ impl GgufFile {
                 },
             )
         };
-        NonNull::new(raw)
-            .map(|gguf| Self { gguf })
-            .ok_or_else(|| super::log::recent_reason().unwrap_or_else(|| "unreadable GGUF header".into()))
+        NonNull::new(raw).map(|gguf| Self { gguf }).ok_or_else(|| {
+            super::log::recent_reason().unwrap_or_else(|| "unreadable GGUF header".into())
+        })
     }
 
     /// Absolute offset of the data section.
@@ -231,7 +251,11 @@ impl GgufFile {
             if id < 0 || sys::gguf_get_kv_type(c, id) != sys::GGUF_TYPE_STRING {
                 return None;
             }
-            Some(CStr::from_ptr(sys::gguf_get_val_str(c, id)).to_string_lossy().into_owned())
+            Some(
+                CStr::from_ptr(sys::gguf_get_val_str(c, id))
+                    .to_string_lossy()
+                    .into_owned(),
+            )
         }
     }
 }

@@ -54,7 +54,8 @@ impl LlamaModel {
             .map_err(|_| "the path contains a NUL byte".to_string())?;
         let mut devs: Vec<sys::ggml_backend_dev_t> = p.devices.iter().map(|d| d.raw()).collect();
         devs.push(std::ptr::null_mut());
-        let mut kvs: Vec<sys::llama_model_kv_override> = Vec::with_capacity(p.kv_overrides.len() + 1);
+        let mut kvs: Vec<sys::llama_model_kv_override> =
+            Vec::with_capacity(p.kv_overrides.len() + 1);
         for o in &p.kv_overrides {
             // SAFETY: the override struct is plain old data; zero is a valid bit pattern.
             let mut kv: sys::llama_model_kv_override = unsafe { std::mem::zeroed() };
@@ -140,8 +141,18 @@ impl LlamaModel {
                 // SAFETY: buffers valid for their lengths; llama truncates.
                 let (a, b) = unsafe {
                     (
-                        sys::llama_model_meta_key_by_index(self.raw(), i, k.as_mut_ptr().cast(), k.len()),
-                        sys::llama_model_meta_val_str_by_index(self.raw(), i, v.as_mut_ptr().cast(), v.len()),
+                        sys::llama_model_meta_key_by_index(
+                            self.raw(),
+                            i,
+                            k.as_mut_ptr().cast(),
+                            k.len(),
+                        ),
+                        sys::llama_model_meta_val_str_by_index(
+                            self.raw(),
+                            i,
+                            v.as_mut_ptr().cast(),
+                            v.len(),
+                        ),
                     )
                 };
                 (a >= 0 && b >= 0).then(|| (c_string_lossy(&k), c_string_lossy(&v)))

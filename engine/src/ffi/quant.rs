@@ -25,8 +25,14 @@ pub fn type_name(ty: GgmlType) -> String {
 
 /// Converts `rows` rows of `n_per_row` f32s into `ty` with ggml's own quantizer; returns the bytes.
 pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: usize) -> Vec<u8> {
-    assert!(n_per_row > 0 && src.len() % n_per_row == 0, "src is not whole rows");
-    assert!(n_per_row % block_size(ty) == 0, "row width not a multiple of the block size");
+    assert!(
+        n_per_row > 0 && src.len() % n_per_row == 0,
+        "src is not whole rows"
+    );
+    assert!(
+        n_per_row % block_size(ty) == 0,
+        "row width not a multiple of the block size"
+    );
     let rows = src.len() / n_per_row;
     let mut dst = vec![0u8; rows * row_size(ty, n_per_row)];
     // SAFETY: `src` holds rows*n_per_row floats, `dst` exactly rows row_size bytes; no imatrix is

@@ -35,7 +35,12 @@ impl<'m> Vocab<'m> {
 
     /// Tokenizes `text`. `add_special` adds BOS where the model asks for it; `parse_special`
     /// turns control-token text into control tokens.
-    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<Token>, String> {
+    pub fn tokenize(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<Token>, String> {
         let len = i32::try_from(text.len()).map_err(|_| "text longer than 2 GiB".to_string())?;
         let mut out = vec![0 as Token; text.len() + 8];
         loop {
@@ -68,7 +73,14 @@ impl<'m> Vocab<'m> {
         loop {
             // SAFETY: buffer valid for its length; llama writes at most that many bytes.
             let n = unsafe {
-                sys::llama_token_to_piece(self.raw, t, buf.as_mut_ptr().cast(), buf.len() as i32, 0, special)
+                sys::llama_token_to_piece(
+                    self.raw,
+                    t,
+                    buf.as_mut_ptr().cast(),
+                    buf.len() as i32,
+                    0,
+                    special,
+                )
             };
             if n >= 0 {
                 buf.truncate(n as usize);
@@ -80,6 +92,9 @@ impl<'m> Vocab<'m> {
 
     /// The bytes a token sequence stands for.
     pub fn detokenize(&self, tokens: &[Token], special: bool) -> Vec<u8> {
-        tokens.iter().flat_map(|&t| self.piece(t, special)).collect()
+        tokens
+            .iter()
+            .flat_map(|&t| self.piece(t, special))
+            .collect()
     }
 }

@@ -29,7 +29,9 @@ impl Session<'_> {
         let vocab = self.model.raw.vocab();
         let mut firsts: Vec<i32> = Vec::with_capacity(req.choices.len());
         for (i, c) in req.choices.iter().enumerate() {
-            let toks = vocab.tokenize(c, false, false).map_err(EngineError::Tokenize)?;
+            let toks = vocab
+                .tokenize(c, false, false)
+                .map_err(EngineError::Tokenize)?;
             let Some(&first) = toks.first() else {
                 return Err(EngineError::EmptyChoice {
                     index: i,
@@ -71,7 +73,10 @@ impl Session<'_> {
         let best = choice_logp
             .iter()
             .enumerate()
-            .fold((0, f64::NEG_INFINITY), |acc, (i, &v)| if v > acc.1 { (i, v) } else { acc })
+            .fold(
+                (0, f64::NEG_INFINITY),
+                |acc, (i, &v)| if v > acc.1 { (i, v) } else { acc },
+            )
             .0;
         Ok(DecideRecord {
             best,

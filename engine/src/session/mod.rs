@@ -46,7 +46,9 @@ pub struct Session<'m> {
 impl<'m> Session<'m> {
     pub(crate) fn new(model: &'m Model, opts: &SessionOptions) -> Result<Self> {
         if opts.threads == 0 {
-            return Err(EngineError::InvalidOption("threads must be at least 1".into()));
+            return Err(EngineError::InvalidOption(
+                "threads must be at least 1".into(),
+            ));
         }
         if opts.n_ubatch == 0 || opts.n_outputs_max == 0 {
             return Err(EngineError::InvalidOption(

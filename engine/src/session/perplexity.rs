@@ -22,10 +22,9 @@ impl Session<'_> {
         let mut rows = Vec::with_capacity(tokens.len());
         self.prefill(tokens, 0, Outputs::All, |s, start, end| {
             for i in 0..(end - start) {
-                let l = s
-                    .ctx
-                    .logits(i as i32, n_vocab)
-                    .ok_or_else(|| EngineError::Decode(format!("no logits for row {}", start + i)))?;
+                let l = s.ctx.logits(i as i32, n_vocab).ok_or_else(|| {
+                    EngineError::Decode(format!("no logits for row {}", start + i))
+                })?;
                 rows.push(l.to_vec());
             }
             Ok(())

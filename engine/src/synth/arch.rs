@@ -96,7 +96,10 @@ impl SynthArch {
                 g.set_u32(&format!("{a}.attention.key_length"), s.head_dim());
                 g.set_u32(&format!("{a}.attention.value_length"), s.head_dim());
                 g.set_u32(&format!("{a}.expert_feed_forward_length"), s.n_ff_exp);
-                g.set_u32(&format!("{a}.feed_forward_length"), s.n_ff_exp * s.n_expert_used);
+                g.set_u32(
+                    &format!("{a}.feed_forward_length"),
+                    s.n_ff_exp * s.n_expert_used,
+                );
             }
             SynthArch::Olmoe => {
                 g.set_u32(&format!("{a}.feed_forward_length"), s.n_ff_exp);
@@ -106,11 +109,25 @@ impl SynthArch {
 
     pub(crate) fn tensors(self, s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
         let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
-        let (hd, h, hkv) = (i64::from(s.head_dim()), i64::from(s.n_head), i64::from(s.n_head_kv));
+        let (hd, h, hkv) = (
+            i64::from(s.head_dim()),
+            i64::from(s.n_head),
+            i64::from(s.n_head_kv),
+        );
         let (f, x) = (i64::from(s.n_ff_exp), i64::from(s.n_expert));
-        let t = |name: String, ne: Vec<i64>, role, layer| TensorPlan { name, ne, role, layer };
+        let t = |name: String, ne: Vec<i64>, role, layer| TensorPlan {
+            name,
+            ne,
+            role,
+            layer,
+        };
         let mut out = vec![
-            t("token_embd.weight".into(), vec![e, v], Role::Embedding, None),
+            t(
+                "token_embd.weight".into(),
+                vec![e, v],
+                Role::Embedding,
+                None,
+            ),
             t("output_norm.weight".into(), vec![e], Role::Norm, None),
             t("output.weight".into(), vec![e, v], Role::Dense, None),
         ];

@@ -170,13 +170,22 @@ impl SynthSpec {
             return err("layers, width, heads and experts must all be at least 1".into());
         }
         if self.n_embd % self.n_head != 0 {
-            return err(format!("width {} is not a multiple of heads {}", self.n_embd, self.n_head));
+            return err(format!(
+                "width {} is not a multiple of heads {}",
+                self.n_embd, self.n_head
+            ));
         }
         if self.n_head_kv == 0 || self.n_head % self.n_head_kv != 0 {
-            return err(format!("heads {} is not a multiple of kv heads {}", self.n_head, self.n_head_kv));
+            return err(format!(
+                "heads {} is not a multiple of kv heads {}",
+                self.n_head, self.n_head_kv
+            ));
         }
         if self.head_dim() % 2 != 0 {
-            return err(format!("head width {} must be even (rope)", self.head_dim()));
+            return err(format!(
+                "head width {} must be even (rope)",
+                self.head_dim()
+            ));
         }
         if self.n_expert_used == 0 || self.n_expert_used > self.n_expert {
             return err(format!(
@@ -185,11 +194,18 @@ impl SynthSpec {
             ));
         }
         if self.split == 0 || self.split > self.n_layer {
-            return err(format!("split {} must be between 1 and the layer count {}", self.split, self.n_layer));
+            return err(format!(
+                "split {} must be between 1 and the layer count {}",
+                self.split, self.n_layer
+            ));
         }
         for (what, ty, widths) in [
             ("expert", self.expert_type, vec![self.n_embd, self.n_ff_exp]),
-            ("dense", self.dense_type, vec![self.n_embd, self.n_head * self.head_dim()]),
+            (
+                "dense",
+                self.dense_type,
+                vec![self.n_embd, self.n_head * self.head_dim()],
+            ),
         ] {
             let b = quant::block_size(ty.ggml()) as u32;
             for w in widths {

@@ -63,14 +63,22 @@ fn tensor_type(spec: &SynthSpec, role: Role) -> sys::ggml_type {
 /// The f32 values of one 2-D slice (a whole tensor, or expert `index` of an expert tensor).
 fn slice_values(spec: &SynthSpec, t: &TensorPlan, index: u64, perm: &[usize]) -> Vec<f32> {
     let ne0 = t.ne[0] as usize;
-    let rows: usize = t.ne[1..].iter().take(1).map(|&n| n as usize).product::<usize>().max(1);
+    let rows: usize = t.ne[1..]
+        .iter()
+        .take(1)
+        .map(|&n| n as usize)
+        .product::<usize>()
+        .max(1);
     let mut rng = Rng::for_stream(spec.seed, &t.name, index);
     match t.role {
         Role::Norm => vec![1.0; ne0 * rows],
         Role::Embedding => {
             // A shared offset gives hidden states a consistent direction the router skew acts on.
             let dc = if spec.router_skew > 0.0 { 0.5 } else { 0.0 };
-            rng.fill(ne0 * rows, 3f32.sqrt()).into_iter().map(|v| v + dc).collect()
+            rng.fill(ne0 * rows, 3f32.sqrt())
+                .into_iter()
+                .map(|v| v + dc)
+                .collect()
         }
         Role::Dense | Role::Expert => rng.fill(ne0 * rows, (3.0 / ne0 as f32).sqrt()),
         Role::Router => {
@@ -160,10 +168,12 @@ pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
                     data.len()
                 )));
             }
-            f.write_all_at(&data, base + off).map_err(|e| io_err(&tmp, e))?;
+            f.write_all_at(&data, base + off)
+                .map_err(|e| io_err(&tmp, e))?;
             end = end.max(base + off + size);
         }
-        let padded = end.div_ceil(ggml_sys::GGUF_DEFAULT_ALIGNMENT as u64) * ggml_sys::GGUF_DEFAULT_ALIGNMENT as u64;
+        let padded = end.div_ceil(ggml_sys::GGUF_DEFAULT_ALIGNMENT as u64)
+            * ggml_sys::GGUF_DEFAULT_ALIGNMENT as u64;
         f.set_len(padded).map_err(|e| io_err(&tmp, e))?;
         f.sync_all().map_err(|e| io_err(&tmp, e))?;
         std::fs::rename(&tmp, p).map_err(|e| io_err(p, e))?;
@@ -177,6 +187,8 @@ pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
         bytes,
         n_tensors: plans.len(),
         expert_bytes,
-        routed_bytes_per_token: expert_bytes * u64::from(spec.n_expert_used) * u64::from(spec.n_layer),
+        routed_bytes_per_token: expert_bytes
+            * u64::from(spec.n_expert_used)
+            * u64::from(spec.n_layer),
     })
 }

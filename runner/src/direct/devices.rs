@@ -1,0 +1,31 @@
+//! `bmoe devices`: what the ggml registry of this build holds.
+use super::args::DevicesArgs;
+
+/// Lists the backends compiled in and every device they expose.
+pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
+    let devices = bmoe_engine::devices();
+    if args.json {
+        let v = serde_json::json!({
+            "backends": bmoe_engine::backend_names(),
+            "devices": devices,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("backends: {}", bmoe_engine::backend_names().join(", "));
+    println!(
+        "{:<12} {:<6} {:<8} {:>12}  description",
+        "device", "kind", "backend", "memory MiB"
+    );
+    for d in devices {
+        println!(
+            "{:<12} {:<6} {:<8} {:>12}  {}",
+            d.name,
+            format!("{:?}", d.kind).to_lowercase(),
+            d.backend,
+            d.memory_total >> 20,
+            d.description
+        );
+    }
+    Ok(())
+}

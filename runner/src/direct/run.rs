@@ -1,0 +1,130 @@
+//! `bmoe generate`, `bmoe decide`, `bmoe ppl`: load, run once, print the record.
+use std::io::Write;
+
+use anyhow::Context;
+use bmoe_engine::{
+    CancelToken, DecideRequest, GenerateOptions, Model, PrefillDevCounters, Sampling,
+    StreamCounters, Timing,
+};
+
+use super::args::{DecideArgs, EngineArgs, GenerateArgs, PplArgs};
+
+fn load(e: &EngineArgs) -> anyhow::Result<Model> {
+    bmoe_engine::set_log_verbose(e.verbose);
+    Ok(Model::load(&e.load_options())?)
+}
+
+fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
+    eprintln!(
+        "prefill: {} tokens in {:.3} s ({:.1} tok/s)",
+        t.n_prompt,
+        t.prefill_s,
+        t.prefill_tps()
+    );
+    if t.n_decoded > 0 {
+        eprintln!(
+            "decode: {} tokens in {:.3} s ({:.2} tok/s)",
+            t.n_decoded,
+            t.decode_s,
+            t.tok_s()
+        );
+    }
+    if s.read_bytes > 0 || s.cache_hits + s.cache_misses > 0 {
+        eprintln!(
+            "moe-stream: {:.1} MiB read in {:.3} s, stall {:.3} s, cache hit {}, {} evictions, {:.1} MiB resident",
+            s.read_mib(),
+            s.read_s,
+            s.stall_s,
+            s.cache_hit_pct().map(|p| format!("{p:.1}%")).unwrap_or_else(|| "n/a".into()),
+            s.evictions,
+            s.resident_bytes as f64 / 1048576.0
+        );
+    }
+    if d.tokens > 0 {
+        eprintln!(
+            "prefill-device: {} tokens, {} nodes, {:.1} MiB read, stall {:.3} s, routed {}, demand {}",
+            d.tokens,
+            d.nodes,
+            d.read_mib(),
+            d.stall_s,
+            d.routed,
+            d.demand
+        );
+    }
+}
+
+/// Generates once and prints the text on stdout, the counters on stderr.
+pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
+    let model = load(&a.engine)?;
+    let mut s = model.session(&a.engine.session_options())?;
+    let cancel = CancelToken::new();
+    let c = cancel.clone();
+    // Ctrl-C stops at the next token; the partial text is still printed.
+    let _ = ctrlc::set_handler(move || c.cancel());
+    let opts = GenerateOptions {
+        n_predict: a.n_predict,
+        sampling: match a.seed {
+            None => Sampling::Greedy,
+            Some(seed) => Sampling::Seeded {
+                seed,
+                temperature: a.temp,
+                top_k: a.top_k,
+                top_p: a.top_p,
+            },
+        },
+        chat: !a.raw,
+    };
+    let rec = s.generate(&a.prompt, &opts, &cancel)?;
+    if a.engine.json {
+        println!("{}", serde_json::to_string(&rec)?);
+    } else {
+        let mut out = std::io::stdout().lock();
+        out.write_all(&rec.bytes)?;
+        writeln!(out)?;
+    }
+    print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
+    if rec.cancelled {
+        eprintln!("cancelled after {} tokens", rec.tokens.len());
+    }
+    Ok(())
+}
+
+/// Scores the choices once and prints `best` and each choice's log-probability.
+pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
+    let model = load(&a.engine)?;
+    let mut s = model.session(&a.engine.session_options())?;
+    let rec = s.decide(&DecideRequest {
+        prefix: a.prefix,
+        suffix: a.suffix,
+        choices: a.choices.clone(),
+    })?;
+    if a.engine.json {
+        println!("{}", serde_json::to_string(&rec)?);
+    } else {
+        println!("best: {} ({:?})", rec.best, a.choices[rec.best]);
+        for (c, lp) in a.choices.iter().zip(&rec.choice_logp) {
+            println!("  {lp:>10.4}  p={:.4}  {c:?}", lp.exp());
+        }
+    }
+    print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
+    Ok(())
+}
+
+/// Scores a text file and prints its perplexity.
+pub fn run_ppl(a: PplArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&a.file)
+        .with_context(|| format!("reading {}", a.file.display()))?;
+    let model = load(&a.engine)?;
+    let mut s = model.session(&a.engine.session_options())?;
+    let rec = s.perplexity(&text)?;
+    if a.engine.json {
+        println!("{}", serde_json::to_string(&rec)?);
+    } else {
+        println!(
+            "perplexity: {:.4} (mean NLL {:.5} nats over {} tokens)",
+            rec.ppl, rec.nll_mean, rec.n_scored
+        );
+    }
+    print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
+    Ok(())
+}

@@ -1,0 +1,145 @@
+//! The one-shot commands through the real binary: output, exit codes, and errors that are
+//! messages, never panics or backtraces.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+
+fn bmoe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("run bmoe")
+}
+
+fn tiny() -> PathBuf {
+    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap()).path();
+    let p = dir.join("tiny.gguf");
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let o = bmoe(&["synth", "--preset", "tiny", "-o", p.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    });
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Asserts a clean failure: exit 1, one `error:` line with `needle`, no panic, no backtrace.
+fn assert_clean_error(o: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "stderr: {err}");
+    assert!(err.contains("error: "), "{err}");
+    assert!(err.contains(needle), "expected {needle:?} in {err}");
+    for bad in ["panicked", "stack backtrace", "RUST_BACKTRACE"] {
+        assert!(!err.contains(bad), "{bad} in {err}");
+    }
+}
+
+#[test]
+fn devices_lists_the_cpu_and_the_rpc_backend() {
+    let o = bmoe(&["devices"]);
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("CPU"), "{out}");
+    assert!(out.contains("RPC"), "{out}");
+}
+
+#[test]
+fn generate_twice_gives_the_same_bytes() {
+    let m = tiny();
+    let run = || {
+        bmoe(&[
+            "generate",
+            "-m",
+            s(&m),
+            "-p",
+            "Hello",
+            "-n",
+            "16",
+            "-t",
+            "2",
+        ])
+    };
+    let (a, b) = (run(), run());
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert!(a.stdout.len() > 1);
+    assert_eq!(a.stdout, b.stdout);
+    assert!(String::from_utf8_lossy(&a.stderr).contains("decode: "));
+}
+
+#[test]
+fn decide_and_ppl_print_their_results() {
+    let m = tiny();
+    let o = bmoe(&[
+        "decide",
+        "-m",
+        s(&m),
+        "--prefix",
+        "Pick. ",
+        "--suffix",
+        "A or B?",
+        "--choice",
+        "A",
+        "--choice",
+        "B",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["best"].as_u64().unwrap() < 2);
+    assert_eq!(v["choice_logp"].as_array().unwrap().len(), 2);
+    let text = m.with_file_name("text.txt");
+    std::fs::write(&text, "one two three four five six seven eight nine ten").unwrap();
+    let o = bmoe(&["ppl", "-m", s(&m), s(&text)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("perplexity: "));
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let m = tiny();
+    let dir = m.parent().unwrap();
+    let o = bmoe(&["generate", "-m", "/nonexistent/x.gguf", "-p", "hi"]);
+    assert_clean_error(&o, "does not exist");
+
+    let junk = dir.join("junk.gguf");
+    std::fs::write(&junk, "not a model at all").unwrap();
+    assert_clean_error(
+        &bmoe(&["generate", "-m", s(&junk), "-p", "hi"]),
+        "is not a GGUF file",
+    );
+
+    let bytes = std::fs::read(&m).unwrap();
+    let cut = dir.join("cut.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
+    assert_clean_error(&bmoe(&["generate", "-m", s(&cut), "-p", "hi"]), "truncated");
+
+    let long = "word ".repeat(400);
+    assert_clean_error(
+        &bmoe(&["generate", "-m", s(&m), "-c", "256", "-p", &long]),
+        "the context holds 256",
+    );
+    assert_clean_error(
+        &bmoe(&[
+            "decide",
+            "-m",
+            s(&m),
+            "--prefix",
+            "x",
+            "--choice",
+            "Yes",
+            "--choice",
+            "Yellow",
+        ]),
+        "start with the same token",
+    );
+    assert_clean_error(
+        &bmoe(&["decide", "-m", s(&m), "--prefix", "x"]),
+        "choice list is empty",
+    );
+}
