@@ -85,6 +85,10 @@ fn plan_explains_values_placement_and_budget() {
         "{out}"
     );
     assert!(out.contains("profile profiles/galaxy-s22.toml"), "{out}");
+    assert!(
+        out.contains("routed_full     0.85           default"),
+        "{out}"
+    );
     // Hexagon v69 refuses the NPU with a reason.
     assert!(out.contains("CPU (Hexagon v69 is older than v73"), "{out}");
     assert!(out.contains("KV cache"), "{out}");

@@ -105,24 +105,31 @@ pub fn resolve(
             ));
         }
     }
-    let figment = Figment::from(Serialized::defaults(Settings::default()))
-        .merge(Layer {
-            name: format!("profile {}", display_path(profile_path)),
-            values: profile_values,
-        })
-        .merge(Layer {
-            name: format!("job {} [overrides]", display_path(job_path)),
-            values: overrides.clone(),
-        })
-        .merge(Layer {
-            name: format!("job {} [sweep]", display_path(job_path)),
-            values: point.iter().cloned().collect(),
-        })
-        .merge(Env::prefixed("BMOE_").only(KEYS))
-        .merge(Layer {
-            name: "--set".into(),
-            values: sets,
-        });
+    let defaults = match serde_json::to_value(Settings::default()) {
+        Ok(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    let figment = Figment::from(Layer {
+        name: "default".into(),
+        values: defaults,
+    })
+    .merge(Layer {
+        name: format!("profile {}", display_path(profile_path)),
+        values: profile_values,
+    })
+    .merge(Layer {
+        name: format!("job {} [overrides]", display_path(job_path)),
+        values: overrides.clone(),
+    })
+    .merge(Layer {
+        name: format!("job {} [sweep]", display_path(job_path)),
+        values: point.iter().cloned().collect(),
+    })
+    .merge(Env::prefixed("BMOE_").only(KEYS))
+    .merge(Layer {
+        name: "--set".into(),
+        values: sets,
+    });
 
     let mut resolved = serde_json::Map::new();
     let mut origins = Vec::new();
@@ -133,7 +140,6 @@ pub fn resolve(
                     Some(m) if m.name.contains("environment") => {
                         format!("environment BMOE_{}", key.to_ascii_uppercase())
                     }
-                    Some(m) if m.name.starts_with("Serialized") => "default".to_string(),
                     Some(m) => m.name.to_string(),
                     None => "default".to_string(),
                 };
