@@ -68,6 +68,9 @@ pub enum EngineError {
     /// The model's architecture cannot use a requested mechanism.
     #[error("{0}")]
     Unsupported(String),
+    /// Expert streaming failed (a read error, a short read); the decode was stopped.
+    #[error("expert streaming: {0}")]
+    Stream(String),
     /// Reading from the model file failed.
     #[error("reading {path}: {source}")]
     Io {

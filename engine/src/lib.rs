@@ -6,9 +6,12 @@
 pub mod error;
 pub mod ffi;
 pub mod gguf_index;
+pub mod hook;
+pub mod io;
 pub mod model;
 pub mod options;
 pub mod session;
+pub mod stream;
 pub mod synth;
 pub mod telemetry;
 

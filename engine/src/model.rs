@@ -2,12 +2,18 @@
 //! failed in words.
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{EngineError, Result};
+use crate::ffi::batch::Batch;
+use crate::ffi::context::{ContextParams, LlamaContext};
 use crate::ffi::model::{KvOverride, LlamaModel, RawLoadParams};
 use crate::ffi::registry::Device;
+use crate::hook::{Capture, CaptureHook};
 use crate::options::{LoadOptions, SessionOptions};
 use crate::session::Session;
+use crate::stream::Streamer;
 
 /// What a loaded model is.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -40,9 +46,43 @@ pub struct ModelInfo {
 
 /// A loaded model; sessions borrow it.
 pub struct Model {
+    // Dropped first: its regions back tensors of `raw`, which must not be computed on afterwards.
+    pub(crate) stream: Option<Arc<Mutex<Streamer>>>,
     pub(crate) raw: LlamaModel,
     pub(crate) info: ModelInfo,
     pub(crate) template: Option<String>,
+    /// One call computes at a time per model: streamed experts live in shared memory.
+    pub(crate) exec: Mutex<()>,
+    warnings: Vec<String>,
+}
+
+/// Runs one token through a throwaway context with the capture hook: learns every layer's
+/// weights, expert matrices, routing and last nodes.
+fn capture_graph(raw: &LlamaModel) -> Result<Capture> {
+    let cap = Arc::new(Mutex::new(Capture::default()));
+    let mut ctx = LlamaContext::new(
+        raw,
+        ContextParams {
+            n_ctx: 256,
+            n_batch: 1,
+            n_ubatch: 1,
+            n_outputs_max: 1,
+            threads: 1,
+            hook: Some(Box::new(CaptureHook(cap.clone()))),
+            abort: Arc::new(AtomicBool::new(false)),
+        },
+    )
+    .map_err(|reason| EngineError::Context { reason })?;
+    let mut b = Batch::new(1);
+    b.push(0, 0, true);
+    ctx.decode(&b).map_err(EngineError::Decode)?;
+    drop(ctx);
+    let c = std::mem::take(
+        &mut *cap
+            .lock()
+            .map_err(|_| EngineError::Decode("capture hook panicked".into()))?,
+    );
+    Ok(c)
 }
 
 /// Checks that `path` exists, is readable and starts like a GGUF.
@@ -134,6 +174,31 @@ impl Model {
                 .unwrap_or(0)
         });
         let template = raw.chat_template();
+        let mut warnings = Vec::new();
+        let stream = match &opts.stream {
+            None => None,
+            Some(so) => {
+                let capture = capture_graph(&raw)?;
+                let budget = match so.auto_cache_floor_mb {
+                    Some(floor) => {
+                        crate::stream::memory::available_bytes().saturating_sub(floor << 20)
+                    }
+                    None => so.cache_mb << 20,
+                };
+                let st = Streamer::new(&capture, &index, so, budget, n_expert_used)?;
+                if budget > 0 && budget < st.token_bytes {
+                    warnings.push(format!(
+                        "expert cache of {} MiB is below one token's routed experts ({:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
+                        budget >> 20,
+                        st.token_bytes as f64 / 1048576.0
+                    ));
+                }
+                if st.direct.iter().any(|d| !d) {
+                    warnings.push("O_DIRECT is not usable on the model's file system; expert reads go through the page cache".into());
+                }
+                Some(Arc::new(Mutex::new(st)))
+            }
+        };
         let info = ModelInfo {
             path: path.clone(),
             file_bytes,
@@ -149,15 +214,38 @@ impl Model {
             has_chat_template: template.is_some(),
         };
         Ok(Model {
+            stream,
             raw,
             info,
             template,
+            exec: Mutex::new(()),
+            warnings,
         })
     }
 
     /// What was loaded.
     pub fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    /// Things the user should know about this load (a cache below the cliff, no O_DIRECT).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Cumulative expert-streaming counters (zero when not streaming).
+    pub fn stream_counters(&self) -> crate::telemetry::StreamCounters {
+        self.stream
+            .as_ref()
+            .and_then(|s| s.lock().ok().map(|s| s.counters()))
+            .unwrap_or_default()
+    }
+
+    /// The expert cache budget in bytes (0 = none), when streaming.
+    pub fn stream_budget_bytes(&self) -> Option<u64> {
+        self.stream
+            .as_ref()
+            .and_then(|s| s.lock().ok().map(|s| s.budget_bytes))
     }
 
     /// Opens a session (a llama.cpp context) on this model.

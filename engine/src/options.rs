@@ -17,6 +17,8 @@ pub enum DenseWeights {
 pub struct StreamOptions {
     /// Expert cache budget in MiB; 0 = no cache (shared slots reused by every layer).
     pub cache_mb: u64,
+    /// Size the cache at load from available memory minus this floor (MiB), instead of `cache_mb`.
+    pub auto_cache_floor_mb: Option<u64>,
     /// Positioned-read lanes, each with its own descriptor.
     pub io_threads: usize,
     /// Dense weights placement.
@@ -29,6 +31,7 @@ impl Default for StreamOptions {
     fn default() -> Self {
         Self {
             cache_mb: 0,
+            auto_cache_floor_mb: None,
             io_threads: 4,
             dense_weights: DenseWeights::Mmap,
             read_all_experts: false,

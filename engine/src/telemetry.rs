@@ -100,6 +100,15 @@ fn rate(n: u32, s: f64) -> f64 {
     }
 }
 
+/// Bytes this process has had read from storage so far (`read_bytes` of `/proc/self/io`: page-cache
+/// misses of mapped files and direct reads alike); `None` where the kernel does not say.
+pub fn storage_read_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/io").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("read_bytes: "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// What one `generate` produced.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GenerateRecord {
@@ -110,6 +119,8 @@ pub struct GenerateRecord {
     pub bytes: Vec<u8>,
     /// The generated token ids.
     pub tokens: Vec<i32>,
+    /// Bytes the process read from storage while decoding (any path: mmap faults or streaming).
+    pub decode_storage_read_bytes: u64,
     /// Stopped by cancellation.
     pub cancelled: bool,
     /// Stopped at an end-of-generation token.

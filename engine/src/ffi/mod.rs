@@ -6,8 +6,10 @@ pub mod gguf;
 pub mod log;
 pub mod model;
 pub mod quant;
+pub mod region;
 pub mod registry;
 pub mod sampler;
+pub mod tensor;
 pub mod vocab;
 
 use std::sync::Once;

@@ -62,6 +62,7 @@ impl Session<'_> {
                 extra: String::new(),
             });
         }
+        let (_exec, before) = self.begin();
         self.ctx.clear_memory();
         let prefill_s = self.prefill(&tokens, 0, Outputs::Last, |_, _, _| Ok(()))?;
         let logits = self
@@ -88,6 +89,7 @@ impl Session<'_> {
                 prefill_s,
                 ..Timing::default()
             },
+            stream: self.model.stream_counters().since(&before),
             ..DecideRecord::default()
         })
     }

@@ -3,7 +3,6 @@ use std::time::Instant;
 
 use crate::error::{EngineError, Result};
 use crate::ffi::batch::Batch;
-use crate::ffi::context::DecodeStatus;
 use crate::ffi::sampler::Sampler;
 use crate::options::{GenerateOptions, Sampling};
 use crate::telemetry::{GenerateRecord, Timing};
@@ -46,6 +45,7 @@ impl Session<'_> {
                 top_p,
             } => Sampler::seeded(seed, temperature, top_k, top_p),
         };
+        let (_exec, before) = self.begin();
         self.ctx.clear_memory();
         let mut rec = GenerateRecord::default();
         let prefill_s = self.prefill(&tokens, 0, Outputs::Last, |_, _, _| Ok(()))?;
@@ -55,6 +55,7 @@ impl Session<'_> {
             ..Timing::default()
         };
         let vocab = self.model.raw.vocab();
+        let io0 = crate::telemetry::storage_read_bytes();
         let t0 = Instant::now();
         let mut batch = Batch::new(1);
         let mut pos = tokens.len();
@@ -76,14 +77,15 @@ impl Session<'_> {
             batch.clear();
             batch.push(tok, pos as i32, true);
             pos += 1;
-            match self.ctx.decode(&batch).map_err(EngineError::Decode)? {
-                DecodeStatus::Ok => {}
-                DecodeStatus::Aborted => return Err(EngineError::Cancelled),
-            }
+            self.run_batch(&batch)?;
         }
         rec.timing.n_decoded = rec.tokens.len() as u32;
         rec.timing.decode_s = t0.elapsed().as_secs_f64();
+        if let (Some(a), Some(b)) = (io0, crate::telemetry::storage_read_bytes()) {
+            rec.decode_storage_read_bytes = b.saturating_sub(a);
+        }
         rec.text = String::from_utf8_lossy(&rec.bytes).into_owned();
+        rec.stream = self.model.stream_counters().since(&before);
         Ok(rec)
     }
 }

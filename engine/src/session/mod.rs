@@ -6,10 +6,12 @@ mod perplexity;
 mod prefill;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{EngineError, Result};
-use crate::ffi::context::{ContextParams, LlamaContext};
+use crate::ffi::batch::Batch;
+use crate::ffi::context::{ContextParams, DecodeStatus, EvalHook, LlamaContext};
+use crate::hook::EngineHook;
 use crate::model::Model;
 use crate::options::SessionOptions;
 
@@ -41,6 +43,8 @@ pub struct Session<'m> {
     pub(crate) opts: SessionOptions,
     pub(crate) n_ctx: usize,
     pub(crate) n_vocab: usize,
+    abort: Arc<AtomicBool>,
+    hook_error: Arc<Mutex<Option<String>>>,
 }
 
 impl<'m> Session<'m> {
@@ -61,6 +65,15 @@ impl<'m> Session<'m> {
             opts.n_ctx
         };
         let n_ubatch = opts.n_ubatch.max(opts.n_ubatch_device).min(n_ctx.max(1));
+        let abort = Arc::new(AtomicBool::new(false));
+        let hook_error = Arc::new(Mutex::new(None));
+        let hook: Option<Box<dyn EvalHook>> = model.stream.as_ref().map(|st| {
+            Box::new(EngineHook {
+                streamer: st.clone(),
+                abort: abort.clone(),
+                error: hook_error.clone(),
+            }) as Box<dyn EvalHook>
+        });
         let ctx = LlamaContext::new(
             &model.raw,
             ContextParams {
@@ -69,8 +82,8 @@ impl<'m> Session<'m> {
                 n_ubatch,
                 n_outputs_max: opts.n_outputs_max.min(n_ubatch),
                 threads: opts.threads,
-                hook: None,
-                abort: Arc::new(AtomicBool::new(false)),
+                hook,
+                abort: abort.clone(),
             },
         )
         .map_err(|reason| EngineError::Context { reason })?;
@@ -81,7 +94,37 @@ impl<'m> Session<'m> {
             opts: opts.clone(),
             n_ctx,
             n_vocab: model.info.n_vocab as usize,
+            abort,
+            hook_error,
         })
+    }
+
+    /// Holds the model's execution lock for one call and snapshots the streaming counters.
+    pub(crate) fn begin(
+        &self,
+    ) -> (
+        std::sync::MutexGuard<'m, ()>,
+        crate::telemetry::StreamCounters,
+    ) {
+        let model: &'m Model = self.model;
+        let guard = model.exec.lock().unwrap_or_else(|p| p.into_inner());
+        (guard, model.stream_counters())
+    }
+
+    /// Runs one batch; a stop requested by the hook (a failed expert read) becomes its error.
+    pub(crate) fn run_batch(&mut self, batch: &Batch) -> Result<()> {
+        self.abort.store(false, Ordering::Relaxed);
+        if let Ok(mut e) = self.hook_error.lock() {
+            *e = None;
+        }
+        let status = self.ctx.decode(batch).map_err(EngineError::Decode)?;
+        let hook_err = self.hook_error.lock().ok().and_then(|mut e| e.take());
+        self.abort.store(false, Ordering::Relaxed);
+        match (status, hook_err) {
+            (_, Some(msg)) => Err(EngineError::Stream(msg)),
+            (DecodeStatus::Ok, None) => Ok(()),
+            (DecodeStatus::Aborted, None) => Err(EngineError::Cancelled),
+        }
     }
 
     /// The context size in tokens.

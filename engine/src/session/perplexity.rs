@@ -17,6 +17,7 @@ impl Session<'_> {
                 extra: String::new(),
             });
         }
+        let (_exec, _) = self.begin();
         self.ctx.clear_memory();
         let n_vocab = self.n_vocab;
         let mut rows = Vec::with_capacity(tokens.len());
@@ -42,6 +43,7 @@ impl Session<'_> {
                 tokens.len()
             )));
         }
+        let (_exec, before) = self.begin();
         let n_vocab = self.n_vocab;
         let mut nll = 0.0f64;
         let mut n_scored = 0u32;
@@ -80,6 +82,7 @@ impl Session<'_> {
                 prefill_s,
                 ..Timing::default()
             },
+            stream: self.model.stream_counters().since(&before),
             ..PerplexityRecord::default()
         })
     }

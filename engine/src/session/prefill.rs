@@ -1,9 +1,8 @@
 //! Prefill: the prompt goes in ubatch-wide pieces; the width rule lives here.
 use std::time::Instant;
 
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::ffi::batch::Batch;
-use crate::ffi::context::DecodeStatus;
 
 use super::Session;
 
@@ -46,10 +45,7 @@ impl Session<'_> {
                 };
                 batch.push(t, (pos0 + at) as i32, want);
             }
-            match self.ctx.decode(&batch).map_err(EngineError::Decode)? {
-                DecodeStatus::Ok => {}
-                DecodeStatus::Aborted => return Err(EngineError::Cancelled),
-            }
+            self.run_batch(&batch)?;
             on_piece(self, start, end)?;
             start = end;
         }

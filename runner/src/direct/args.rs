@@ -95,9 +95,12 @@ pub struct EngineArgs {
     /// Stream routed experts from the GGUF instead of relying on the page cache.
     #[arg(long)]
     pub moe_stream: bool,
-    /// Expert cache budget in MiB when streaming (0 = no cache).
-    #[arg(long, default_value_t = 0)]
-    pub cache_mb: u64,
+    /// Expert cache budget in MiB when streaming (0 = no cache, `auto` = available memory minus the floor).
+    #[arg(long, default_value = "0")]
+    pub cache_mb: CacheArg,
+    /// With `--cache-mb auto`: MiB left to everything else.
+    #[arg(long, default_value_t = 1024)]
+    pub cache_floor_mb: u64,
     /// Read lanes when streaming.
     #[arg(long, default_value_t = 4)]
     pub io_threads: usize,
@@ -125,7 +128,12 @@ impl EngineArgs {
             path: self.model.clone(),
             n_expert_used: self.n_expert_used,
             stream: self.moe_stream.then(|| StreamOptions {
-                cache_mb: self.cache_mb,
+                cache_mb: match self.cache_mb {
+                    CacheArg::Mb(n) => n,
+                    CacheArg::Auto => 0,
+                },
+                auto_cache_floor_mb: (self.cache_mb == CacheArg::Auto)
+                    .then_some(self.cache_floor_mb),
                 io_threads: self.io_threads,
                 dense_weights: match self.dense_weights {
                     DenseArg::Mmap => DenseWeights::Mmap,
@@ -151,6 +159,27 @@ impl EngineArgs {
             n_ubatch_device: self.ubatch,
             ..d
         }
+    }
+}
+
+/// `--cache-mb`: a number of MiB or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheArg {
+    /// A fixed budget.
+    Mb(u64),
+    /// Available memory minus the floor, sized at load.
+    Auto,
+}
+
+impl std::str::FromStr for CacheArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(CacheArg::Auto);
+        }
+        s.parse()
+            .map(CacheArg::Mb)
+            .map_err(|_| format!("expected a number of MiB or `auto`, got {s:?}"))
     }
 }
 

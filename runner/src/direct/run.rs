@@ -11,7 +11,14 @@ use super::args::{DecideArgs, EngineArgs, GenerateArgs, PplArgs};
 
 fn load(e: &EngineArgs) -> anyhow::Result<Model> {
     bmoe_engine::set_log_verbose(e.verbose);
-    Ok(Model::load(&e.load_options())?)
+    let m = Model::load(&e.load_options())?;
+    for w in m.warnings() {
+        eprintln!("bmoe: warning: {w}");
+    }
+    if let Some(b) = m.stream_budget_bytes() {
+        eprintln!("moe-stream: on, expert cache {} MiB", b >> 20);
+    }
+    Ok(m)
 }
 
 fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
@@ -30,9 +37,11 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
         );
     }
     if s.read_bytes > 0 || s.cache_hits + s.cache_misses > 0 {
+        let per_tok = f64::from((t.n_decoded + t.n_prompt).max(1));
         eprintln!(
-            "moe-stream: {:.1} MiB read in {:.3} s, stall {:.3} s, cache hit {}, {} evictions, {:.1} MiB resident",
+            "moe-stream: {:.1} MiB read ({:.2} MiB/token) in {:.3} s, stall {:.3} s, cache hit {}, {} evictions, {:.1} MiB resident",
             s.read_mib(),
+            s.read_mib() / per_tok,
             s.read_s,
             s.stall_s,
             s.cache_hit_pct().map(|p| format!("{p:.1}%")).unwrap_or_else(|| "n/a".into()),
@@ -51,6 +60,19 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
             d.demand
         );
     }
+}
+
+/// The process's peak resident set (`VmHWM`), in MiB.
+fn peak_rss_mib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb / 1024)
 }
 
 /// Generates once and prints the text on stdout, the counters on stderr.
@@ -83,6 +105,13 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         writeln!(out)?;
     }
     print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
+    eprintln!(
+        "storage: {:.2} MiB read per decoded token (all paths), peak RSS {} MiB",
+        rec.decode_storage_read_bytes as f64 / 1048576.0 / f64::from(rec.timing.n_decoded.max(1)),
+        peak_rss_mib()
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "?".into())
+    );
     if rec.cancelled {
         eprintln!("cancelled after {} tokens", rec.tokens.len());
     }

@@ -1,0 +1,121 @@
+//! Engine-owned address ranges: reserved anonymous memory (`MAP_NORESERVE`, committed as written)
+//! whose pages can be handed back (`MADV_DONTNEED`).
+use std::ptr::NonNull;
+
+/// A private anonymous mapping.
+pub struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the region is plain memory owned by this value; access goes through `&self`/`&mut self`.
+unsafe impl Send for Region {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for Region {}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing borrows the region any more
+        // (tensors pointing here are rebound or their model is being dropped first).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+impl Region {
+    /// Reserves `len` bytes (at least one page) without committing memory.
+    pub fn reserve(len: usize) -> std::io::Result<Region> {
+        let len = len.max(1).next_multiple_of(page_size());
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Region {
+            ptr: NonNull::new(p.cast())
+                .ok_or_else(|| std::io::Error::other("mmap returned NULL"))?,
+            len,
+        })
+    }
+
+    /// Bytes reserved.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty (never: at least a page is reserved).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The start address, for rebinding tensors onto the region.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The whole region as bytes (untouched pages read as zero).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is readable and writable for `len` bytes and exclusively borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Hands back the whole pages inside `[off, off + len)`; partial pages at the edges stay,
+    /// since a neighbour may live on them. Returns the bytes released.
+    pub fn release(&mut self, off: usize, len: usize) -> usize {
+        let page = page_size();
+        let start = off.next_multiple_of(page);
+        let end = ((off + len).min(self.len) / page) * page;
+        if end <= start {
+            return 0;
+        }
+        // SAFETY: the range is page-aligned and inside the mapping; DONTNEED on private anonymous
+        // memory only drops those pages (they read back as zero), and `&mut self` guarantees no
+        // one is reading them.
+        unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().add(start).cast(),
+                end - start,
+                libc::MADV_DONTNEED,
+            )
+        };
+        end - start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_zeroes_only_whole_pages() {
+        let page = page_size();
+        let mut r = Region::reserve(4 * page).unwrap();
+        r.as_mut_slice().fill(7);
+        // Release from the middle of page 0 to the middle of page 3: pages 1 and 2 go.
+        assert_eq!(r.release(page / 2, 3 * page), 2 * page);
+        let s = r.as_mut_slice();
+        assert_eq!(s[page - 1], 7);
+        assert_eq!(s[page], 0);
+        assert_eq!(s[3 * page - 1], 0);
+        assert_eq!(s[3 * page], 7);
+    }
+}

@@ -1,0 +1,165 @@
+//! The one graph hook (llama.cpp's `cb_eval`): a capture pass that learns the graph, and the
+//! dispatcher that afterwards asks only for the routing nodes.
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ggml_sys as sys;
+
+use crate::ffi::context::EvalHook;
+use crate::ffi::tensor::{self, TensorPtr};
+use crate::stream::Streamer;
+
+/// Which expert matrix a `MUL_MAT_ID` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExpertRole {
+    /// `ffn_gate_exps`.
+    Gate,
+    /// `ffn_up_exps`.
+    Up,
+    /// `ffn_down_exps`.
+    Down,
+    /// Fused `ffn_gate_up_exps`.
+    GateUp,
+}
+
+/// `blk.<il>.<suffix>` -> (il, suffix).
+pub fn layer_of(name: &str) -> Option<(u32, &str)> {
+    let rest = name.strip_prefix("blk.")?;
+    let (il, suffix) = rest.split_once('.')?;
+    Some((il.parse().ok()?, suffix))
+}
+
+/// `<prefix>-<il>` node names -> il.
+pub fn node_layer(name: &str, prefix: &str) -> Option<u32> {
+    name.strip_prefix(prefix)?.strip_prefix('-')?.parse().ok()
+}
+
+fn expert_role(suffix: &str) -> Option<ExpertRole> {
+    Some(match suffix {
+        "ffn_gate_exps.weight" => ExpertRole::Gate,
+        "ffn_up_exps.weight" => ExpertRole::Up,
+        "ffn_down_exps.weight" => ExpertRole::Down,
+        "ffn_gate_up_exps.weight" => ExpertRole::GateUp,
+        _ => return None,
+    })
+}
+
+/// What the capture pass learned about the model's graph.
+#[derive(Debug, Default)]
+pub struct Capture {
+    /// Per layer, the expert matrices its `MUL_MAT_ID`s read.
+    pub experts: BTreeMap<u32, BTreeMap<ExpertRole, TensorPtr>>,
+    /// Layers with a routing node `ffn_moe_topk-<il>`.
+    pub routing: BTreeSet<u32>,
+    /// Every weight some node reads, by name.
+    pub weights: BTreeMap<String, TensorPtr>,
+    /// Per layer, the name of its last node in graph order.
+    pub last_node: BTreeMap<u32, String>,
+}
+
+/// The capture pass: sees every node once (ask phase), isolates none.
+pub struct CaptureHook(pub Arc<Mutex<Capture>>);
+
+impl EvalHook for CaptureHook {
+    fn ask(&mut self, t: &sys::ggml_tensor) -> bool {
+        let Ok(mut c) = self.0.lock() else {
+            return false;
+        };
+        let name = tensor::name(t);
+        if let Some(il) = node_layer(name, "ffn_moe_topk") {
+            c.routing.insert(il);
+        }
+        if let Some((il, _)) = name
+            .rsplit_once('-')
+            .and_then(|(_, n)| n.parse::<u32>().ok().map(|n| (n, ())))
+        {
+            c.last_node.insert(il, name.to_string());
+        }
+        for i in 0..sys::GGML_MAX_SRC {
+            let Some(s) = tensor::src(t, i) else { continue };
+            if !tensor::is_weight(s) {
+                continue;
+            }
+            let sname = tensor::name(s);
+            c.weights
+                .insert(sname.to_string(), TensorPtr::from_graph(s));
+            if i == 0 && t.op == sys::GGML_OP_MUL_MAT_ID {
+                if let Some((il, role)) =
+                    layer_of(sname).and_then(|(il, suf)| Some((il, expert_role(suf)?)))
+                {
+                    c.experts
+                        .entry(il)
+                        .or_default()
+                        .insert(role, TensorPtr::from_graph(s));
+                }
+            }
+        }
+        false
+    }
+
+    fn observe(&mut self, _t: &sys::ggml_tensor) {}
+}
+
+/// The dispatcher installed on every session of a streamed model: isolates each routing node and
+/// hands its ids to the streamer. A failed read sets the abort flag, so the decode stops before
+/// any expert matmul runs on unread data.
+pub struct EngineHook {
+    /// The expert streamer.
+    pub streamer: Arc<Mutex<Streamer>>,
+    /// The context's abort flag.
+    pub abort: Arc<AtomicBool>,
+    /// Where a failure is kept for the session to report.
+    pub error: Arc<Mutex<Option<String>>>,
+}
+
+impl EvalHook for EngineHook {
+    fn ask(&mut self, t: &sys::ggml_tensor) -> bool {
+        // Cheap: a byte-prefix test on every node of every graph.
+        t.name[..13].iter().map(|&c| c as u8).eq(*b"ffn_moe_topk-")
+    }
+
+    fn observe(&mut self, t: &sys::ggml_tensor) {
+        let fail = |msg: String| {
+            if let Ok(mut e) = self.error.lock() {
+                e.get_or_insert(msg);
+            }
+            self.abort.store(true, Ordering::Relaxed);
+        };
+        let Some(il) = node_layer(tensor::name(t), "ffn_moe_topk") else {
+            return;
+        };
+        let Some(ids) = tensor::read_ids(t) else {
+            return fail(format!(
+                "routing node of layer {il} is not readable host I32"
+            ));
+        };
+        let r = match self.streamer.lock() {
+            Ok(mut s) => s.ensure(il, &ids),
+            Err(_) => Err("the expert streamer panicked earlier".into()),
+        };
+        if let Err(e) = r {
+            fail(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(
+            layer_of("blk.12.ffn_up_exps.weight"),
+            Some((12, "ffn_up_exps.weight"))
+        );
+        assert_eq!(layer_of("token_embd.weight"), None);
+        assert_eq!(node_layer("ffn_moe_topk-3", "ffn_moe_topk"), Some(3));
+        assert_eq!(node_layer("ffn_moe_topk-3 (view)", "ffn_moe_topk"), None);
+        assert_eq!(
+            expert_role("ffn_gate_up_exps.weight"),
+            Some(ExpertRole::GateUp)
+        );
+    }
+}

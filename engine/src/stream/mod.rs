@@ -1,0 +1,339 @@
+//! Expert streaming for CPU decode (`moe_stream`): expert tensors rebound onto engine-owned
+//! address ranges, filled at each routing node with only the routed experts, read from the GGUF
+//! by the direct reader, kept in an LRU within `cache_mb`.
+mod cache;
+pub mod memory;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::error::{EngineError, Result};
+use crate::ffi::region::Region;
+use crate::ffi::tensor::TensorPtr;
+use crate::gguf_index::GgufIndex;
+use crate::hook::{Capture, ExpertRole};
+use crate::io::DirectReader;
+use crate::options::{DenseWeights, StreamOptions};
+use crate::telemetry::StreamCounters;
+
+use cache::ExpertLru;
+
+/// Below this many bytes per routing node, reads run on the calling thread.
+const INLINE_READ_BYTES: usize = 1 << 20;
+
+/// One expert matrix of one layer, and where its bytes are in the GGUF.
+struct ExpertTensor {
+    role: ExpertRole,
+    ptr: TensorPtr,
+    file: usize,
+    /// Absolute offset of expert 0.
+    offset: u64,
+    /// Bytes per expert (`nb[2]`).
+    expert_bytes: usize,
+}
+
+struct Layer {
+    tensors: Vec<ExpertTensor>,
+    /// One region per tensor (cache mode); empty in shared-slot mode.
+    regions: Vec<Region>,
+}
+
+/// The streamer of one model.
+pub struct Streamer {
+    layers: BTreeMap<u32, Layer>,
+    /// Shared slots reused by every layer when there is no cache, by role.
+    shared: BTreeMap<ExpertRole, Region>,
+    reader: DirectReader,
+    pool: rayon::ThreadPool,
+    lru: Option<ExpertLru>,
+    n_expert: u32,
+    read_all: bool,
+    counters: StreamCounters,
+    /// Copies of the dense weights (`dense_weights = anon`), kept alive here.
+    _dense: Vec<Region>,
+    /// Bytes of routed experts one token reads when nothing is cached.
+    pub token_bytes: u64,
+    /// The cache budget in bytes (0 = shared slots).
+    pub budget_bytes: u64,
+    /// Whether each file is read with O_DIRECT.
+    pub direct: Vec<bool>,
+}
+
+fn stream_err(m: impl Into<String>) -> EngineError {
+    EngineError::Stream(m.into())
+}
+
+impl Streamer {
+    /// Rebinds the captured expert tensors (and, with `anon`, the dense weights) and prepares the
+    /// reader. `budget_bytes` is the resolved cache size.
+    pub fn new(
+        capture: &Capture,
+        index: &GgufIndex,
+        opts: &StreamOptions,
+        budget_bytes: u64,
+        n_expert_used: u32,
+    ) -> Result<Self> {
+        if capture.experts.is_empty() {
+            return Err(EngineError::Unsupported(
+                "expert streaming needs a mixture-of-experts model: this graph has no expert matmul (MUL_MAT_ID)".into(),
+            ));
+        }
+        if let Some(il) = capture
+            .experts
+            .keys()
+            .find(|il| !capture.routing.contains(il))
+        {
+            return Err(EngineError::Unsupported(format!(
+                "expert streaming needs a routing node (ffn_moe_topk-<layer>) in every MoE layer; layer {il} has none in this architecture's graph"
+            )));
+        }
+        let mut layers = BTreeMap::new();
+        let mut n_expert = 0u32;
+        let mut max_read = 0usize;
+        let mut token_bytes = 0u64;
+        for (&il, roles) in &capture.experts {
+            let mut tensors = Vec::new();
+            let mut layer_expert_bytes = 0u64;
+            for (&role, &ptr) in roles {
+                let name = ptr.name();
+                let loc = index
+                    .get(&name)
+                    .ok_or_else(|| stream_err(format!("tensor {name} is not in the GGUF index")))?;
+                let ne = ptr.ne();
+                let expert_bytes = ptr.nb()[2];
+                if expert_bytes as u64 * ne[2] as u64 != loc.size || ptr.nbytes() as u64 != loc.size
+                {
+                    return Err(stream_err(format!(
+                        "tensor {name}: {} experts of {expert_bytes} bytes do not match its {} bytes in the file",
+                        ne[2], loc.size
+                    )));
+                }
+                n_expert = n_expert.max(ne[2] as u32);
+                max_read = max_read.max(expert_bytes);
+                layer_expert_bytes += expert_bytes as u64;
+                tensors.push(ExpertTensor {
+                    role,
+                    ptr,
+                    file: loc.file,
+                    offset: loc.offset,
+                    expert_bytes,
+                });
+            }
+            token_bytes += layer_expert_bytes * u64::from(n_expert_used);
+            layers.insert(
+                il,
+                Layer {
+                    tensors,
+                    regions: Vec::new(),
+                },
+            );
+        }
+        let io_err = |e: std::io::Error| stream_err(format!("reserving expert memory: {e}"));
+        let mut shared = BTreeMap::new();
+        if budget_bytes == 0 {
+            for layer in layers.values() {
+                for t in &layer.tensors {
+                    let need = t.ptr.nbytes();
+                    let fits = shared
+                        .get(&t.role)
+                        .is_some_and(|r: &Region| r.len() >= need);
+                    if !fits {
+                        shared.insert(t.role, Region::reserve(need).map_err(io_err)?);
+                    }
+                }
+            }
+            for layer in layers.values() {
+                for t in &layer.tensors {
+                    t.ptr.rebind(shared[&t.role].as_mut_ptr());
+                }
+            }
+        } else {
+            for layer in layers.values_mut() {
+                for t in &layer.tensors {
+                    let r = Region::reserve(t.ptr.nbytes()).map_err(io_err)?;
+                    t.ptr.rebind(r.as_mut_ptr());
+                    layer.regions.push(r);
+                }
+            }
+        }
+        let mut dense = Vec::new();
+        if opts.dense_weights == DenseWeights::Anon {
+            let expert_ptrs: Vec<TensorPtr> = layers
+                .values()
+                .flat_map(|l| l.tensors.iter().map(|t| t.ptr))
+                .collect();
+            for w in capture
+                .weights
+                .values()
+                .filter(|w| !expert_ptrs.contains(w))
+            {
+                let n = w.nbytes();
+                let mut r = Region::reserve(n).map_err(io_err)?;
+                r.as_mut_slice()[..n].copy_from_slice(w.bytes());
+                w.rebind(r.as_mut_ptr());
+                dense.push(r);
+            }
+        }
+        let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
+        let reader = DirectReader::open(&paths, opts.io_threads, max_read)
+            .map_err(|e| stream_err(format!("opening the model for direct reads: {e}")))?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(opts.io_threads.max(1))
+            .thread_name(|i| format!("bmoe-io-{i}"))
+            .build()
+            .map_err(|e| stream_err(format!("starting reader threads: {e}")))?;
+        let direct = reader.direct().to_vec();
+        Ok(Self {
+            layers,
+            shared,
+            reader,
+            pool,
+            lru: (budget_bytes > 0).then(ExpertLru::new),
+            n_expert,
+            read_all: opts.read_all_experts,
+            counters: StreamCounters::default(),
+            _dense: dense,
+            token_bytes,
+            budget_bytes,
+            direct,
+        })
+    }
+
+    /// Cumulative counters.
+    pub fn counters(&self) -> StreamCounters {
+        let mut c = self.counters.clone();
+        c.resident_bytes = match &self.lru {
+            Some(l) => l.resident_bytes(),
+            None => 0,
+        };
+        c
+    }
+
+    /// Makes the experts `ids` routes to in layer `il` resident before its matmuls run.
+    pub fn ensure(&mut self, il: u32, ids: &[i32]) -> std::result::Result<(), String> {
+        let t0 = Instant::now();
+        let Some(layer) = self.layers.get_mut(&il) else {
+            return Ok(());
+        };
+        let mut wanted = vec![false; self.n_expert as usize];
+        if self.read_all {
+            wanted.fill(true);
+        } else {
+            for &e in ids {
+                let ok = usize::try_from(e).ok().filter(|&e| e < wanted.len());
+                let e = ok.ok_or_else(|| {
+                    format!(
+                        "layer {il} routed to expert {e}, out of 0..{}",
+                        wanted.len()
+                    )
+                })?;
+                wanted[e] = true;
+            }
+        }
+        let layer_bytes: u64 = layer.tensors.iter().map(|t| t.expert_bytes as u64).sum();
+        // Which experts must be read; the LRU decides hits and evictions.
+        let misses: Vec<bool> = match self.lru.as_mut() {
+            None => {
+                self.counters.cache_misses += wanted.iter().filter(|&&w| w).count() as u64;
+                wanted.clone()
+            }
+            Some(lru) => {
+                let mut miss = vec![false; wanted.len()];
+                for (e, _) in wanted.iter().enumerate().filter(|(_, &w)| w) {
+                    if lru.touch(il, e as u32) {
+                        self.counters.cache_hits += 1;
+                    } else {
+                        self.counters.cache_misses += 1;
+                        miss[e] = true;
+                    }
+                }
+                let need = miss.iter().filter(|&&m| m).count() as u64 * layer_bytes;
+                let layers = &mut self.layers;
+                let protect = |&(l, e): &(u32, u32)| l == il && wanted[e as usize];
+                let evicted = lru.make_room(need, self.budget_bytes, protect, |(l, e)| {
+                    if let Some(layer) = layers.get_mut(&l) {
+                        for (t, r) in layer.tensors.iter().zip(layer.regions.iter_mut()) {
+                            r.release(e as usize * t.expert_bytes, t.expert_bytes);
+                        }
+                    }
+                });
+                self.counters.evictions += evicted;
+                miss
+            }
+        };
+        let layer = self.layers.get_mut(&il).expect("layer checked above");
+        let regions: Vec<&mut Region> = if self.lru.is_some() {
+            layer.regions.iter_mut().collect()
+        } else {
+            self.shared.values_mut().collect()
+        };
+        let mut jobs: Vec<(&mut [u8], usize, u64)> = Vec::new();
+        for region in regions {
+            // Pair each region with its tensor by address (shared slots are keyed by role).
+            let base = region.as_mut_ptr();
+            let Some(t) = layer.tensors.iter().find(|t| t.ptr.data() == base) else {
+                continue;
+            };
+            let (file, offset, eb) = (t.file, t.offset, t.expert_bytes);
+            for (e, dst) in region
+                .as_mut_slice()
+                .chunks_mut(eb)
+                .enumerate()
+                .take(misses.len())
+            {
+                if misses[e] {
+                    jobs.push((dst, file, offset + (e * eb) as u64));
+                }
+            }
+        }
+        let reader = &self.reader;
+        let total: usize = jobs.iter().map(|(d, _, _)| d.len()).sum();
+        // Small batches are read on the calling thread: waking the lanes costs more than it saves.
+        let results: Vec<std::io::Result<(f64, usize)>> =
+            if total < INLINE_READ_BYTES || jobs.len() < 2 {
+                jobs.into_iter()
+                    .map(|(dst, file, off)| reader.read(0, file, off, dst).map(|s| (s, dst.len())))
+                    .collect()
+            } else {
+                self.pool.install(|| {
+                    jobs.into_par_iter()
+                        .map(|(dst, file, off)| {
+                            let lane = rayon::current_thread_index().unwrap_or(0);
+                            reader.read(lane, file, off, dst).map(|s| (s, dst.len()))
+                        })
+                        .collect()
+                })
+            };
+        let mut first_err = None;
+        for r in results {
+            match r {
+                Ok((s, n)) => {
+                    self.counters.read_s += s;
+                    self.counters.read_bytes += n as u64;
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            // Nothing partially read may count as resident.
+            if let Some(lru) = self.lru.as_mut() {
+                for (e, _) in misses.iter().enumerate().filter(|(_, &m)| m) {
+                    lru.forget(il, e as u32);
+                }
+            }
+            self.counters.stall_s += t0.elapsed().as_secs_f64();
+            return Err(format!("reading experts of layer {il}: {e}"));
+        }
+        if let Some(lru) = self.lru.as_mut() {
+            for (e, _) in misses.iter().enumerate().filter(|(_, &m)| m) {
+                lru.insert(il, e as u32, layer_bytes);
+            }
+        }
+        self.counters.stall_s += t0.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
