@@ -397,6 +397,8 @@ pub fn engine_options(
                 crate::config::settings::DenseWeights::Mmap => bmoe_engine::DenseWeights::Mmap,
                 crate::config::settings::DenseWeights::Anon => bmoe_engine::DenseWeights::Anon,
             },
+            // `auto` was resolved here against the profile's RAM, not the machine this runs on.
+            auto_cache_floor_mb: None,
             read_all_experts: false,
         }),
         prefill: p
