@@ -1,0 +1,211 @@
+//! `bmoe compare A.csv B.csv`: rows matched by (job, sweep point, item id) between one run of each
+//! file; agreement on `best`, the largest `choice_logp` difference, generated text, perplexity, and
+//! the distribution of prefill-time ratios B/A.
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+
+use crate::sink::csv::inspect;
+use crate::sink::row::{parse_logp, Row};
+
+/// What to compare.
+#[derive(Debug, Clone, Default)]
+pub struct CompareOptions {
+    /// Run id to take from A (default: its last run).
+    pub run_a: Option<String>,
+    /// Run id to take from B (default: its last run).
+    pub run_b: Option<String>,
+    /// Largest |choice_logp| or |ppl| difference still called identical.
+    pub tolerance: f64,
+}
+
+/// The comparison.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Run ids compared.
+    pub runs: (String, String),
+    /// Rows present in both.
+    pub matched: usize,
+    /// Keys only in A / only in B.
+    pub only_a: usize,
+    /// Keys only in B.
+    pub only_b: usize,
+    /// Decide rows matched / agreeing on best.
+    pub decisions: usize,
+    /// Decide rows whose best agrees.
+    pub best_agree: usize,
+    /// Largest |Δ choice_logp| and where.
+    pub max_logp_diff: Option<(f64, String)>,
+    /// Generate rows matched / with identical text.
+    pub texts: (usize, usize),
+    /// Largest |Δ ppl| and where.
+    pub max_ppl_diff: Option<(f64, String)>,
+    /// Prefill-time ratios B/A.
+    pub ratios: Vec<f64>,
+    /// Keys of the rows that differ.
+    pub differing: Vec<String>,
+}
+
+impl Report {
+    /// True when every matched row is identical and nothing is unmatched.
+    pub fn identical(&self) -> bool {
+        self.differing.is_empty() && self.only_a == 0 && self.only_b == 0
+    }
+
+    /// The report as text.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "runs: A = {}, B = {}", self.runs.0, self.runs.1);
+        let _ = writeln!(
+            s,
+            "rows: {} matched by (job, point, item); {} only in A, {} only in B",
+            self.matched, self.only_a, self.only_b
+        );
+        if self.decisions > 0 {
+            let _ = writeln!(
+                s,
+                "decisions: {}/{} agree on best",
+                self.best_agree, self.decisions
+            );
+            if let Some((d, k)) = &self.max_logp_diff {
+                let _ = writeln!(s, "largest choice_logp difference: {d:.6} nats ({k})");
+            }
+        }
+        if self.texts.0 > 0 {
+            let _ = writeln!(
+                s,
+                "generations: {}/{} identical text",
+                self.texts.1, self.texts.0
+            );
+        }
+        if let Some((d, k)) = &self.max_ppl_diff {
+            let _ = writeln!(s, "largest perplexity difference: {d:.6} ({k})");
+        }
+        if !self.ratios.is_empty() {
+            let mut r = self.ratios.clone();
+            r.sort_by(|a, b| a.total_cmp(b));
+            let q = |p: f64| r[((r.len() - 1) as f64 * p).round() as usize];
+            let _ = writeln!(
+                s,
+                "prefill_s ratio B/A over {} rows: min {:.3}  p10 {:.3}  median {:.3}  p90 {:.3}  max {:.3}",
+                r.len(),
+                q(0.0),
+                q(0.1),
+                q(0.5),
+                q(0.9),
+                q(1.0)
+            );
+        }
+        if self.identical() {
+            let _ = writeln!(s, "result: all {} rows identical", self.matched);
+        } else {
+            let shown: Vec<&str> = self.differing.iter().take(10).map(|k| k.as_str()).collect();
+            let _ = writeln!(
+                s,
+                "result: {} rows differ{}{}",
+                self.differing.len(),
+                if shown.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", shown.join(", "))
+                },
+                if self.differing.len() > shown.len() {
+                    ", ..."
+                } else {
+                    ""
+                }
+            );
+        }
+        s
+    }
+}
+
+/// The rows of one run of a CSV, by key.
+fn run_rows(path: &Path, run: Option<&str>) -> anyhow::Result<(String, BTreeMap<String, Row>)> {
+    if !path.exists() {
+        return Err(anyhow!("{}: no such file", path.display()));
+    }
+    let e = inspect(path).with_context(|| format!("reading {}", path.display()))?;
+    let run_id = match run {
+        Some(r) => r.to_string(),
+        None => e
+            .rows
+            .last()
+            .map(|r| r.run_id.clone())
+            .ok_or_else(|| anyhow!("{}: no rows", path.display()))?,
+    };
+    let mut out = BTreeMap::new();
+    for r in e.rows.into_iter().filter(|r| r.run_id == run_id) {
+        // A resumed run may hold a row twice only if edited by hand; the last one wins.
+        out.insert(format!("{}/{}/{}", r.job, r.point, r.item), r);
+    }
+    if out.is_empty() {
+        return Err(anyhow!("{}: no rows of run {run_id}", path.display()));
+    }
+    Ok((run_id, out))
+}
+
+/// Compares two CSVs.
+pub fn compare(a: &Path, b: &Path, o: &CompareOptions) -> anyhow::Result<Report> {
+    let (ra, rows_a) = run_rows(a, o.run_a.as_deref())?;
+    let (rb, rows_b) = run_rows(b, o.run_b.as_deref())?;
+    let mut rep = Report {
+        runs: (ra, rb),
+        ..Report::default()
+    };
+    rep.only_a = rows_a.keys().filter(|k| !rows_b.contains_key(*k)).count();
+    rep.only_b = rows_b.keys().filter(|k| !rows_a.contains_key(*k)).count();
+    for (k, x) in &rows_a {
+        let Some(y) = rows_b.get(k) else { continue };
+        rep.matched += 1;
+        let mut same = x.error == y.error;
+        if x.kind == "decide" {
+            rep.decisions += 1;
+            if x.best == y.best {
+                rep.best_agree += 1;
+            } else {
+                same = false;
+            }
+            let la = parse_logp(&x.choice_logp).unwrap_or_default();
+            let lb = parse_logp(&y.choice_logp).unwrap_or_default();
+            if la.len() != lb.len() {
+                same = false;
+            }
+            for (p, q) in la.iter().zip(&lb) {
+                let d = if p == q { 0.0 } else { (p - q).abs() };
+                if d > o.tolerance || d.is_nan() {
+                    same = false;
+                }
+                if rep.max_logp_diff.as_ref().map(|m| d > m.0).unwrap_or(true) {
+                    rep.max_logp_diff = Some((d, k.clone()));
+                }
+            }
+        }
+        if x.kind == "generate" {
+            rep.texts.0 += 1;
+            if x.text == y.text {
+                rep.texts.1 += 1;
+            } else {
+                same = false;
+            }
+        }
+        if let (Some(p), Some(q)) = (x.ppl, y.ppl) {
+            let d = (p - q).abs();
+            if d > o.tolerance {
+                same = false;
+            }
+            if rep.max_ppl_diff.as_ref().map(|m| d > m.0).unwrap_or(true) {
+                rep.max_ppl_diff = Some((d, k.clone()));
+            }
+        }
+        if x.prefill_s > 0.0 && y.prefill_s > 0.0 {
+            rep.ratios.push(y.prefill_s / x.prefill_s);
+        }
+        if !same {
+            rep.differing.push(k.clone());
+        }
+    }
+    Ok(rep)
+}

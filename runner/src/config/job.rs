@@ -1,0 +1,390 @@
+//! A job file (`jobs/*.toml`): a model, a kind, its items (inline or JSONL), sampling, overrides,
+//! sweeps and where the CSV goes; checked against the schema, then semantically.
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::diag::{relative_to, ConfigErrors, Diagnostic};
+use super::load::{load, SourceFile};
+use super::settings::{Overrides, Sweep};
+
+/// What each item of a job does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Generate text after each prompt.
+    Generate,
+    /// Score each decision's choices after one prefill.
+    Decide,
+    /// Teacher-forced perplexity of each text.
+    Perplexity,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Generate => "generate",
+            Kind::Decide => "decide",
+            Kind::Perplexity => "perplexity",
+        })
+    }
+}
+
+/// An item id: a string or a non-negative integer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ItemId {
+    /// A number.
+    Int(#[schemars(range(min = 0))] u64),
+    /// A name.
+    Str(#[schemars(regex(pattern = r"^[^\x00-\x1f]{1,200}$"))] String),
+}
+
+impl fmt::Display for ItemId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ItemId::Int(n) => write!(f, "{n}"),
+            ItemId::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// One recorded decision: `prefix + suffix` as one user message, scored over `choices`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionSpec {
+    /// Id used to match rows across runs (default: the position, from 0).
+    #[serde(default)]
+    pub id: Option<ItemId>,
+    /// The part that repeats across calls (instructions, history).
+    pub prefix: String,
+    /// The part that changes (the current screen).
+    #[serde(default)]
+    pub suffix: String,
+    /// The options, each scored by its first token.
+    #[schemars(length(min = 1, max = 256), inner(length(min = 1)))]
+    pub choices: Vec<String>,
+}
+
+/// One prompt (generate) or text (perplexity) with an explicit id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptSpec {
+    /// Id used to match rows across runs (default: the position, from 0).
+    #[serde(default)]
+    pub id: Option<ItemId>,
+    /// The prompt or text.
+    #[schemars(length(min = 1))]
+    pub text: String,
+}
+
+/// A prompt: plain text, or a table with an id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum PromptItem {
+    /// Just the text; the id is its position.
+    Text(#[schemars(length(min = 1))] String),
+    /// Text with an id.
+    Full(PromptSpec),
+}
+
+/// Token selection for `generate`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SamplingSpec {
+    /// 0 = greedy (argmax, deterministic); above 0 = seeded sampling at this temperature.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub temperature: f32,
+    /// Top-k for seeded sampling (0 = off).
+    #[serde(default = "default_top_k")]
+    #[schemars(range(min = 0, max = 100000))]
+    pub top_k: i32,
+    /// Top-p for seeded sampling (1 = off).
+    #[serde(default = "default_top_p")]
+    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
+    pub top_p: f32,
+    /// RNG seed for seeded sampling.
+    #[serde(default)]
+    pub seed: u32,
+}
+
+fn default_top_k() -> i32 {
+    40
+}
+fn default_top_p() -> f32 {
+    0.95
+}
+
+impl Default for SamplingSpec {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: default_top_k(),
+            top_p: default_top_p(),
+            seed: 0,
+        }
+    }
+}
+
+/// A job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    /// Short name, written to the CSV's `job` column.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"), length(max = 64))]
+    pub name: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// The GGUF to run (relative to this file's folder).
+    #[schemars(length(min = 1))]
+    pub model: String,
+    /// generate, decide or perplexity.
+    pub kind: Kind,
+    /// Default device profile (relative to this file's folder); `--profile` replaces it.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// The CSV rows are appended to (relative to this file's folder).
+    #[schemars(regex(pattern = r"\.csv$"))]
+    pub csv: String,
+    /// Tokens to generate at most per prompt (generate).
+    #[serde(default = "default_n_predict")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub n_predict: u32,
+    /// Render prompts with the model's chat template (generate).
+    #[serde(default = "default_true")]
+    pub chat: bool,
+    /// Token selection (generate).
+    #[serde(default)]
+    pub sampling: SamplingSpec,
+    /// Inline decisions (decide).
+    #[serde(default)]
+    #[schemars(length(min = 1))]
+    pub decisions: Option<Vec<DecisionSpec>>,
+    /// A JSONL file of decisions, one object per line (decide).
+    #[serde(default)]
+    pub decisions_file: Option<String>,
+    /// Inline prompts (generate) or texts (perplexity).
+    #[serde(default)]
+    #[schemars(length(min = 1))]
+    pub prompts: Option<Vec<PromptItem>>,
+    /// A JSONL file of `{"id": .., "text": ..}` objects (generate, perplexity).
+    #[serde(default)]
+    pub prompts_file: Option<String>,
+    /// Profile values this job overrides.
+    #[serde(default)]
+    pub overrides: Overrides,
+    /// Profile values to sweep over.
+    #[serde(default)]
+    pub sweep: Sweep,
+}
+
+fn default_n_predict() -> u32 {
+    32
+}
+fn default_true() -> bool {
+    true
+}
+
+/// What one item asks the engine for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Payload {
+    /// A decision.
+    Decide(bmoe_engine::DecideRequest),
+    /// A prompt or a perplexity text.
+    Text(String),
+}
+
+/// One row's worth of work.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// Its id, as written to the CSV.
+    pub id: String,
+    /// What to run.
+    pub payload: Payload,
+}
+
+/// A job after every check: resolved paths and the items to run.
+#[derive(Debug)]
+pub struct LoadedJob {
+    /// The job as written.
+    pub job: Job,
+    /// Its source, for positioned errors later (placement).
+    pub src: SourceFile,
+    /// The model path, resolved.
+    pub model: PathBuf,
+    /// The CSV path, resolved.
+    pub csv: PathBuf,
+    /// The job's default profile, resolved.
+    pub profile: Option<PathBuf>,
+    /// The items, in order.
+    pub items: Vec<Item>,
+}
+
+/// Reads, validates and semantically checks a job file, loading its JSONL items.
+pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
+    let (job, src): (Job, SourceFile) = load(path, "job", &crate::schema::job_schema())?;
+    let mut errs: Vec<Diagnostic> = Vec::new();
+
+    let model = relative_to(path, &job.model);
+    if let Err(e) = bmoe_engine::model::check_gguf_file(&model) {
+        errs.push(src.diag("/model", false, format!("{e}")));
+    }
+    let csv = relative_to(path, &job.csv);
+    if csv.is_dir() {
+        errs.push(src.diag(
+            "/csv",
+            false,
+            format!("{} is a directory, expected a CSV file path", csv.display()),
+        ));
+    }
+    let profile = job.profile.as_ref().map(|p| relative_to(path, p));
+    if let Some(p) = &profile {
+        if !p.is_file() {
+            errs.push(src.diag(
+                "/profile",
+                false,
+                format!("profile file {} does not exist", p.display()),
+            ));
+        }
+    }
+
+    let (inline_key, file_key, other) = match job.kind {
+        Kind::Decide => ("decisions", "decisions_file", ["prompts", "prompts_file"]),
+        _ => ("prompts", "prompts_file", ["decisions", "decisions_file"]),
+    };
+    for k in other {
+        if src.doc.value.get(k).is_some() {
+            errs.push(src.diag(
+                &format!("/{k}"),
+                true,
+                format!(
+                    "a {} job takes `{inline_key}` or `{file_key}`, not `{k}`",
+                    job.kind
+                ),
+            ));
+        }
+    }
+    let has_inline = src.doc.value.get(inline_key).is_some();
+    let has_file = src.doc.value.get(file_key).is_some();
+    let mut items = Vec::new();
+    match (has_inline, has_file) {
+        (true, true) => errs.push(src.diag(
+            &format!("/{file_key}"),
+            true,
+            format!("give `{inline_key}` or `{file_key}`, not both"),
+        )),
+        (false, false) => errs.push(src.diag(
+            "",
+            false,
+            format!(
+                "a {} job needs its items: `{inline_key}` inline or `{file_key}` (JSONL)",
+                job.kind
+            ),
+        )),
+        (true, false) => items = inline_items(&job),
+        (false, true) => {
+            let rel = if job.kind == Kind::Decide {
+                job.decisions_file.as_deref()
+            } else {
+                job.prompts_file.as_deref()
+            }
+            .unwrap_or_default();
+            let f = relative_to(path, rel);
+            match super::jsonl::read_items(&f, job.kind) {
+                Ok(v) => items = v,
+                Err(Some(mut e)) => errs.append(&mut e.0),
+                Err(None) => errs.push(src.diag(
+                    &format!("/{file_key}"),
+                    false,
+                    format!("file {} does not exist", f.display()),
+                )),
+            }
+        }
+    }
+    // Rows are matched across runs by id, so ids must be unique within a job.
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, it) in items.iter().enumerate() {
+        if let Some(j) = seen.insert(it.id.as_str(), i) {
+            let ptr = if has_inline {
+                format!("/{inline_key}/{i}")
+            } else {
+                format!("/{file_key}")
+            };
+            errs.push(src.diag(
+                &ptr,
+                false,
+                format!(
+                    "item {i} has id {:?}, the same as item {j}: ids must be unique",
+                    it.id
+                ),
+            ));
+        }
+    }
+    if !errs.is_empty() {
+        return Err(ConfigErrors(errs));
+    }
+    Ok(LoadedJob {
+        job,
+        src,
+        model,
+        csv,
+        profile,
+        items,
+    })
+}
+
+/// The inline items of a job, ids defaulting to positions.
+fn inline_items(job: &Job) -> Vec<Item> {
+    if let Some(ds) = &job.decisions {
+        return ds
+            .iter()
+            .enumerate()
+            .map(|(i, d)| decision_item(i, d))
+            .collect();
+    }
+    job.prompts
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, p)| match p {
+            PromptItem::Text(t) => Item {
+                id: i.to_string(),
+                payload: Payload::Text(t.clone()),
+            },
+            PromptItem::Full(p) => prompt_item(i, p),
+        })
+        .collect()
+}
+
+/// A decision as an item.
+pub fn decision_item(i: usize, d: &DecisionSpec) -> Item {
+    Item {
+        id: d
+            .id
+            .as_ref()
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| i.to_string()),
+        payload: Payload::Decide(bmoe_engine::DecideRequest {
+            prefix: d.prefix.clone(),
+            suffix: d.suffix.clone(),
+            choices: d.choices.clone(),
+        }),
+    }
+}
+
+/// A prompt as an item.
+pub fn prompt_item(i: usize, p: &PromptSpec) -> Item {
+    Item {
+        id: p
+            .id
+            .as_ref()
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| i.to_string()),
+        payload: Payload::Text(p.text.clone()),
+    }
+}

@@ -1,0 +1,201 @@
+//! Layering with figment: defaults < profile < job `[overrides]` < sweep point < `BMOE_*`
+//! environment < `--set key=value`; each resolved value remembers which layer gave it.
+use std::path::Path;
+
+use figment::providers::{Env, Serialized};
+use figment::value::{Dict, Map};
+use figment::{Figment, Metadata, Profile as FigProfile, Provider};
+use serde_json::Value;
+
+use super::diag::{display_path, ConfigErrors, Diagnostic};
+use super::profile::Profile;
+use super::settings::{Settings, KEYS};
+use super::validate;
+
+/// The resolved values and where each came from.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The values.
+    pub settings: Settings,
+    /// For each key of [`KEYS`], in order: (key, value as text, origin).
+    pub origins: Vec<(String, String, String)>,
+}
+
+impl Resolved {
+    /// Where `key` came from.
+    pub fn origin(&self, key: &str) -> &str {
+        self.origins
+            .iter()
+            .find(|(k, _, _)| k == key)
+            .map(|(_, _, o)| o.as_str())
+            .unwrap_or("default")
+    }
+}
+
+/// A named layer: figment reports its name as the origin of its values.
+struct Layer {
+    name: String,
+    values: serde_json::Map<String, Value>,
+}
+
+impl Provider for Layer {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(self.name.clone())
+    }
+    fn data(&self) -> Result<Map<FigProfile, Dict>, figment::Error> {
+        Serialized::defaults(&self.values).data()
+    }
+}
+
+/// Everything that feeds the layers besides the files.
+#[derive(Debug, Clone, Default)]
+pub struct LayerInputs {
+    /// `--set key=value` pairs, in order (the last wins).
+    pub sets: Vec<(String, String)>,
+}
+
+/// Parses one `--set` argument.
+pub fn parse_set(arg: &str) -> Result<(String, String), Diagnostic> {
+    match arg.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(Diagnostic::other(
+            "--set",
+            "",
+            format!("expected key=value, found {arg:?}"),
+        )),
+    }
+}
+
+/// A `--set` value as JSON: numbers, booleans and quoted strings as such, anything else as text.
+fn set_value(v: &str) -> Value {
+    serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()))
+}
+
+/// Resolves the layered values for one (job, profile, sweep point).
+pub fn resolve(
+    profile: &Profile,
+    profile_path: &Path,
+    job_path: &Path,
+    overrides: &serde_json::Map<String, Value>,
+    point: &[(String, Value)],
+    inputs: &LayerInputs,
+) -> Result<Resolved, ConfigErrors> {
+    let mut errs = Vec::new();
+    let mut profile_values = serde_json::Map::new();
+    for table in [
+        serde_json::to_value(&profile.engine),
+        serde_json::to_value(&profile.prefill),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Value::Object(m) = table {
+            profile_values.extend(m);
+        }
+    }
+    let mut sets = serde_json::Map::new();
+    for (k, v) in &inputs.sets {
+        if KEYS.contains(&k.as_str()) {
+            sets.insert(k.clone(), set_value(v));
+        } else {
+            errs.push(Diagnostic::other(
+                format!("--set {k}={v}"),
+                k,
+                format!("unknown key `{k}`: expected one of {}", KEYS.join(", ")),
+            ));
+        }
+    }
+    let defaults = match serde_json::to_value(Settings::default()) {
+        Ok(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    let figment = Figment::from(Layer {
+        name: "default".into(),
+        values: defaults,
+    })
+    .merge(Layer {
+        name: format!("profile {}", display_path(profile_path)),
+        values: profile_values,
+    })
+    .merge(Layer {
+        name: format!("job {} [overrides]", display_path(job_path)),
+        values: overrides.clone(),
+    })
+    .merge(Layer {
+        name: format!("job {} [sweep]", display_path(job_path)),
+        values: point.iter().cloned().collect(),
+    })
+    .merge(Env::prefixed("BMOE_").only(KEYS))
+    .merge(Layer {
+        name: "--set".into(),
+        values: sets,
+    });
+
+    let mut resolved = serde_json::Map::new();
+    let mut origins = Vec::new();
+    for key in KEYS {
+        let (value, origin) = match figment.find_value(key) {
+            Ok(v) => {
+                let origin = match figment.get_metadata(v.tag()) {
+                    Some(m) if m.name.contains("environment") => {
+                        format!("environment BMOE_{}", key.to_ascii_uppercase())
+                    }
+                    Some(m) => m.name.to_string(),
+                    None => "default".to_string(),
+                };
+                (v.deserialize::<Value>().unwrap_or(Value::Null), origin)
+            }
+            Err(_) => (Value::Null, "default".to_string()),
+        };
+        let text = match &value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        origins.push((key.to_string(), text, origin));
+        resolved.insert(key.to_string(), value);
+    }
+    // Environment and --set values bypassed the file schemas: check every value once more and
+    // blame the layer that gave it.
+    let schema = crate::schema::settings_schema();
+    for v in validate::validate(&schema, &Value::Object(resolved.clone())) {
+        let key = v
+            .field
+            .split(['.', '['])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let origin = origins
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, _, o)| o.clone())
+            .unwrap_or_default();
+        errs.push(Diagnostic::other(origin, &v.field, v.message));
+    }
+    if !errs.is_empty() {
+        return Err(ConfigErrors(errs));
+    }
+    let settings: Settings = serde_json::from_value(Value::Object(resolved))
+        .map_err(|e| ConfigErrors(vec![Diagnostic::other("configuration", "", e.to_string())]))?;
+    let out = Resolved { settings, origins };
+    check_cross(&out)?;
+    Ok(out)
+}
+
+/// Rules between keys.
+fn check_cross(r: &Resolved) -> Result<(), ConfigErrors> {
+    let s = &r.settings;
+    if s.device_name().is_some() && s.device_ubatch < s.min_tokens {
+        return Err(Diagnostic::other(
+            r.origin("device_ubatch").to_string(),
+            "device_ubatch",
+            format!(
+                "expected at least min_tokens ({}, from {}), found {}: no piece could ever run on the device",
+                s.min_tokens,
+                r.origin("min_tokens"),
+                s.device_ubatch
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}

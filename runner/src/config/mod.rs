@@ -1,0 +1,11 @@
+//! Configuration: profiles and jobs read from TOML, checked against their schemas with positioned
+//! errors, then layered into the values a run uses.
+pub mod diag;
+pub mod job;
+pub mod jsonl;
+pub mod layers;
+pub mod load;
+pub mod profile;
+pub mod settings;
+pub mod spanned;
+pub mod validate;

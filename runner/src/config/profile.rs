@@ -1,0 +1,85 @@
+//! A device profile (`profiles/*.toml`): one phone or machine, and the engine values tuned for it.
+use std::fmt;
+use std::path::Path;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::diag::ConfigErrors;
+use super::load::{load, SourceFile};
+use super::settings::{EngineValues, PrefillValues};
+
+/// Hexagon NPU generation of the SoC, or `none`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Hexagon {
+    /// No Hexagon NPU (or not a Qualcomm SoC).
+    #[default]
+    None,
+    /// Snapdragon 855 era.
+    V66,
+    /// Snapdragon 888 era.
+    V68,
+    /// Snapdragon 8 Gen 1.
+    V69,
+    /// Snapdragon 8 Gen 2.
+    V73,
+    /// Snapdragon 8 Gen 3.
+    V75,
+    /// Snapdragon 8 Elite.
+    V79,
+    /// Snapdragon 8 Elite Gen 5.
+    V81,
+}
+
+impl Hexagon {
+    /// The oldest generation the prefill device supports.
+    pub const MIN_PREFILL: Hexagon = Hexagon::V73;
+}
+
+impl fmt::Display for Hexagon {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        f.write_str(&s)
+    }
+}
+
+/// One phone or machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Short name, written to the CSV's `profile` column.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"), length(max = 64))]
+    pub name: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// System on chip, free text (e.g. "Snapdragon 8 Elite").
+    #[serde(default)]
+    pub soc: String,
+    /// Hexagon NPU generation: v66 .. v81, or none. Prefill on the NPU needs v73 or newer.
+    #[serde(default)]
+    pub hexagon: Hexagon,
+    /// Physical RAM in MiB.
+    #[schemars(range(min = 256, max = 16777216))]
+    pub ram_mb: u64,
+    /// Storage, free text (e.g. "UFS 4.0").
+    #[serde(default)]
+    pub storage: String,
+    /// CPU-side engine values.
+    #[serde(default)]
+    pub engine: EngineValues,
+    /// Prefill device and prompt-piece values.
+    #[serde(default)]
+    pub prefill: PrefillValues,
+}
+
+/// Reads and checks a profile file.
+pub fn load_profile(path: &Path) -> Result<(Profile, SourceFile), ConfigErrors> {
+    load(path, "profile", &crate::schema::profile_schema())
+}

@@ -1,0 +1,401 @@
+//! The layered engine values: the profile's `[engine]` and `[prefill]` tables, a job's
+//! `[overrides]` and `[sweep]`, `BMOE_*` variables and `--set` all speak these keys.
+use std::borrow::Cow;
+use std::fmt;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+
+/// Expert cache size: a number of MiB, or `auto` (what the memory budget leaves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMb {
+    /// Resolved by placement from the memory budget.
+    Auto,
+    /// A fixed budget in MiB (0 = no cache).
+    Mib(u64),
+}
+
+impl fmt::Display for CacheMb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CacheMb::Auto => f.write_str("auto"),
+            CacheMb::Mib(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl Serialize for CacheMb {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            CacheMb::Auto => s.serialize_str("auto"),
+            CacheMb::Mib(n) => s.serialize_u64(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CacheMb {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = CacheMb;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a non-negative integer or \"auto\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<CacheMb, E> {
+                Ok(CacheMb::Mib(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<CacheMb, E> {
+                u64::try_from(v)
+                    .map(CacheMb::Mib)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<CacheMb, E> {
+                match v {
+                    "auto" => Ok(CacheMb::Auto),
+                    // Environment variables and --set arrive as text.
+                    _ => v
+                        .parse()
+                        .map(CacheMb::Mib)
+                        .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl JsonSchema for CacheMb {
+    fn schema_name() -> Cow<'static, str> {
+        "CacheMb".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Expert cache budget in MiB (0 = no cache), or \"auto\": what the memory budget leaves.",
+            "anyOf": [{"type": "integer", "minimum": 0}, {"const": "auto"}]
+        })
+    }
+}
+
+/// Where dense (non-expert) weights live while streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DenseWeights {
+    /// Left in the read-only mapping of the GGUF.
+    #[default]
+    Mmap,
+    /// Copied once into engine-owned memory.
+    Anon,
+}
+
+impl fmt::Display for DenseWeights {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DenseWeights::Mmap => "mmap",
+            DenseWeights::Anon => "anon",
+        })
+    }
+}
+
+/// A profile's `[engine]` table: values for the CPU side (all optional; defaults fill the rest).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EngineValues {
+    /// Compute threads.
+    #[schemars(range(min = 1, max = 256))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
+    /// Context size in tokens (0 = the model's training context).
+    #[schemars(range(min = 0, max = 1048576))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<u32>,
+    /// Stream routed experts from the GGUF instead of mapping the whole model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe_stream: Option<bool>,
+    /// Expert cache in MiB, or "auto".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_mb: Option<CacheMb>,
+    /// MiB of RAM the budget leaves to the OS and other apps.
+    #[schemars(range(min = 0, max = 1048576))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_floor_mb: Option<u64>,
+    /// Parallel expert-read lanes.
+    #[schemars(range(min = 1, max = 8))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io_threads: Option<u32>,
+    /// Dense weights placement while streaming: mmap or anon.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dense_weights: Option<DenseWeights>,
+}
+
+/// A profile's `[prefill]` table: the prefill device and prompt-piece widths.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrefillValues {
+    /// ggml device that runs wide prefill pieces (HTP0 = Hexagon NPU), or "none".
+    #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9_]*$"))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// Narrowest prompt piece sent to the device; narrower tails run on the CPU.
+    #[schemars(range(min = 1, max = 8192))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_tokens: Option<u32>,
+    /// Arena loader threads.
+    #[schemars(range(min = 1, max = 16))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loaders: Option<u32>,
+    /// Prompt piece width (ubatch) on the device.
+    #[schemars(range(min = 1, max = 8192))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_ubatch: Option<u32>,
+    /// Prompt piece width (ubatch) on the CPU.
+    #[schemars(range(min = 1, max = 8192))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ubatch: Option<u32>,
+    /// Read only the experts each graph routes to (true) or whole layers (false).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routed: Option<bool>,
+    /// A layer routing more than this share of its experts gets the next layer read whole.
+    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routed_full: Option<f64>,
+    /// Experts used per token (top-k) override; 0 = the model's own. Lossy when changed.
+    #[schemars(range(min = 0, max = 1024))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n_expert_used: Option<u32>,
+}
+
+/// Every layered value, resolved: defaults < profile < job overrides < sweep point < `BMOE_*` <
+/// `--set`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Compute threads.
+    #[schemars(range(min = 1, max = 256))]
+    pub threads: u32,
+    /// Context size in tokens (0 = the model's training context).
+    #[schemars(range(min = 0, max = 1048576))]
+    pub context: u32,
+    /// Stream routed experts.
+    pub moe_stream: bool,
+    /// Expert cache in MiB, or "auto".
+    pub cache_mb: CacheMb,
+    /// MiB of RAM kept free.
+    #[schemars(range(min = 0, max = 1048576))]
+    pub cache_floor_mb: u64,
+    /// Expert-read lanes.
+    #[schemars(range(min = 1, max = 8))]
+    pub io_threads: u32,
+    /// Dense weights placement.
+    pub dense_weights: DenseWeights,
+    /// Prefill device name or "none".
+    #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9_]*$"))]
+    pub device: String,
+    /// Narrowest piece on the device.
+    #[schemars(range(min = 1, max = 8192))]
+    pub min_tokens: u32,
+    /// Arena loader threads.
+    #[schemars(range(min = 1, max = 16))]
+    pub loaders: u32,
+    /// ubatch on the device.
+    #[schemars(range(min = 1, max = 8192))]
+    pub device_ubatch: u32,
+    /// ubatch on the CPU.
+    #[schemars(range(min = 1, max = 8192))]
+    pub cpu_ubatch: u32,
+    /// Routed arena.
+    pub routed: bool,
+    /// Whole-layer threshold of the routed arena.
+    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
+    pub routed_full: f64,
+    /// top-k override (0 = the model's).
+    #[schemars(range(min = 0, max = 1024))]
+    pub n_expert_used: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(2),
+            context: 4096,
+            moe_stream: false,
+            cache_mb: CacheMb::Auto,
+            cache_floor_mb: 1024,
+            io_threads: 4,
+            dense_weights: DenseWeights::Mmap,
+            device: "none".into(),
+            min_tokens: 32,
+            loaders: 8,
+            device_ubatch: 512,
+            cpu_ubatch: 512,
+            routed: true,
+            routed_full: 0.85,
+            n_expert_used: 0,
+        }
+    }
+}
+
+impl Settings {
+    /// The prefill device named, if any.
+    pub fn device_name(&self) -> Option<&str> {
+        (!self.device.eq_ignore_ascii_case("none") && !self.device.is_empty())
+            .then_some(self.device.as_str())
+    }
+}
+
+/// The layered keys, in documentation order.
+pub const KEYS: &[&str] = &[
+    "threads",
+    "context",
+    "moe_stream",
+    "cache_mb",
+    "cache_floor_mb",
+    "io_threads",
+    "dense_weights",
+    "device",
+    "min_tokens",
+    "loaders",
+    "device_ubatch",
+    "cpu_ubatch",
+    "routed",
+    "routed_full",
+    "n_expert_used",
+];
+
+/// The schema of one layered key (from [`Settings`]'s schema), for overrides, sweeps and `--set`.
+pub fn key_schemas(gen: &mut SchemaGenerator) -> serde_json::Map<String, serde_json::Value> {
+    let s = Settings::json_schema(gen);
+    s.get("properties")
+        .and_then(|p| p.as_object())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A job's `[overrides]`: any layered key, checked like the profile's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Overrides(pub serde_json::Map<String, serde_json::Value>);
+
+impl JsonSchema for Overrides {
+    fn schema_name() -> Cow<'static, str> {
+        "Overrides".into()
+    }
+    fn json_schema(gen: &mut SchemaGenerator) -> Schema {
+        let props = key_schemas(gen);
+        json_schema!({
+            "description": "Profile values this job overrides (any key of [engine] or [prefill]).",
+            "type": "object",
+            "additionalProperties": false,
+            "properties": props,
+        })
+    }
+}
+
+/// A job's `[sweep]`: for each listed key, the values to run; the job runs once per point of the
+/// cartesian product.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sweep(pub serde_json::Map<String, serde_json::Value>);
+
+impl JsonSchema for Sweep {
+    fn schema_name() -> Cow<'static, str> {
+        "Sweep".into()
+    }
+    fn json_schema(gen: &mut SchemaGenerator) -> Schema {
+        let props: serde_json::Map<String, serde_json::Value> = key_schemas(gen)
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k,
+                    serde_json::json!({"type": "array", "items": v, "minItems": 1, "maxItems": 64}),
+                )
+            })
+            .collect();
+        json_schema!({
+            "description": "Values to sweep: each key lists the values to run; one run per point of the cartesian product.",
+            "type": "object",
+            "additionalProperties": false,
+            "properties": props,
+        })
+    }
+}
+
+impl Sweep {
+    /// The points of the cartesian product, each a list of (key, value) in key order; one empty
+    /// point when nothing is swept.
+    pub fn points(&self) -> Vec<Vec<(String, serde_json::Value)>> {
+        let mut points: Vec<Vec<(String, serde_json::Value)>> = vec![Vec::new()];
+        for (k, vals) in &self.0 {
+            let vals = vals.as_array().cloned().unwrap_or_default();
+            let mut next = Vec::with_capacity(points.len() * vals.len());
+            for p in &points {
+                for v in &vals {
+                    let mut q = p.clone();
+                    q.push((k.clone(), v.clone()));
+                    next.push(q);
+                }
+            }
+            points = next;
+        }
+        points
+    }
+}
+
+/// A point's label for the CSV: `cache_mb=1500,threads=4`, or `base` when nothing is swept.
+pub fn point_label(point: &[(String, serde_json::Value)]) -> String {
+    if point.is_empty() {
+        return "base".into();
+    }
+    point
+        .iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_match_the_struct() {
+        let v = serde_json::to_value(Settings::default()).unwrap();
+        let names: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, KEYS);
+    }
+
+    #[test]
+    fn cache_mb_parses() {
+        assert_eq!(
+            serde_json::from_value::<CacheMb>(json!("auto")).unwrap(),
+            CacheMb::Auto
+        );
+        assert_eq!(
+            serde_json::from_value::<CacheMb>(json!(12)).unwrap(),
+            CacheMb::Mib(12)
+        );
+        assert_eq!(
+            serde_json::from_value::<CacheMb>(json!("12")).unwrap(),
+            CacheMb::Mib(12)
+        );
+        assert!(serde_json::from_value::<CacheMb>(json!("lots")).is_err());
+        assert!(serde_json::from_value::<CacheMb>(json!(-1)).is_err());
+    }
+
+    #[test]
+    fn sweep_points() {
+        let s = Sweep(
+            json!({"cache_mb": [0, 10], "threads": [1, 2, 4]})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        let p = s.points();
+        assert_eq!(p.len(), 6);
+        assert_eq!(point_label(&p[1]), "cache_mb=0,threads=2");
+        assert_eq!(point_label(&Sweep::default().points()[0]), "base");
+    }
+}

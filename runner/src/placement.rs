@@ -1,0 +1,429 @@
+//! Placement before loading: which device prefills (or why the CPU does), and the memory budget
+//! (expert cache, arena slots, compute buffers, KV cache, dense weights) against RAM minus the
+//! floor, where `cache_mb = auto` resolves. Reads only the GGUF header, never the weights.
+use std::path::Path;
+
+use bmoe_engine::gguf_index::GgufIndex;
+
+use crate::config::profile::{Hexagon, Profile};
+use crate::config::settings::{CacheMb, Settings};
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// Why a configuration cannot be placed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementError {
+    /// The model header could not be read.
+    #[error("{0}")]
+    Model(#[from] bmoe_engine::EngineError),
+    /// The budget does not fit.
+    #[error("memory budget does not fit on profile {profile}: {detail}\n{table}")]
+    Budget {
+        /// Profile name.
+        profile: String,
+        /// The numbers, in one line.
+        detail: String,
+        /// The whole table.
+        table: String,
+    },
+}
+
+/// The shape of the model, from its GGUF header.
+#[derive(Debug, Clone, Default)]
+pub struct ModelDims {
+    /// `general.architecture`.
+    pub arch: String,
+    /// Layers.
+    pub n_layer: u64,
+    /// Embedding width.
+    pub n_embd: u64,
+    /// Attention heads.
+    pub n_head: u64,
+    /// Width of K (and V) per token per layer.
+    pub n_embd_kv: u64,
+    /// Experts per layer (0 = dense).
+    pub n_expert: u64,
+    /// Experts per token.
+    pub n_expert_used: u64,
+    /// Expert FFN width.
+    pub n_ff_exp: u64,
+    /// Training context.
+    pub n_ctx_train: u64,
+    /// Upper bound of the vocabulary (token embedding bytes / width).
+    pub n_vocab_max: u64,
+    /// Bytes on disk.
+    pub file_bytes: u64,
+    /// Bytes of routed expert tensors.
+    pub expert_bytes: u64,
+    /// Bytes of the largest layer.
+    pub max_layer_bytes: u64,
+    /// Start of the tensor data in the first shard (end of the header).
+    pub data_start: u64,
+}
+
+const LAYER_SUFFIXES: &[&str] = &[
+    "attn_norm",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "attn_q_norm",
+    "attn_k_norm",
+    "attn_qkv",
+    "ffn_norm",
+    "post_attention_norm",
+    "ffn_gate_inp",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+    "ffn_gate_shexp",
+    "ffn_up_shexp",
+    "ffn_down_shexp",
+    "ffn_gate_inp_shexp",
+    "exp_probs_b",
+];
+const EXPERT_SUFFIXES: &[&str] = &[
+    "ffn_gate_exps",
+    "ffn_up_exps",
+    "ffn_down_exps",
+    "ffn_gate_up_exps",
+];
+
+/// Reads the model's dimensions from its header.
+pub fn model_dims(path: &Path) -> Result<ModelDims, bmoe_engine::EngineError> {
+    let idx = GgufIndex::open(path)?;
+    let arch = idx.arch().unwrap_or_default();
+    let k = |s: &str| idx.get_u64(&format!("{arch}.{s}"));
+    let n_layer = k("block_count").unwrap_or(0);
+    let n_embd = k("embedding_length").unwrap_or(0);
+    let n_head = k("attention.head_count").unwrap_or(1).max(1);
+    let n_head_kv = k("attention.head_count_kv").unwrap_or(n_head);
+    let head_dim = k("attention.key_length").unwrap_or(n_embd / n_head);
+    let mut d = ModelDims {
+        n_layer,
+        n_embd,
+        n_head,
+        n_embd_kv: n_head_kv * head_dim,
+        n_expert: k("expert_count").unwrap_or(0),
+        n_expert_used: k("expert_used_count").unwrap_or(0),
+        n_ff_exp: k("expert_feed_forward_length").unwrap_or(0),
+        n_ctx_train: k("context_length").unwrap_or(0),
+        file_bytes: idx.total_file_bytes(),
+        arch: arch.clone(),
+        ..ModelDims::default()
+    };
+    let mut data_start = u64::MAX;
+    let mut see = |name: &str| {
+        idx.get(name).map(|t| {
+            if t.file == 0 {
+                data_start = data_start.min(t.offset);
+            }
+            t.size
+        })
+    };
+    if let Some(b) = see("token_embd.weight") {
+        d.n_vocab_max = b / n_embd.max(1);
+    }
+    see("output.weight");
+    see("output_norm.weight");
+    for il in 0..n_layer {
+        let mut layer = 0;
+        for s in LAYER_SUFFIXES.iter().chain(EXPERT_SUFFIXES) {
+            for kind in ["weight", "bias"] {
+                if let Some(b) = see(&format!("blk.{il}.{s}.{kind}")) {
+                    layer += b;
+                    if EXPERT_SUFFIXES.contains(s) {
+                        d.expert_bytes += b;
+                    }
+                }
+            }
+        }
+        d.max_layer_bytes = d.max_layer_bytes.max(layer);
+    }
+    d.data_start = if data_start == u64::MAX {
+        0
+    } else {
+        data_start
+    };
+    Ok(d)
+}
+
+/// Where prefill runs, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefillPlace {
+    /// The device kept, or `None` for the CPU.
+    pub device: Option<String>,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// Decides the prefill device: named in the values, allowed by the profile's NPU generation, and
+/// present in this build's device registry.
+pub fn place_prefill(profile: &Profile, s: &Settings) -> PrefillPlace {
+    let Some(name) = s.device_name() else {
+        return PrefillPlace {
+            device: None,
+            reason: "CPU (no prefill device configured)".into(),
+        };
+    };
+    let cpu = |why: String| PrefillPlace {
+        device: None,
+        reason: format!("CPU ({why})"),
+    };
+    // ggml names its Hexagon devices HTP<n>; the profile's generation decides whether they can run.
+    if name.to_ascii_uppercase().starts_with("HTP") {
+        if profile.hexagon == Hexagon::None {
+            return cpu(format!(
+                "{name} is a Hexagon NPU but profile {} has none (hexagon = \"none\")",
+                profile.name
+            ));
+        }
+        if profile.hexagon < Hexagon::MIN_PREFILL {
+            return cpu(format!(
+                "Hexagon {} is older than {}: {name} refused for prefill",
+                profile.hexagon,
+                Hexagon::MIN_PREFILL
+            ));
+        }
+    }
+    let devices = bmoe_engine::devices();
+    match devices.iter().find(|d| d.name.eq_ignore_ascii_case(name)) {
+        None => cpu(format!("{name} is not in this build's registry")),
+        Some(d) => PrefillPlace {
+            device: Some(d.name.clone()),
+            reason: format!(
+                "{} ({}, {}); a device that fails to open leaves the run on the CPU",
+                d.name, d.description, d.backend
+            ),
+        },
+    }
+}
+
+/// One line of the memory budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetLine {
+    /// What.
+    pub what: &'static str,
+    /// MiB.
+    pub mib: f64,
+    /// Counted against the budget (false: shown for information).
+    pub counted: bool,
+    /// How it was estimated.
+    pub note: String,
+}
+
+/// The resolved placement of one (job, profile point).
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// Prefill device.
+    pub prefill: PrefillPlace,
+    /// Model shape.
+    pub dims: ModelDims,
+    /// Context size that will be used.
+    pub n_ctx: u64,
+    /// Expert cache in MiB after `auto`.
+    pub cache_mb: u64,
+    /// The budget lines.
+    pub budget: Vec<BudgetLine>,
+    /// RAM minus the floor.
+    pub available_mib: f64,
+    /// RAM.
+    pub ram_mib: f64,
+    /// Floor.
+    pub floor_mib: f64,
+}
+
+impl Placement {
+    /// The budget as an aligned table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        for l in &self.budget {
+            out.push_str(&format!(
+                "    {:<26} {:>10.1} MiB{}  {}\n",
+                l.what,
+                l.mib,
+                if l.counted { "" } else { " (not counted)" },
+                l.note
+            ));
+        }
+        let used: f64 = self
+            .budget
+            .iter()
+            .filter(|l| l.counted)
+            .map(|l| l.mib)
+            .sum();
+        out.push_str(&format!("    {:<26} {:>10.1} MiB\n", "total counted", used));
+        out.push_str(&format!(
+            "    {:<26} {:>10.1} MiB  (RAM {:.0} MiB - floor {:.0} MiB)",
+            "available", self.available_mib, self.ram_mib, self.floor_mib
+        ));
+        out
+    }
+}
+
+/// Places one (profile, values) on a model.
+pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement, PlacementError> {
+    let dims = model_dims(model)?;
+    let prefill = place_prefill(profile, s);
+    let n_ctx = if s.context == 0 {
+        dims.n_ctx_train.max(1)
+    } else {
+        u64::from(s.context)
+    };
+    let mut budget = Vec::new();
+    let kv = 2.0 * dims.n_layer as f64 * n_ctx as f64 * dims.n_embd_kv as f64 * 2.0;
+    budget.push(BudgetLine {
+        what: "KV cache",
+        mib: kv / MIB,
+        counted: true,
+        note: format!(
+            "2 x {} layers x {n_ctx} ctx x {} kv width x 2 B (f16)",
+            dims.n_layer, dims.n_embd_kv
+        ),
+    });
+    let compute = |ubatch: u64| -> f64 {
+        let outputs = ubatch.min(128);
+        let act = 8 * dims.n_embd + 3 * dims.n_ff_exp * dims.n_expert_used.max(1);
+        let attn = dims.n_head * n_ctx;
+        (4 * ubatch * (act + attn) + 4 * outputs * dims.n_vocab_max) as f64
+    };
+    let ub_cpu = u64::from(s.cpu_ubatch).min(n_ctx);
+    budget.push(BudgetLine {
+        what: "compute buffers (CPU)",
+        mib: compute(ub_cpu) / MIB,
+        counted: true,
+        note: format!("rough: ubatch {ub_cpu} x (activations + attention scores) + logits, f32"),
+    });
+    if prefill.device.is_some() {
+        let ub_dev = u64::from(s.device_ubatch).min(n_ctx);
+        budget.push(BudgetLine {
+            what: "compute buffers (device)",
+            mib: compute(ub_dev) / MIB,
+            counted: true,
+            note: format!(
+                "rough: as the CPU's at device ubatch {ub_dev} (shared memory on phones)"
+            ),
+        });
+        budget.push(BudgetLine {
+            what: "arena slots",
+            mib: 2.0 * dims.max_layer_bytes as f64 / MIB,
+            counted: true,
+            note: "2 x the largest layer (layer k on slot k mod 2)".into(),
+        });
+    }
+    let dense = dims.file_bytes.saturating_sub(dims.expert_bytes) as f64 / MIB;
+    if s.moe_stream {
+        budget.push(BudgetLine {
+            what: "dense weights",
+            mib: dense,
+            counted: true,
+            note: format!("non-expert weights stay resident ({})", s.dense_weights),
+        });
+    } else {
+        budget.push(BudgetLine {
+            what: "model weights (mmap)",
+            mib: dims.file_bytes as f64 / MIB,
+            counted: false,
+            note: "llama.cpp's mapping: page cache, evictable (moe_stream is off)".into(),
+        });
+    }
+    let ram_mib = profile.ram_mb as f64;
+    let floor_mib = s.cache_floor_mb as f64;
+    let available_mib = ram_mib - floor_mib;
+    let fixed: f64 = budget.iter().filter(|l| l.counted).map(|l| l.mib).sum();
+    let all_experts = dims.expert_bytes as f64 / MIB;
+    let left = available_mib - fixed;
+    let (cache_mb, note) = match (s.moe_stream, s.cache_mb) {
+        (false, _) => (0u64, "moe_stream is off: no expert cache".to_string()),
+        (true, CacheMb::Mib(n)) => (n, "cache_mb".to_string()),
+        (true, CacheMb::Auto) => {
+            let v = left.min(all_experts).max(0.0).floor() as u64;
+            (
+                v,
+                format!("auto: what is left, at most every expert ({all_experts:.1} MiB)"),
+            )
+        }
+    };
+    budget.push(BudgetLine {
+        what: "expert cache",
+        mib: cache_mb as f64,
+        counted: true,
+        note,
+    });
+    let mut p = Placement {
+        prefill,
+        dims,
+        n_ctx,
+        cache_mb,
+        budget,
+        available_mib,
+        ram_mib,
+        floor_mib,
+    };
+    let total = fixed + cache_mb as f64;
+    if total > available_mib || available_mib <= 0.0 {
+        let detail = format!(
+            "needs {total:.1} MiB ({}) but RAM {ram_mib:.0} MiB minus floor {floor_mib:.0} MiB leaves {available_mib:.1} MiB",
+            p.budget
+                .iter()
+                .filter(|l| l.counted)
+                .map(|l| format!("{} {:.1}", l.what, l.mib))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        );
+        return Err(PlacementError::Budget {
+            profile: profile.name.clone(),
+            detail,
+            table: p.table(),
+        });
+    }
+    p.budget.shrink_to_fit();
+    Ok(p)
+}
+
+/// The engine options this placement and these values ask for.
+pub fn engine_options(
+    p: &Placement,
+    s: &Settings,
+    model: &Path,
+) -> (bmoe_engine::LoadOptions, bmoe_engine::SessionOptions) {
+    let load = bmoe_engine::LoadOptions {
+        path: model.to_path_buf(),
+        n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
+        stream: s.moe_stream.then_some(bmoe_engine::StreamOptions {
+            cache_mb: p.cache_mb,
+            io_threads: s.io_threads as usize,
+            dense_weights: match s.dense_weights {
+                crate::config::settings::DenseWeights::Mmap => bmoe_engine::DenseWeights::Mmap,
+                crate::config::settings::DenseWeights::Anon => bmoe_engine::DenseWeights::Anon,
+            },
+            // `auto` was resolved here against the profile's RAM, not the machine this runs on.
+            auto_cache_floor_mb: None,
+            read_all_experts: false,
+        }),
+        prefill: p
+            .prefill
+            .device
+            .as_ref()
+            .map(|d| bmoe_engine::PrefillOptions {
+                device: d.clone(),
+                min_tokens: s.min_tokens,
+                loaders: s.loaders as usize,
+                routed: s.routed,
+                routed_full: s.routed_full,
+            }),
+    };
+    let session = bmoe_engine::SessionOptions {
+        threads: s.threads,
+        n_ctx: p.n_ctx as u32,
+        n_ubatch: s.cpu_ubatch,
+        // Without a device the context need not be sized for the device's wider pieces.
+        n_ubatch_device: if p.prefill.device.is_some() {
+            s.device_ubatch
+        } else {
+            s.cpu_ubatch
+        },
+        ..bmoe_engine::SessionOptions::default()
+    };
+    (load, session)
+}

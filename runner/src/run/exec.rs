@@ -1,0 +1,361 @@
+//! `bmoe run`: one engine session per (job, profile point), one record and one CSV row per item,
+//! resumable by run id, stoppable between rows.
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context};
+use bmoe_engine::{EngineError, GenerateOptions, Model, Sampling};
+use sha2::{Digest, Sha256};
+
+use super::machine;
+use super::prepare::{Prepared, Unit};
+use super::progress::Progress;
+use super::signals::Stop;
+use crate::config::diag::display_path;
+use crate::config::job::{Kind, LoadedJob, Payload};
+use crate::sink::csv::{inspect, CsvSink};
+use crate::sink::row::{escape_text, logp_json, Row};
+
+/// (job, sweep point, item id): what identifies a row within a run.
+type RowKey = (String, String, String);
+
+/// How to run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Explicit run id.
+    pub run_id: Option<String>,
+    /// Continue a run: skip the items it already wrote.
+    pub resume: bool,
+    /// Print `BMOE_DECIDE` / `BMOE_DONE` lines on stdout.
+    pub machine: bool,
+    /// No progress bars.
+    pub quiet: bool,
+}
+
+/// What a run did.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// The run id.
+    pub run_id: String,
+    /// Rows written, per CSV.
+    pub written: Vec<(PathBuf, u64)>,
+    /// Items skipped because the run already had them.
+    pub skipped: u64,
+    /// Rows whose item the engine refused.
+    pub failed: u64,
+    /// Stopped by Ctrl-C.
+    pub interrupted: bool,
+    /// Per decide unit: (job, point, decisions, best histogram) for the summary.
+    pub decisions: u64,
+    /// Sum of prefill seconds.
+    pub prefill_s: f64,
+    /// Sum of prefill tokens.
+    pub prefill_tokens: u64,
+}
+
+fn run_id_default(prep: &Prepared) -> String {
+    let ts = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    match prep.jobs.as_slice() {
+        [one] => format!("{}-{ts}", one.job.name),
+        _ => format!("run-{ts}"),
+    }
+}
+
+/// Picks the run id and the (job, point, item) keys it already has, reading each CSV once; refuses
+/// a CSV with another header before anything is written.
+fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<(String, HashSet<RowKey>)> {
+    let mut rows_by_csv: HashMap<PathBuf, Vec<Row>> = HashMap::new();
+    for j in &prep.jobs {
+        if !rows_by_csv.contains_key(&j.csv) {
+            let e = inspect(&j.csv)?;
+            rows_by_csv.insert(j.csv.clone(), e.rows);
+        }
+    }
+    let run_id = match (&opts.run_id, opts.resume) {
+        (Some(id), _) => id.clone(),
+        (None, false) => run_id_default(prep),
+        (None, true) => {
+            // The latest run of the first job, in its CSV.
+            let j = &prep.jobs[0];
+            rows_by_csv
+                .get(&j.csv)
+                .and_then(|rows| rows.iter().rev().find(|r| r.job == j.job.name))
+                .map(|r| r.run_id.clone())
+                .ok_or_else(|| {
+                    anyhow!(
+                        "--resume: {} has no rows of job {} to resume; run without --resume",
+                        display_path(&j.csv),
+                        j.job.name
+                    )
+                })?
+        }
+    };
+    if run_id.is_empty() || run_id.contains(['\n', '\r', ',']) {
+        bail!("run id {run_id:?} must be non-empty and hold no commas or newlines");
+    }
+    let mut done = HashSet::new();
+    for rows in rows_by_csv.values() {
+        for r in rows.iter().filter(|r| r.run_id == run_id) {
+            done.insert((r.job.clone(), r.point.clone(), r.item.clone()));
+        }
+    }
+    if !opts.resume && !done.is_empty() {
+        bail!("run id {run_id} already has rows; add --resume to continue it, or choose another --run-id");
+    }
+    Ok((run_id, done))
+}
+
+/// SHA-256 of the GGUF header (everything before the first tensor's data), 16 hex digits.
+pub fn model_hash(path: &Path, data_start: u64) -> anyhow::Result<String> {
+    // Bounded so a header we misjudge cannot make us hash gigabytes.
+    let n = data_start.clamp(1, 64 << 20);
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut buf = Vec::with_capacity(n as usize);
+    f.by_ref().take(n).read_to_end(&mut buf)?;
+    let digest = Sha256::digest(&buf);
+    Ok(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
+}
+
+/// Runs every unit; returns what was done (an interrupted run is `Ok` with `interrupted`).
+pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Result<Summary> {
+    let (run_id, done) = existing_state(prep, opts)?;
+    let mut summary = Summary {
+        run_id: run_id.clone(),
+        ..Summary::default()
+    };
+    let mut progress = Progress::new(prep.units.len() as u64, opts.quiet);
+    let mut sinks: HashMap<PathBuf, CsvSink> = HashMap::new();
+    let mut written: HashMap<PathBuf, u64> = HashMap::new();
+    let build = format!(
+        "bmoe {} (engine {})",
+        env!("CARGO_PKG_VERSION"),
+        bmoe_engine::VERSION
+    );
+
+    for unit in &prep.units {
+        let lj = &prep.jobs[unit.job];
+        let pending: Vec<_> = lj
+            .items
+            .iter()
+            .filter(|it| !done.contains(&(lj.job.name.clone(), unit.point.clone(), it.id.clone())))
+            .collect();
+        summary.skipped += (lj.items.len() - pending.len()) as u64;
+        let label = format!("{} on {} [{}]", lj.job.name, unit.profile.name, unit.point);
+        if pending.is_empty() {
+            progress.end_unit();
+            continue;
+        }
+        if stop.requested() {
+            summary.interrupted = true;
+            break;
+        }
+        progress.start_unit(&label, pending.len() as u64);
+        let (load_opts, sess_opts) =
+            crate::placement::engine_options(&unit.placement, &unit.resolved.settings, &lj.model);
+        let t0 = Instant::now();
+        let model = Model::load(&load_opts)
+            .with_context(|| format!("loading {}", display_path(&lj.model)))?;
+        let load_s = t0.elapsed().as_secs_f64();
+        let mut session = model.session(&sess_opts).context("opening a session")?;
+        let base = base_row(&run_id, lj, unit, &model, load_s, &build)?;
+        let gen_opts = generate_options(lj);
+
+        for item in pending {
+            if stop.requested() {
+                summary.interrupted = true;
+                break;
+            }
+            let mut row = Row {
+                item: item.id.clone(),
+                ..base.clone()
+            };
+            let outcome = run_item(
+                &mut session,
+                lj.job.kind,
+                &item.payload,
+                &gen_opts,
+                stop,
+                &mut row,
+            );
+            match outcome {
+                Ok(true) => {}
+                // Abandoned by a second Ctrl-C: not complete, so not written.
+                Ok(false) => {
+                    summary.interrupted = true;
+                    break;
+                }
+                Err(EngineError::Cancelled) => {
+                    summary.interrupted = true;
+                    break;
+                }
+                Err(e) => {
+                    summary.failed += 1;
+                    row.error = e.to_string();
+                    progress.println(&format!("bmoe: {} item {}: {e}", lj.job.name, item.id));
+                }
+            }
+            row.time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            if !sinks.contains_key(&lj.csv) {
+                sinks.insert(lj.csv.clone(), CsvSink::open(&lj.csv)?);
+            }
+            if let Some(s) = sinks.get_mut(&lj.csv) {
+                s.append(&row)?;
+            }
+            *written.entry(lj.csv.clone()).or_default() += 1;
+            if opts.machine {
+                machine::emit(lj.job.kind, &row);
+            }
+            if lj.job.kind == Kind::Decide && row.error.is_empty() {
+                summary.decisions += 1;
+            }
+            summary.prefill_s += row.prefill_s;
+            summary.prefill_tokens += u64::from(row.n_prompt);
+            progress.item_done(u64::from(row.n_prompt));
+        }
+        progress.end_unit();
+        if summary.interrupted {
+            break;
+        }
+    }
+    progress.finish();
+    let mut w: Vec<(PathBuf, u64)> = written.into_iter().collect();
+    w.sort();
+    // Name every CSV a job points at, even one that got no new rows (all skipped).
+    for j in &prep.jobs {
+        if !w.iter().any(|(p, _)| p == &j.csv) {
+            w.push((j.csv.clone(), 0));
+        }
+    }
+    summary.written = w;
+    Ok(summary)
+}
+
+fn generate_options(lj: &LoadedJob) -> GenerateOptions {
+    let s = &lj.job.sampling;
+    GenerateOptions {
+        n_predict: lj.job.n_predict,
+        chat: lj.job.chat,
+        sampling: if s.temperature <= 0.0 {
+            Sampling::Greedy
+        } else {
+            Sampling::Seeded {
+                seed: s.seed,
+                temperature: s.temperature,
+                top_k: s.top_k,
+                top_p: s.top_p,
+            }
+        },
+    }
+}
+
+/// The columns every row of a unit shares.
+fn base_row(
+    run_id: &str,
+    lj: &LoadedJob,
+    u: &Unit,
+    model: &Model,
+    load_s: f64,
+    build: &str,
+) -> anyhow::Result<Row> {
+    let s = &u.resolved.settings;
+    let info = model.info();
+    Ok(Row {
+        run_id: run_id.to_string(),
+        job: lj.job.name.clone(),
+        kind: lj.job.kind.to_string(),
+        profile: u.profile.name.clone(),
+        point: u.point.clone(),
+        model: display_path(&lj.model),
+        model_bytes: info.file_bytes,
+        model_hash: model_hash(&lj.model, u.placement.dims.data_start)?,
+        build: build.to_string(),
+        arch: info.arch.clone(),
+        threads: s.threads,
+        context: u.placement.n_ctx as u32,
+        moe_stream: s.moe_stream,
+        cache_mb: u.placement.cache_mb,
+        io_threads: s.io_threads,
+        dense_weights: s.dense_weights.to_string(),
+        prefill_device: u.placement.prefill.device.clone().unwrap_or_default(),
+        device_ubatch: s.device_ubatch,
+        cpu_ubatch: s.cpu_ubatch,
+        min_tokens: s.min_tokens,
+        loaders: s.loaders,
+        routed: s.routed,
+        routed_full: s.routed_full,
+        n_expert_used: info.n_expert_used,
+        load_s,
+        cache_hit_pct: -1.0,
+        ..Row::default()
+    })
+}
+
+/// Runs one item into `row`; `Ok(false)` when it was abandoned (not complete).
+fn run_item(
+    session: &mut bmoe_engine::Session<'_>,
+    kind: Kind,
+    payload: &Payload,
+    gen: &GenerateOptions,
+    stop: &Stop,
+    row: &mut Row,
+) -> Result<bool, EngineError> {
+    match (kind, payload) {
+        (Kind::Decide, Payload::Decide(req)) => {
+            let r = session.decide(req)?;
+            fill_common(row, &r.timing, &r.stream, &r.prefill_dev);
+            row.best = Some(r.best as u32);
+            row.choice_logp = logp_json(&r.choice_logp);
+        }
+        (Kind::Generate, Payload::Text(prompt)) => {
+            let r = session.generate(prompt, gen, &stop.cancel)?;
+            if r.cancelled {
+                return Ok(false);
+            }
+            fill_common(row, &r.timing, &r.stream, &r.prefill_dev);
+            row.stopped_eog = r.stopped_eog;
+            row.text = escape_text(&r.text);
+        }
+        (Kind::Perplexity, Payload::Text(text)) => {
+            let r = session.perplexity(text)?;
+            fill_common(row, &r.timing, &r.stream, &r.prefill_dev);
+            row.ppl = Some(r.ppl);
+            row.nll_mean = Some(r.nll_mean);
+            row.n_scored = Some(r.n_scored);
+        }
+        // load_job pairs kinds with payloads; a mismatch is a bug, reported as a refusal.
+        _ => {
+            return Err(EngineError::InvalidOption(format!(
+                "{kind} job with the wrong kind of item"
+            )))
+        }
+    }
+    Ok(true)
+}
+
+fn fill_common(
+    row: &mut Row,
+    t: &bmoe_engine::Timing,
+    s: &bmoe_engine::StreamCounters,
+    d: &bmoe_engine::PrefillDevCounters,
+) {
+    row.n_prompt = t.n_prompt;
+    row.prefill_s = t.prefill_s;
+    row.prefill_tps = t.prefill_tps();
+    row.tokens = t.n_decoded;
+    row.decode_s = t.decode_s;
+    row.tok_s = t.tok_s();
+    row.read_mib = s.read_mib();
+    row.io_s = s.read_s;
+    row.stall_s = s.stall_s;
+    row.cache_hit_pct = s.cache_hit_pct().unwrap_or(-1.0);
+    row.cache_resident_mib = s.resident_bytes as f64 / (1u64 << 20) as f64;
+    row.evictions = s.evictions;
+    row.prefill_dev_tokens = d.tokens;
+    row.prefill_dev_nodes = d.nodes;
+    row.prefill_dev_read_mib = d.read_mib();
+    row.prefill_dev_stall_s = d.stall_s;
+    row.prefill_dev_routed = d.routed;
+    row.prefill_dev_demand = d.demand;
+}

@@ -1,0 +1,6 @@
+//! Running jobs: preparation (check, layer, place), execution, progress, interrupts, machine lines.
+pub mod exec;
+pub mod machine;
+pub mod prepare;
+pub mod progress;
+pub mod signals;

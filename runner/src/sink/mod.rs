@@ -1,0 +1,3 @@
+//! Where records go: CSV rows (the stable, append-only telemetry schema).
+pub mod csv;
+pub mod row;

@@ -1,0 +1,130 @@
+//! Shared fixtures: a scratch project folder with the tiny synthetic model, profiles and jobs, and
+//! a way to run the real `bmoe` binary in it.
+#![allow(dead_code)]
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use bmoe_engine::synth::{write_model, Preset, SynthArch, SynthSpec};
+
+/// A scratch project: `models/tiny.gguf`, `profiles/host.toml`, and whatever a test writes.
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+/// The tiny model, written once per test process into a shared folder (it takes well under 1 s,
+/// but every test needs it).
+fn tiny_model() -> PathBuf {
+    static ONCE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir").keep();
+        let p = dir.join("tiny.gguf");
+        write_model(&SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe), &p)
+            .expect("write tiny model");
+        p
+    })
+    .clone()
+}
+
+pub const HOST_PROFILE: &str = r#"
+name = "host"
+hexagon = "none"
+ram_mb = 4096
+
+[engine]
+threads = 2
+context = 512
+cache_floor_mb = 512
+"#;
+
+pub const DECIDE_JOB: &str = r#"
+name = "decide"
+model = "../models/tiny.gguf"
+kind = "decide"
+profile = "../profiles/host.toml"
+csv = "../runs/decide.csv"
+decisions_file = "decisions.jsonl"
+"#;
+
+impl Project {
+    /// A fresh project with the model and the host profile.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("models")).unwrap();
+        std::fs::copy(tiny_model(), dir.path().join("models/tiny.gguf")).unwrap();
+        let p = Project { dir };
+        p.write("profiles/host.toml", HOST_PROFILE);
+        p
+    }
+
+    /// An absolute path inside the project.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Writes a file (creating folders).
+    pub fn write(&self, rel: &str, text: &str) {
+        let p = self.path(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// Reads a file, or "" when absent.
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap_or_default()
+    }
+
+    /// `n` decisions as JSONL, ids d1..dn.
+    pub fn decisions(&self, rel: &str, n: usize) {
+        let mut s = String::new();
+        for i in 1..=n {
+            s.push_str(&format!(
+                "{{\"id\": \"d{i}\", \"prefix\": \"Task {i}: pick the right button.\\n\", \"suffix\": \"Screen {i}: OK, Cancel, Help\", \"choices\": [\"OK\", \"Cancel\", \"Help\"]}}\n"
+            ));
+        }
+        self.write(rel, &s);
+    }
+
+    /// A `bmoe` command in the project folder, with no BMOE_* variables leaking in and
+    /// RUST_BACKTRACE=1 so a panic would show.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_bmoe"));
+        c.current_dir(self.dir.path())
+            .args(args)
+            .env("RUST_BACKTRACE", "1");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("BMOE_") {
+                c.env_remove(k);
+            }
+        }
+        c
+    }
+
+    /// Runs `bmoe` to completion.
+    pub fn bmoe(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run bmoe")
+    }
+}
+
+/// stdout + stderr as text.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Data rows of a CSV (header excluded).
+pub fn data_lines(csv: &str) -> Vec<&str> {
+    csv.lines().skip(1).collect()
+}
+
+/// Copies the repository's example tree (profiles/, jobs/) next to a model, for the examples test.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The shared tiny model's path.
+pub fn model_path() -> PathBuf {
+    tiny_model()
+}

@@ -1,0 +1,106 @@
+//! `bmoe compare`: two runs of one job agree everywhere; a run with another n_expert_used differs.
+mod common;
+use common::{text, Project, DECIDE_JOB};
+
+#[test]
+fn same_job_twice_is_identical_and_top_k_changes_are_reported() {
+    let p = Project::new();
+    p.decisions("jobs/decisions.jsonl", 6);
+    p.write("jobs/job.toml", DECIDE_JOB);
+    p.write(
+        "jobs/other.toml",
+        &DECIDE_JOB.replace("decide.csv", "decide-b.csv"),
+    );
+    p.write(
+        "jobs/topk.toml",
+        &DECIDE_JOB.replace("decide.csv", "decide-k1.csv"),
+    );
+
+    for (job, extra) in [
+        ("jobs/job.toml", None),
+        ("jobs/other.toml", None),
+        ("jobs/topk.toml", Some("n_expert_used=1")),
+    ] {
+        let mut args = vec!["run", job, "--quiet"];
+        if let Some(s) = extra {
+            args.extend(["--set", s]);
+        }
+        let o = p.bmoe(&args);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+
+    let o = p.bmoe(&[
+        "compare",
+        "runs/decide.csv",
+        "runs/decide-b.csv",
+        "--fail-on-diff",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("decisions: 6/6 agree on best"), "{out}");
+    assert!(
+        out.contains("largest choice_logp difference: 0.000000"),
+        "{out}"
+    );
+    assert!(out.contains("result: all 6 rows identical"), "{out}");
+    assert!(out.contains("prefill_s ratio B/A over 6 rows"), "{out}");
+
+    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/decide-k1.csv"]);
+    let out = text(&o);
+    assert!(
+        o.status.success(),
+        "without --fail-on-diff a difference is not a failure: {out}"
+    );
+    assert!(out.contains("rows differ"), "{out}");
+    let o = p.bmoe(&[
+        "compare",
+        "runs/decide.csv",
+        "runs/decide-k1.csv",
+        "--fail-on-diff",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // The CSV records the effective top-k.
+    assert!(p
+        .read("runs/decide-k1.csv")
+        .lines()
+        .nth(1)
+        .unwrap()
+        .contains(",1,"));
+}
+
+#[test]
+fn machine_lines_and_schema_check() {
+    let p = Project::new();
+    p.decisions("jobs/decisions.jsonl", 2);
+    p.write("jobs/job.toml", DECIDE_JOB);
+    let o = p.bmoe(&["run", "jobs/job.toml", "--machine"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    for l in lines {
+        let json = l.strip_prefix("BMOE_DECIDE ").expect(l);
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert!(
+            v["best"].is_u64() && v["choice_logp"].is_array() && v["prefill_s"].is_f64(),
+            "{v}"
+        );
+    }
+    // The schema-staleness check through the binary: current in the repo, stale after an edit.
+    let repo_schemas = common::repo_root().join("schemas");
+    let o = p.bmoe(&["schema", "--check", "--out", repo_schemas.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = p.bmoe(&["schema", "--out", "schemas"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let job = p
+        .read("schemas/job.schema.json")
+        .replace("\"maximum\": 65536", "\"maximum\": 65535");
+    p.write("schemas/job.schema.json", &job);
+    let o = p.bmoe(&["schema", "--check", "--out", "schemas"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("job.schema.json differ from the code"),
+        "{}",
+        text(&o)
+    );
+}

@@ -1,0 +1,184 @@
+//! The shipped examples (profiles/, jobs/) check, plan and run against the tiny model.
+mod common;
+use common::{text, Project};
+
+/// Puts the repository's profiles/ and jobs/ into a scratch project beside models/tiny.gguf.
+fn project_with_examples() -> Project {
+    let p = Project::new();
+    for dir in ["profiles", "jobs"] {
+        for e in std::fs::read_dir(common::repo_root().join(dir)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(
+                e.path(),
+                p.path(&format!("{dir}/{}", e.file_name().to_string_lossy())),
+            )
+            .ok();
+            if !p.path(dir).exists() {
+                std::fs::create_dir_all(p.path(dir)).unwrap();
+                std::fs::copy(
+                    e.path(),
+                    p.path(&format!("{dir}/{}", e.file_name().to_string_lossy())),
+                )
+                .unwrap();
+            }
+        }
+    }
+    p
+}
+
+#[test]
+fn every_example_job_checks_with_every_profile() {
+    let p = project_with_examples();
+    let jobs: Vec<String> = std::fs::read_dir(p.path("jobs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml"))
+        .map(|n| format!("jobs/{n}"))
+        .collect();
+    assert!(jobs.len() >= 3, "{jobs:?}");
+    let profiles: Vec<String> = std::fs::read_dir(p.path("profiles"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| format!("profiles/{}", e.file_name().to_string_lossy()))
+        .filter(|n| n.ends_with(".toml"))
+        .collect();
+    assert!(profiles.len() >= 5, "{profiles:?}");
+    for prof in &profiles {
+        let mut args = vec!["check", "--profile", prof.as_str()];
+        args.extend(jobs.iter().map(|s| s.as_str()));
+        let o = p.bmoe(&args);
+        assert!(o.status.success(), "{prof}: {}", text(&o));
+    }
+}
+
+#[test]
+fn demo_job_runs_and_writes_its_csv() {
+    let p = project_with_examples();
+    let o = p.bmoe(&["run", "jobs/demo.toml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("3 rows appended to runs/demo.csv"), "{out}");
+    assert_eq!(common::data_lines(&p.read("runs/demo.csv")).len(), 3);
+}
+
+#[test]
+fn plan_explains_values_placement_and_budget() {
+    let p = project_with_examples();
+    let o = p.bmoe(&[
+        "plan",
+        "jobs/agent-replay.toml",
+        "--profile",
+        "profiles/galaxy-s22.toml",
+        "--set",
+        "threads=3",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    // Origins of values: default, profile, job overrides, --set.
+    assert!(
+        out.contains("threads         3              --set"),
+        "{out}"
+    );
+    assert!(
+        out.contains("job jobs/agent-replay.toml [overrides]"),
+        "{out}"
+    );
+    assert!(out.contains("profile profiles/galaxy-s22.toml"), "{out}");
+    assert!(
+        out.contains("routed_full     0.85           default"),
+        "{out}"
+    );
+    // Hexagon v69 refuses the NPU with a reason.
+    assert!(out.contains("CPU (Hexagon v69 is older than v73"), "{out}");
+    assert!(out.contains("KV cache"), "{out}");
+    assert!(out.contains("auto -> "), "{out}");
+}
+
+#[test]
+fn an_unregistered_device_leaves_prefill_on_the_cpu() {
+    let p = project_with_examples();
+    let o = p.bmoe(&[
+        "plan",
+        "jobs/demo.toml",
+        "--profile",
+        "profiles/oneplus-15.toml",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("CPU (HTP0 is not in this build's registry)"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_sweep_runs_once_per_point() {
+    let p = project_with_examples();
+    let o = p.bmoe(&["run", "jobs/sweep-cache.toml", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = p.read("runs/sweep-cache.csv");
+    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
+    let h = rdr.headers().unwrap().clone();
+    let point = h.iter().position(|c| c == "point").unwrap();
+    let cache = h.iter().position(|c| c == "cache_mb").unwrap();
+    let mut per_point = std::collections::BTreeMap::<String, (usize, String)>::new();
+    for r in rdr.records() {
+        let r = r.unwrap();
+        let e = per_point
+            .entry(r[point].to_string())
+            .or_insert((0, r[cache].to_string()));
+        e.0 += 1;
+    }
+    let decisions = p.read("jobs/agent-replay.jsonl").lines().count();
+    assert_eq!(per_point.len(), 3, "{per_point:?}");
+    for (label, (n, cache_mb)) in &per_point {
+        assert_eq!(*n, decisions, "{label}");
+        assert_eq!(label, &format!("cache_mb={cache_mb}"));
+    }
+}
+
+#[test]
+fn ctrl_c_finishes_the_row_in_flight_and_exits_cleanly() {
+    let p = Project::new();
+    p.decisions("jobs/decisions.jsonl", 60);
+    p.write("jobs/job.toml", common::DECIDE_JOB);
+    let child = p
+        .cmd(&["run", "jobs/job.toml", "--run-id", "r1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while common::data_lines(&p.read("runs/decide.csv")).len() < 2 {
+        assert!(t0.elapsed().as_secs() < 120, "no rows");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let st = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(130), "{out}");
+    assert!(
+        out.contains("interrupt: finishing the row in flight"),
+        "{out}"
+    );
+    assert!(out.contains("--resume --run-id r1"), "{out}");
+    let csv = p.read("runs/decide.csv");
+    assert!(csv.ends_with('\n'));
+    let n = common::data_lines(&csv).len();
+    assert!(n < 60, "{n}");
+    let o = p.bmoe(&[
+        "run",
+        "jobs/job.toml",
+        "--resume",
+        "--run-id",
+        "r1",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(common::data_lines(&p.read("runs/decide.csv")).len(), 60);
+}
