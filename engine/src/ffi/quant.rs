@@ -26,11 +26,11 @@ pub fn type_name(ty: GgmlType) -> String {
 /// Converts `rows` rows of `n_per_row` f32s into `ty` with ggml's own quantizer; returns the bytes.
 pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: usize) -> Vec<u8> {
     assert!(
-        n_per_row > 0 && src.len() % n_per_row == 0,
+        n_per_row > 0 && src.len().is_multiple_of(n_per_row),
         "src is not whole rows"
     );
     assert!(
-        n_per_row % block_size(ty) == 0,
+        n_per_row.is_multiple_of(block_size(ty)),
         "row width not a multiple of the block size"
     );
     let rows = src.len() / n_per_row;

@@ -58,8 +58,7 @@ impl Session<'_> {
         let io0 = crate::telemetry::storage_read_bytes();
         let t0 = Instant::now();
         let mut batch = Batch::new(1);
-        let mut pos = tokens.len();
-        for _ in 0..opts.n_predict {
+        for pos in tokens.len()..tokens.len() + opts.n_predict as usize {
             if cancel.is_cancelled() {
                 rec.cancelled = true;
                 break;
@@ -76,7 +75,6 @@ impl Session<'_> {
             }
             batch.clear();
             batch.push(tok, pos as i32, true);
-            pos += 1;
             self.run_batch(&batch)?;
         }
         rec.timing.n_decoded = rec.tokens.len() as u32;

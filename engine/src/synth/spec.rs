@@ -169,19 +169,19 @@ impl SynthSpec {
         if self.n_layer == 0 || self.n_embd == 0 || self.n_head == 0 || self.n_expert == 0 {
             return err("layers, width, heads and experts must all be at least 1".into());
         }
-        if self.n_embd % self.n_head != 0 {
+        if !self.n_embd.is_multiple_of(self.n_head) {
             return err(format!(
                 "width {} is not a multiple of heads {}",
                 self.n_embd, self.n_head
             ));
         }
-        if self.n_head_kv == 0 || self.n_head % self.n_head_kv != 0 {
+        if self.n_head_kv == 0 || !self.n_head.is_multiple_of(self.n_head_kv) {
             return err(format!(
                 "heads {} is not a multiple of kv heads {}",
                 self.n_head, self.n_head_kv
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return err(format!(
                 "head width {} must be even (rope)",
                 self.head_dim()
@@ -209,7 +209,7 @@ impl SynthSpec {
         ] {
             let b = quant::block_size(ty.ggml()) as u32;
             for w in widths {
-                if w % b != 0 {
+                if !w.is_multiple_of(b) {
                     return err(format!(
                         "{what} type {:?} packs rows in blocks of {b}, but a row is {w} wide",
                         ty
