@@ -3,6 +3,7 @@
 //! Data flows one way: typed options in ([`LoadOptions`], [`SessionOptions`]), records out
 //! ([`GenerateRecord`], [`DecideRecord`], [`PerplexityRecord`]). The engine never reads the
 //! environment or a config file.
+pub mod device;
 pub mod error;
 pub mod ffi;
 pub mod gguf_index;

@@ -42,6 +42,8 @@ pub struct ModelInfo {
     pub weight_bytes: u64,
     /// Whether the model carries a chat template.
     pub has_chat_template: bool,
+    /// The prefill device that joined the run, if one was asked for and opened.
+    pub prefill_device: Option<String>,
 }
 
 /// A loaded model; sessions borrow it.
@@ -152,10 +154,28 @@ impl Model {
                 i64::from(k),
             ));
         }
+        let mut warnings = Vec::new();
+        // The prefill device joins as the only non-CPU device, with no layer assigned
+        // (n_gpu_layers = 0): nothing runs there unless the engine hands it a graph.
+        let mut devices = Vec::new();
+        let mut prefill_device = None;
+        if let Some(p) = &opts.prefill {
+            match crate::device::resolve(&p.device) {
+                crate::device::Resolution::Device(d, name) => {
+                    devices.push(d);
+                    warnings.push(format!(
+                        "prefill device {name} joined the run with no layer assigned; this build does not yet move prefill graphs onto it, so every graph runs on the CPU"
+                    ));
+                    prefill_device = Some(name);
+                }
+                crate::device::Resolution::Cpu(reason) => warnings.push(reason),
+            }
+        }
+        devices.push(cpu);
         let raw = LlamaModel::load(
             path,
             &RawLoadParams {
-                devices: vec![cpu],
+                devices,
                 mmap: true,
                 kv_overrides,
             },
@@ -174,7 +194,6 @@ impl Model {
                 .unwrap_or(0)
         });
         let template = raw.chat_template();
-        let mut warnings = Vec::new();
         let stream = match &opts.stream {
             None => None,
             Some(so) => {
@@ -212,6 +231,7 @@ impl Model {
             n_expert_used,
             weight_bytes: raw.size(),
             has_chat_template: template.is_some(),
+            prefill_device,
         };
         Ok(Model {
             stream,
@@ -228,7 +248,8 @@ impl Model {
         &self.info
     }
 
-    /// Things the user should know about this load (a cache below the cliff, no O_DIRECT).
+    /// Things the user should know about this load (a cache below the cliff, no O_DIRECT, where
+    /// prefill runs).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }

@@ -73,6 +73,34 @@ fn generate_twice_gives_the_same_bytes() {
 }
 
 #[test]
+fn an_unknown_prefill_device_runs_on_the_cpu_with_one_line() {
+    let m = tiny();
+    let plain = bmoe(&["generate", "-m", s(&m), "-p", "Hi", "-n", "8", "-t", "2"]);
+    let o = bmoe(&[
+        "generate",
+        "-m",
+        s(&m),
+        "-p",
+        "Hi",
+        "-n",
+        "8",
+        "-t",
+        "2",
+        "--prefill-device",
+        "HTP0",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("bmoe: ")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("HTP0 is not in this build's registry"),
+        "{err}"
+    );
+    assert_eq!(o.stdout, plain.stdout);
+}
+
+#[test]
 fn decide_and_ppl_print_their_results() {
     let m = tiny();
     let o = bmoe(&[

@@ -8,6 +8,7 @@ pub mod model;
 pub mod quant;
 pub mod region;
 pub mod registry;
+pub mod rpc;
 pub mod sampler;
 pub mod tensor;
 pub mod vocab;

@@ -140,3 +140,18 @@ pub fn backend_names() -> Vec<String> {
         })
         .collect()
 }
+
+impl Device {
+    /// True when a backend can be created on the device (then freed at once).
+    pub fn opens(&self) -> bool {
+        // SAFETY: creating and freeing a backend on a live registry device; NULL means failure.
+        unsafe {
+            let b = sys::ggml_backend_dev_init(self.0, std::ptr::null());
+            if b.is_null() {
+                return false;
+            }
+            sys::ggml_backend_free(b);
+            true
+        }
+    }
+}

@@ -13,7 +13,7 @@ fn load(e: &EngineArgs) -> anyhow::Result<Model> {
     bmoe_engine::set_log_verbose(e.verbose);
     let m = Model::load(&e.load_options())?;
     for w in m.warnings() {
-        eprintln!("bmoe: warning: {w}");
+        eprintln!("bmoe: {w}");
     }
     if let Some(b) = m.stream_budget_bytes() {
         eprintln!("moe-stream: on, expert cache {} MiB", b >> 20);

@@ -158,6 +158,9 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         let model = Model::load(&load_opts)
             .with_context(|| format!("loading {}", display_path(&lj.model)))?;
         let load_s = t0.elapsed().as_secs_f64();
+        for w in model.warnings() {
+            progress.println(&format!("bmoe: {w}"));
+        }
         let mut session = model.session(&sess_opts).context("opening a session")?;
         let base = base_row(&run_id, lj, unit, &model, load_s, &build)?;
         let gen_opts = generate_options(lj);
