@@ -147,6 +147,24 @@ fn gates_split_gguf() {
 }
 
 #[test]
+fn a_dense_model_is_refused_for_streaming_and_runs_without_it() {
+    let p = common::model(
+        "dense-llama",
+        &SynthSpec::preset(Preset::Tiny, SynthArch::Llama),
+    );
+    let m = Model::load(&LoadOptions::new(&p)).unwrap();
+    assert_eq!((m.info().arch.as_str(), m.info().n_expert), ("llama", 0));
+    let e = Model::load(&LoadOptions {
+        stream: stream(0, false),
+        ..LoadOptions::new(&p)
+    })
+    .err()
+    .unwrap();
+    assert!(matches!(e, EngineError::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("mixture-of-experts"), "{e}");
+}
+
+#[test]
 fn a_cache_below_the_cliff_is_warned_about() {
     let m = Model::load(&LoadOptions {
         stream: stream(0, false),

@@ -42,6 +42,12 @@ fn olmoe_loads_and_generates() {
 }
 
 #[test]
+fn a_dense_llama_loads_and_generates() {
+    let p = common::model("dense", &SynthSpec::preset(Preset::Tiny, SynthArch::Llama));
+    assert!(!greedy(&p).is_empty());
+}
+
+#[test]
 fn split_gguf_loads_like_the_single_file() {
     let spec = SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe);
     let single = common::tiny();

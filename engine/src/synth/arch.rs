@@ -11,6 +11,8 @@ pub enum SynthArch {
     Qwen3Moe,
     /// OLMoE: full-width q/k norms, softmax routing without renormalisation.
     Olmoe,
+    /// Llama: a dense model (no experts), for the paths that must refuse or ignore experts.
+    Llama,
 }
 
 /// What a tensor holds, which decides how its data is made.
@@ -44,6 +46,7 @@ impl SynthArch {
         match self {
             SynthArch::Qwen3Moe => "qwen3moe",
             SynthArch::Olmoe => "olmoe",
+            SynthArch::Llama => "llama",
         }
     }
 
@@ -52,12 +55,13 @@ impl SynthArch {
         Some(match s {
             "qwen3moe" => SynthArch::Qwen3Moe,
             "olmoe" => SynthArch::Olmoe,
+            "llama" => SynthArch::Llama,
             _ => return None,
         })
     }
 
     /// The names `parse` accepts.
-    pub const NAMES: &'static [&'static str] = &["qwen3moe", "olmoe"];
+    pub const NAMES: &'static [&'static str] = &["qwen3moe", "olmoe", "llama"];
 
     /// Makes a preset shape legal for this architecture.
     pub(crate) fn adjust(self, mut s: SynthSpec) -> SynthSpec {
@@ -88,8 +92,10 @@ impl SynthArch {
         g.set_u32(&format!("{a}.attention.head_count"), s.n_head);
         g.set_u32(&format!("{a}.attention.head_count_kv"), s.n_head_kv);
         g.set_f32(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6);
-        g.set_u32(&format!("{a}.expert_count"), s.n_expert);
-        g.set_u32(&format!("{a}.expert_used_count"), s.n_expert_used);
+        if self != SynthArch::Llama {
+            g.set_u32(&format!("{a}.expert_count"), s.n_expert);
+            g.set_u32(&format!("{a}.expert_used_count"), s.n_expert_used);
+        }
         g.set_f32(&format!("{a}.rope.freq_base"), 10000.0);
         match self {
             SynthArch::Qwen3Moe => {
@@ -101,7 +107,7 @@ impl SynthArch {
                     s.n_ff_exp * s.n_expert_used,
                 );
             }
-            SynthArch::Olmoe => {
+            SynthArch::Olmoe | SynthArch::Llama => {
                 g.set_u32(&format!("{a}.feed_forward_length"), s.n_ff_exp);
             }
         }
@@ -133,11 +139,25 @@ impl SynthArch {
         ];
         let qk_norm = match self {
             SynthArch::Qwen3Moe => (hd, hd),
-            SynthArch::Olmoe => (h * hd, hkv * hd),
+            SynthArch::Olmoe | SynthArch::Llama => (h * hd, hkv * hd),
         };
         for il in 0..s.n_layer {
             let l = Some(il);
             let n = |suffix: &str| format!("blk.{il}.{suffix}.weight");
+            if self == SynthArch::Llama {
+                out.extend([
+                    t(n("attn_norm"), vec![e], Role::Norm, l),
+                    t(n("attn_q"), vec![e, h * hd], Role::Dense, l),
+                    t(n("attn_k"), vec![e, hkv * hd], Role::Dense, l),
+                    t(n("attn_v"), vec![e, hkv * hd], Role::Dense, l),
+                    t(n("attn_output"), vec![h * hd, e], Role::Dense, l),
+                    t(n("ffn_norm"), vec![e], Role::Norm, l),
+                    t(n("ffn_gate"), vec![e, f], Role::Dense, l),
+                    t(n("ffn_up"), vec![e, f], Role::Dense, l),
+                    t(n("ffn_down"), vec![f, e], Role::Dense, l),
+                ]);
+                continue;
+            }
             out.extend([
                 t(n("attn_norm"), vec![e], Role::Norm, l),
                 t(n("attn_q"), vec![e, h * hd], Role::Dense, l),

@@ -22,7 +22,7 @@ pub struct SynthArgs {
     #[arg(long, value_parser = ["tiny", "small", "bench"], default_value = "tiny")]
     pub preset: String,
     /// Architecture.
-    #[arg(long, value_parser = ["qwen3moe", "olmoe"], default_value = "qwen3moe")]
+    #[arg(long, value_parser = ["qwen3moe", "olmoe", "llama"], default_value = "qwen3moe")]
     pub arch: String,
     /// Transformer blocks.
     #[arg(long)]
