@@ -71,6 +71,9 @@ pub enum EngineError {
     /// Expert streaming failed (a read error, a short read); the decode was stopped.
     #[error("expert streaming: {0}")]
     Stream(String),
+    /// The prefill device failed (arena binding, a skipped pacing point).
+    #[error("prefill device: {0}")]
+    Device(String),
     /// Reading from the model file failed.
     #[error("reading {path}: {source}")]
     Io {

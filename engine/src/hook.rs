@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use ggml_sys as sys;
 
+use crate::device::arena::Arena;
 use crate::ffi::context::EvalHook;
 use crate::ffi::tensor::{self, TensorPtr};
 use crate::stream::Streamer;
@@ -105,8 +106,10 @@ impl EvalHook for CaptureHook {
 /// hands its ids to the streamer. A failed read sets the abort flag, so the decode stops before
 /// any expert matmul runs on unread data.
 pub struct EngineHook {
-    /// The expert streamer.
-    pub streamer: Arc<Mutex<Streamer>>,
+    /// The expert streamer, when streaming.
+    pub streamer: Option<Arc<Mutex<Streamer>>>,
+    /// The prefill arena, when a device runs wide graphs.
+    pub arena: Option<Arc<Mutex<Arena>>>,
     /// The context's abort flag.
     pub abort: Arc<AtomicBool>,
     /// Where a failure is kept for the session to report.
@@ -116,7 +119,24 @@ pub struct EngineHook {
 impl EvalHook for EngineHook {
     fn ask(&mut self, t: &sys::ggml_tensor) -> bool {
         // Cheap: a byte-prefix test on every node of every graph.
-        t.name[..13].iter().map(|&c| c as u8).eq(*b"ffn_moe_topk-")
+        let topk = t.name[..13].iter().map(|&c| c as u8).eq(*b"ffn_moe_topk-");
+        if topk && self.streamer.is_some() {
+            return true;
+        }
+        let Some(arena) = &self.arena else {
+            return false;
+        };
+        let Ok(mut a) = arena.lock() else {
+            return false;
+        };
+        if !a.active() {
+            return false;
+        }
+        // Nodes whose result lives in device memory are the nodes the device computes.
+        if tensor::on_buft(t, a.buft()) {
+            a.counters.nodes += 1;
+        }
+        a.pacing_layer(tensor::name(t)).is_some()
     }
 
     fn observe(&mut self, t: &sys::ggml_tensor) {
@@ -126,7 +146,24 @@ impl EvalHook for EngineHook {
             }
             self.abort.store(true, Ordering::Relaxed);
         };
-        let Some(il) = node_layer(tensor::name(t), "ffn_moe_topk") else {
+        let name = tensor::name(t);
+        if let Some(arena) = &self.arena {
+            let r = match arena.lock() {
+                Ok(mut a) if a.active() => match a.pacing_layer(name) {
+                    Some(il) => a.on_layer_done(il),
+                    None => Ok(()),
+                },
+                Ok(_) => Ok(()),
+                Err(_) => Err("the arena panicked earlier".into()),
+            };
+            if let Err(e) = r {
+                return fail(e);
+            }
+        }
+        let Some(streamer) = &self.streamer else {
+            return;
+        };
+        let Some(il) = node_layer(name, "ffn_moe_topk") else {
             return;
         };
         let Some(ids) = tensor::read_ids(t) else {
@@ -134,7 +171,7 @@ impl EvalHook for EngineHook {
                 "routing node of layer {il} is not readable host I32"
             ));
         };
-        let r = match self.streamer.lock() {
+        let r = match streamer.lock() {
             Ok(mut s) => s.ensure(il, &ids),
             Err(_) => Err("the expert streamer panicked earlier".into()),
         };

@@ -50,6 +50,10 @@ pub struct ModelInfo {
 pub struct Model {
     // Dropped first: its regions back tensors of `raw`, which must not be computed on afterwards.
     pub(crate) stream: Option<Arc<Mutex<Streamer>>>,
+    /// The prefill arena, when a device runs wide graphs (dropped before the model too).
+    pub(crate) arena: Option<Arc<Mutex<crate::device::arena::Arena>>>,
+    /// Pieces at least this wide run on the prefill device.
+    pub(crate) prefill_min_tokens: usize,
     pub(crate) raw: LlamaModel,
     pub(crate) info: ModelInfo,
     pub(crate) template: Option<String>,
@@ -72,6 +76,7 @@ fn capture_graph(raw: &LlamaModel) -> Result<Capture> {
             threads: 1,
             hook: Some(Box::new(CaptureHook(cap.clone()))),
             abort: Arc::new(AtomicBool::new(false)),
+            persistent_threads: false,
         },
     )
     .map_err(|reason| EngineError::Context { reason })?;
@@ -159,13 +164,18 @@ impl Model {
         // (n_gpu_layers = 0): nothing runs there unless the engine hands it a graph.
         let mut devices = Vec::new();
         let mut prefill_device = None;
+        let mut arena_device = None;
         if let Some(p) = &opts.prefill {
             match crate::device::resolve(&p.device) {
                 crate::device::Resolution::Device(d, name) => {
                     devices.push(d);
-                    warnings.push(format!(
-                        "prefill device {name} joined the run with no layer assigned; this build does not yet move prefill graphs onto it, so every graph runs on the CPU"
-                    ));
+                    if opts.stream.is_some() {
+                        warnings.push(format!(
+                            "prefill device {name} joined the run, but this build does not yet combine it with moe_stream: every graph runs on the CPU"
+                        ));
+                    } else {
+                        arena_device = Some(d);
+                    }
                     prefill_device = Some(name);
                 }
                 crate::device::Resolution::Cpu(reason) => warnings.push(reason),
@@ -194,17 +204,26 @@ impl Model {
                 .unwrap_or(0)
         });
         let template = raw.chat_template();
-        let stream = match &opts.stream {
-            None => None,
-            Some(so) => {
-                let capture = capture_graph(&raw)?;
+        let capture = if opts.stream.is_some() || arena_device.is_some() {
+            Some(capture_graph(&raw)?)
+        } else {
+            None
+        };
+        let arena = match (arena_device, &capture) {
+            (Some(d), Some(c)) => Some(Arc::new(Mutex::new(
+                crate::device::arena::Arena::new(c, d).map_err(EngineError::Device)?,
+            ))),
+            _ => None,
+        };
+        let stream = match (&opts.stream, &capture) {
+            (Some(so), Some(capture)) => {
                 let budget = match so.auto_cache_floor_mb {
                     Some(floor) => {
                         crate::stream::memory::available_bytes().saturating_sub(floor << 20)
                     }
                     None => so.cache_mb << 20,
                 };
-                let st = Streamer::new(&capture, &index, so, budget, n_expert_used)?;
+                let st = Streamer::new(capture, &index, so, budget, n_expert_used)?;
                 if budget > 0 && budget < st.token_bytes {
                     warnings.push(format!(
                         "expert cache of {} MiB is below one token's routed experts ({:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
@@ -217,6 +236,7 @@ impl Model {
                 }
                 Some(Arc::new(Mutex::new(st)))
             }
+            _ => None,
         };
         let info = ModelInfo {
             path: path.clone(),
@@ -235,6 +255,12 @@ impl Model {
         };
         Ok(Model {
             stream,
+            arena,
+            prefill_min_tokens: opts
+                .prefill
+                .as_ref()
+                .map(|p| p.min_tokens.max(1) as usize)
+                .unwrap_or(usize::MAX),
             raw,
             info,
             template,
@@ -259,6 +285,14 @@ impl Model {
         self.stream
             .as_ref()
             .and_then(|s| s.lock().ok().map(|s| s.counters()))
+            .unwrap_or_default()
+    }
+
+    /// Cumulative prefill-device counters (zero when no device runs graphs).
+    pub fn prefill_dev_counters(&self) -> crate::telemetry::PrefillDevCounters {
+        self.arena
+            .as_ref()
+            .and_then(|a| a.lock().ok().map(|a| a.counters.clone()))
             .unwrap_or_default()
     }
 

@@ -62,6 +62,18 @@ pub struct PrefillDevCounters {
 }
 
 impl PrefillDevCounters {
+    /// `self - before`, for per-call deltas.
+    pub fn since(&self, before: &PrefillDevCounters) -> PrefillDevCounters {
+        PrefillDevCounters {
+            tokens: self.tokens - before.tokens,
+            nodes: self.nodes - before.nodes,
+            read_bytes: self.read_bytes - before.read_bytes,
+            stall_s: self.stall_s - before.stall_s,
+            routed: self.routed - before.routed,
+            demand: self.demand - before.demand,
+        }
+    }
+
     /// MiB the arena read.
     pub fn read_mib(&self) -> f64 {
         self.read_bytes as f64 / (1u64 << 20) as f64

@@ -34,6 +34,8 @@ pub struct ContextParams {
     pub hook: Option<Box<dyn EvalHook>>,
     /// Set to make the running decode stop (polled by the CPU backend between nodes).
     pub abort: Arc<AtomicBool>,
+    /// Keep one CPU threadpool for the context's life instead of one per compute call.
+    pub persistent_threads: bool,
 }
 
 struct Callbacks {
@@ -44,6 +46,9 @@ struct Callbacks {
 /// An owned `llama_context` borrowing its model.
 pub struct LlamaContext<'m> {
     raw: NonNull<sys::llama_context>,
+    // A persistent CPU threadpool: without one ggml creates and joins its worker threads on every
+    // compute call, and the graph hook cuts each decode into one call per routing node.
+    threadpool: sys::ggml_threadpool_t,
     // Boxed so the pointer handed to llama.cpp stays put.
     callbacks: Box<Callbacks>,
     _model: &'m LlamaModel,
@@ -55,8 +60,14 @@ unsafe impl Send for LlamaContext<'_> {}
 
 impl Drop for LlamaContext<'_> {
     fn drop(&mut self) {
-        // SAFETY: we own the context; callbacks outlive it (dropped after this).
-        unsafe { sys::llama_free(self.raw.as_ptr()) }
+        // SAFETY: we own the context and the threadpool; the context is freed first, so nothing
+        // computes on the pool when it goes; callbacks outlive both (dropped after this).
+        unsafe {
+            sys::llama_free(self.raw.as_ptr());
+            if !self.threadpool.is_null() {
+                sys::ggml_threadpool_free(self.threadpool);
+            }
+        }
     }
 }
 
@@ -127,8 +138,23 @@ impl<'m> LlamaContext<'m> {
         let raw = NonNull::new(raw).ok_or_else(|| {
             super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
         })?;
+        let threadpool = if p.persistent_threads {
+            // SAFETY: default params are plain data; a NULL pool (creation failed) leaves
+            // llama.cpp's per-call pools in place. Attached to a live context, freed after it.
+            unsafe {
+                let mut tp = sys::ggml_threadpool_params_default(p.threads as i32);
+                let pool = sys::ggml_threadpool_new(&mut tp);
+                if !pool.is_null() {
+                    sys::llama_attach_threadpool(raw.as_ptr(), pool, pool);
+                }
+                pool
+            }
+        } else {
+            std::ptr::null_mut()
+        };
         Ok(Self {
             raw,
+            threadpool,
             callbacks,
             _model: model,
         })

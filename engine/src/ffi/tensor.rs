@@ -37,6 +37,18 @@ pub fn is_weight(t: &sys::ggml_tensor) -> bool {
             == sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
 }
 
+/// True when `t` (or the tensor it views) lives in a buffer of type `buft`.
+pub fn on_buft(t: &sys::ggml_tensor, buft: super::buffer::BufferType) -> bool {
+    let buf = if t.buffer.is_null() && !t.view_src.is_null() {
+        // SAFETY: a non-null view source of a live node is a live tensor.
+        unsafe { (*t.view_src).buffer }
+    } else {
+        t.buffer
+    };
+    // SAFETY: a non-null buffer of a live tensor is a live buffer.
+    !buf.is_null() && unsafe { sys::ggml_backend_buffer_get_type(buf) } == buft.raw()
+}
+
 /// Reads the I32 ids of a routing node `[n_used, n_tokens]`, honouring its strides (it is a
 /// non-contiguous view of the argsort). `None` when the tensor is not host-readable I32.
 pub fn read_ids(t: &sys::ggml_tensor) -> Option<Vec<i32>> {
@@ -60,7 +72,83 @@ pub fn read_ids(t: &sys::ggml_tensor) -> Option<Vec<i32>> {
     Some(out)
 }
 
+/// Where a tensor's bytes live: its buffer, data address and backend extra.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    buffer: sys::ggml_backend_buffer_t,
+    data: *mut std::ffi::c_void,
+    extra: *mut std::ffi::c_void,
+}
+
+// SAFETY: plain addresses of model-lifetime objects, used under the arena's lock.
+unsafe impl Send for Binding {}
+
+impl Binding {
+    /// True when the bytes are in host memory.
+    pub fn is_host(&self) -> bool {
+        // SAFETY: a non-null buffer of a live tensor is a live buffer.
+        !self.buffer.is_null() && unsafe { sys::ggml_backend_buffer_is_host(self.buffer) }
+    }
+
+    /// The `len` host bytes at this binding; `None` unless `is_host`.
+    pub fn host_bytes(&self, len: usize) -> Option<&[u8]> {
+        // SAFETY: host buffers of model weights are readable for `len` = the tensor's nbytes at
+        // `data` for the model's lifetime (the mapping or engine memory).
+        self.is_host()
+            .then(|| unsafe { std::slice::from_raw_parts(self.data as *const u8, len) })
+    }
+}
+
 impl TensorPtr {
+    /// The raw pointer, for the other FFI wrappers.
+    pub fn raw(&self) -> *mut sys::ggml_tensor {
+        self.0
+    }
+
+    /// The tensor's buffer.
+    pub fn buffer(&self) -> sys::ggml_backend_buffer_t {
+        self.get().buffer
+    }
+
+    /// Where the tensor lives now.
+    pub fn binding(&self) -> Binding {
+        let t = self.get();
+        Binding {
+            buffer: t.buffer,
+            data: t.data,
+            extra: t.extra,
+        }
+    }
+
+    /// Puts the tensor back where `b` says. Call only between graph computes.
+    pub fn restore(&self, b: Binding) {
+        // SAFETY: field writes on a live tensor struct while no graph runs; `b` was read from
+        // this tensor earlier and its buffer still exists (the model's or the engine's).
+        unsafe {
+            (*self.0).buffer = b.buffer;
+            (*self.0).data = b.data;
+            (*self.0).extra = b.extra;
+        }
+    }
+
+    /// Clears buffer, data and extra (before `ggml_backend_tensor_alloc`).
+    pub fn detach(&self) {
+        // SAFETY: as `restore`.
+        unsafe {
+            (*self.0).buffer = std::ptr::null_mut();
+            (*self.0).data = std::ptr::null_mut();
+            (*self.0).extra = std::ptr::null_mut();
+        }
+    }
+
+    /// Copies `src` (exactly `nbytes()`) into the tensor wherever it lives.
+    pub fn upload(&self, src: &[u8]) {
+        assert_eq!(src.len(), self.nbytes(), "upload size");
+        // SAFETY: the tensor is bound to a live buffer and `src` holds nbytes bytes; this is a
+        // synchronous copy done between graph computes or at a synchronised callback point.
+        unsafe { sys::ggml_backend_tensor_set(self.0, src.as_ptr().cast(), 0, src.len()) }
+    }
+
     /// Wraps a weight seen in the graph.
     pub fn from_graph(t: &sys::ggml_tensor) -> Self {
         TensorPtr(t as *const _ as *mut _)

@@ -71,6 +71,7 @@ impl Session<'_> {
             .ok_or_else(|| EngineError::Decode("no logits after prefill".into()))?;
         let lp = log_softmax(logits);
         let choice_logp: Vec<f64> = firsts.iter().map(|&t| lp[t as usize]).collect();
+        let (stream_c, dev_c) = before.since(self.model);
         let best = choice_logp
             .iter()
             .enumerate()
@@ -89,8 +90,8 @@ impl Session<'_> {
                 prefill_s,
                 ..Timing::default()
             },
-            stream: self.model.stream_counters().since(&before),
-            ..DecideRecord::default()
+            stream: stream_c,
+            prefill_dev: dev_c,
         })
     }
 }

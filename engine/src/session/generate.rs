@@ -83,7 +83,7 @@ impl Session<'_> {
             rec.decode_storage_read_bytes = b.saturating_sub(a);
         }
         rec.text = String::from_utf8_lossy(&rec.bytes).into_owned();
-        rec.stream = self.model.stream_counters().since(&before);
+        (rec.stream, rec.prefill_dev) = before.since(self.model);
         Ok(rec)
     }
 }

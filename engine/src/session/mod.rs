@@ -36,6 +36,35 @@ impl CancelToken {
     }
 }
 
+/// Cumulative counters at the start of a call, to report the call's own.
+pub(crate) struct Snapshot {
+    stream: crate::telemetry::StreamCounters,
+    dev: crate::telemetry::PrefillDevCounters,
+}
+
+impl Snapshot {
+    fn take(model: &Model) -> Self {
+        Self {
+            stream: model.stream_counters(),
+            dev: model.prefill_dev_counters(),
+        }
+    }
+
+    /// The call's streaming and device counters.
+    pub(crate) fn since(
+        &self,
+        model: &Model,
+    ) -> (
+        crate::telemetry::StreamCounters,
+        crate::telemetry::PrefillDevCounters,
+    ) {
+        (
+            model.stream_counters().since(&self.stream),
+            model.prefill_dev_counters().since(&self.dev),
+        )
+    }
+}
+
 /// One context over a model.
 pub struct Session<'m> {
     pub(crate) model: &'m Model,
@@ -67,13 +96,15 @@ impl<'m> Session<'m> {
         let n_ubatch = opts.n_ubatch.max(opts.n_ubatch_device).min(n_ctx.max(1));
         let abort = Arc::new(AtomicBool::new(false));
         let hook_error = Arc::new(Mutex::new(None));
-        let hook: Option<Box<dyn EvalHook>> = model.stream.as_ref().map(|st| {
-            Box::new(EngineHook {
-                streamer: st.clone(),
-                abort: abort.clone(),
-                error: hook_error.clone(),
-            }) as Box<dyn EvalHook>
-        });
+        let hook: Option<Box<dyn EvalHook>> = (model.stream.is_some() || model.arena.is_some())
+            .then(|| {
+                Box::new(EngineHook {
+                    streamer: model.stream.clone(),
+                    arena: model.arena.clone(),
+                    abort: abort.clone(),
+                    error: hook_error.clone(),
+                }) as Box<dyn EvalHook>
+            });
         let ctx = LlamaContext::new(
             &model.raw,
             ContextParams {
@@ -82,6 +113,8 @@ impl<'m> Session<'m> {
                 n_ubatch,
                 n_outputs_max: opts.n_outputs_max.min(n_ubatch),
                 threads: opts.threads,
+                // Only streamed models cut graphs at every routing node.
+                persistent_threads: false,
                 hook,
                 abort: abort.clone(),
             },
@@ -100,15 +133,28 @@ impl<'m> Session<'m> {
     }
 
     /// Holds the model's execution lock for one call and snapshots the streaming counters.
-    pub(crate) fn begin(
-        &self,
-    ) -> (
-        std::sync::MutexGuard<'m, ()>,
-        crate::telemetry::StreamCounters,
-    ) {
+    pub(crate) fn begin(&self) -> (std::sync::MutexGuard<'m, ()>, Snapshot) {
         let model: &'m Model = self.model;
         let guard = model.exec.lock().unwrap_or_else(|p| p.into_inner());
-        (guard, model.stream_counters())
+        (guard, Snapshot::take(model))
+    }
+
+    /// Runs one wide batch with every layer weight bound to the device arena, and back after.
+    pub(crate) fn run_on_device(&mut self, batch: &Batch) -> Result<()> {
+        let Some(arena) = self.model.arena.clone() else {
+            return self.run_batch(batch);
+        };
+        let poisoned = |_| EngineError::Device("the arena panicked earlier".into());
+        let began = arena.lock().map_err(poisoned)?.begin(batch.len() as u64);
+        if let Err(e) = began {
+            // Whatever was bound goes back to the host before the error is reported.
+            let _ = arena.lock().map_err(poisoned)?.end();
+            return Err(EngineError::Device(e));
+        }
+        let r = self.run_batch(batch);
+        let end = arena.lock().map_err(poisoned)?.end();
+        r?;
+        end.map_err(EngineError::Device)
     }
 
     /// Runs one batch; a stop requested by the hook (a failed expert read) becomes its error.

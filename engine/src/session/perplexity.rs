@@ -72,6 +72,7 @@ impl Session<'_> {
             debug_assert_eq!(next, window.len());
         }
         let nll_mean = nll / f64::from(n_scored);
+        let (stream_c, dev_c) = before.since(self.model);
         Ok(PerplexityRecord {
             ppl: nll_mean.exp(),
             nll_mean,
@@ -82,8 +83,8 @@ impl Session<'_> {
                 prefill_s,
                 ..Timing::default()
             },
-            stream: self.model.stream_counters().since(&before),
-            ..PerplexityRecord::default()
+            stream: stream_c,
+            prefill_dev: dev_c,
         })
     }
 }

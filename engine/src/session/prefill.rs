@@ -45,7 +45,15 @@ impl Session<'_> {
                 };
                 batch.push(t, (pos0 + at) as i32, want);
             }
-            self.run_batch(&batch)?;
+            // The width rule: pieces at least `prefill_min_tokens` wide run on the device, a
+            // narrower tail and every decode token on the CPU. A device graph and a CPU graph
+            // therefore never share a shape, so llama.cpp's graph reuse (which skips
+            // re-scheduling) never runs a graph scheduled for one side with weights on the other.
+            if end - start >= self.model.prefill_min_tokens {
+                self.run_on_device(&batch)?;
+            } else {
+                self.run_batch(&batch)?;
+            }
             on_piece(self, start, end)?;
             start = end;
         }

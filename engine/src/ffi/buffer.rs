@@ -1,0 +1,102 @@
+//! Device buffers and moving a weight tensor between buffers (the arena's primitives).
+use std::ptr::NonNull;
+
+use ggml_sys as sys;
+
+use super::registry::Device;
+use super::tensor::TensorPtr;
+
+/// An owned backend buffer marked as holding weights (so the scheduler moves ops to it).
+pub struct WeightsBuffer {
+    raw: NonNull<sys::ggml_backend_buffer>,
+}
+
+// SAFETY: a backend buffer is used only under the arena's lock, between or inside graph computes
+// on the thread running them.
+unsafe impl Send for WeightsBuffer {}
+
+impl Drop for WeightsBuffer {
+    fn drop(&mut self) {
+        // SAFETY: owned buffer freed once; no tensor is bound to it any more (the arena rebinds
+        // every weight back to the host before it is dropped).
+        unsafe { sys::ggml_backend_buffer_free(self.raw.as_ptr()) }
+    }
+}
+
+/// A buffer type from the registry (process-global, never freed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferType(sys::ggml_backend_buffer_type_t);
+
+// SAFETY: buffer types are immutable registry objects.
+unsafe impl Send for BufferType {}
+// SAFETY: as above.
+unsafe impl Sync for BufferType {}
+
+impl BufferType {
+    /// A device's default buffer type.
+    pub fn of_device(d: Device) -> BufferType {
+        // SAFETY: registry device handles are process-global.
+        BufferType(unsafe { sys::ggml_backend_dev_buffer_type(d.raw()) })
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> sys::ggml_backend_buffer_type_t {
+        self.0
+    }
+
+    /// Bytes `t` needs in this buffer type (alignment padding included).
+    pub fn alloc_size(&self, t: TensorPtr) -> usize {
+        // SAFETY: read-only queries on a live buffer type and tensor.
+        let (n, a) = unsafe {
+            (
+                sys::ggml_backend_buft_get_alloc_size(self.0, t.raw()),
+                sys::ggml_backend_buft_get_alignment(self.0),
+            )
+        };
+        n.next_multiple_of(a.max(1))
+    }
+}
+
+impl WeightsBuffer {
+    /// Allocates `size` bytes in `buft`, usage WEIGHTS.
+    pub fn alloc(buft: BufferType, size: usize) -> Result<Self, String> {
+        // SAFETY: allocation on a live buffer type; NULL means failure.
+        let raw = unsafe { sys::ggml_backend_buft_alloc_buffer(buft.0, size.max(1)) };
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| format!("the device could not allocate {size} bytes"))?;
+        // SAFETY: live buffer we own.
+        unsafe {
+            sys::ggml_backend_buffer_set_usage(raw.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        };
+        Ok(Self { raw })
+    }
+
+    /// The buffer's base address (device address space).
+    pub fn base(&self) -> usize {
+        // SAFETY: read-only query on a live buffer.
+        unsafe { sys::ggml_backend_buffer_get_base(self.raw.as_ptr()) as usize }
+    }
+
+    /// True when `t` currently lives in this buffer.
+    pub fn holds(&self, t: TensorPtr) -> bool {
+        t.buffer() == self.raw.as_ptr()
+    }
+
+    /// Points `t` at `offset` inside this buffer (buffer, data and extra are replaced).
+    pub fn bind(&self, t: TensorPtr, offset: usize) -> Result<(), String> {
+        t.detach();
+        // SAFETY: the tensor has no buffer now, `offset` was laid out within the buffer's size
+        // with the buffer type's alloc size, and this runs between graph computes.
+        let st = unsafe {
+            sys::ggml_backend_tensor_alloc(
+                self.raw.as_ptr(),
+                t.raw(),
+                (self.base() + offset) as *mut _,
+            )
+        };
+        if st != sys::GGML_STATUS_SUCCESS {
+            return Err(format!("binding {} into the arena failed ({st})", t.name()));
+        }
+        Ok(())
+    }
+}
