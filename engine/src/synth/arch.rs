@@ -137,41 +137,41 @@ impl SynthArch {
             t("output_norm.weight".into(), vec![e], Role::Norm, None),
             t("output.weight".into(), vec![e, v], Role::Dense, None),
         ];
+        // q/k norms: per head for qwen3moe, over the full width for olmoe, none for llama.
         let qk_norm = match self {
-            SynthArch::Qwen3Moe => (hd, hd),
-            SynthArch::Olmoe | SynthArch::Llama => (h * hd, hkv * hd),
+            SynthArch::Qwen3Moe => Some((hd, hd)),
+            SynthArch::Olmoe => Some((h * hd, hkv * hd)),
+            SynthArch::Llama => None,
         };
         for il in 0..s.n_layer {
             let l = Some(il);
             let n = |suffix: &str| format!("blk.{il}.{suffix}.weight");
-            if self == SynthArch::Llama {
-                out.extend([
-                    t(n("attn_norm"), vec![e], Role::Norm, l),
-                    t(n("attn_q"), vec![e, h * hd], Role::Dense, l),
-                    t(n("attn_k"), vec![e, hkv * hd], Role::Dense, l),
-                    t(n("attn_v"), vec![e, hkv * hd], Role::Dense, l),
-                    t(n("attn_output"), vec![h * hd, e], Role::Dense, l),
-                    t(n("ffn_norm"), vec![e], Role::Norm, l),
-                    t(n("ffn_gate"), vec![e, f], Role::Dense, l),
-                    t(n("ffn_up"), vec![e, f], Role::Dense, l),
-                    t(n("ffn_down"), vec![f, e], Role::Dense, l),
-                ]);
-                continue;
-            }
             out.extend([
                 t(n("attn_norm"), vec![e], Role::Norm, l),
                 t(n("attn_q"), vec![e, h * hd], Role::Dense, l),
                 t(n("attn_k"), vec![e, hkv * hd], Role::Dense, l),
                 t(n("attn_v"), vec![e, hkv * hd], Role::Dense, l),
                 t(n("attn_output"), vec![h * hd, e], Role::Dense, l),
-                t(n("attn_q_norm"), vec![qk_norm.0], Role::Norm, l),
-                t(n("attn_k_norm"), vec![qk_norm.1], Role::Norm, l),
-                t(n("ffn_norm"), vec![e], Role::Norm, l),
-                t(n("ffn_gate_inp"), vec![e, x], Role::Router, l),
-                t(n("ffn_gate_exps"), vec![e, f, x], Role::Expert, l),
-                t(n("ffn_up_exps"), vec![e, f, x], Role::Expert, l),
-                t(n("ffn_down_exps"), vec![f, e, x], Role::Expert, l),
             ]);
+            if let Some((q, k)) = qk_norm {
+                out.push(t(n("attn_q_norm"), vec![q], Role::Norm, l));
+                out.push(t(n("attn_k_norm"), vec![k], Role::Norm, l));
+            }
+            out.push(t(n("ffn_norm"), vec![e], Role::Norm, l));
+            if self == SynthArch::Llama {
+                out.extend([
+                    t(n("ffn_gate"), vec![e, f], Role::Dense, l),
+                    t(n("ffn_up"), vec![e, f], Role::Dense, l),
+                    t(n("ffn_down"), vec![f, e], Role::Dense, l),
+                ]);
+            } else {
+                out.extend([
+                    t(n("ffn_gate_inp"), vec![e, x], Role::Router, l),
+                    t(n("ffn_gate_exps"), vec![e, f, x], Role::Expert, l),
+                    t(n("ffn_up_exps"), vec![e, f, x], Role::Expert, l),
+                    t(n("ffn_down_exps"), vec![f, e, x], Role::Expert, l),
+                ]);
+            }
         }
         out
     }
