@@ -1,83 +1,165 @@
-//! Prefill on a device vs on the CPU, side by side in one run, on the loopback RPC device (an
-//! in-process ggml RPC server fronting this CPU). Same kernels on both sides, so the difference is
-//! the mechanism's own cost: arena uploads and graph transfer over loopback TCP. Run through
+//! Prefill on a device vs on the CPU, side by side in one run: CPU prefill, device prefill reading
+//! whole layers into the arena, and device prefill reading only the routed experts. Run through
 //! `scripts/bench-prefill`.
+//!
+//! `bench_prefill MODEL [THREADS] [DEVICE] [stream|resident] [UBATCH]`
+//!
+//! DEVICE `loopback` (the default) starts an in-process ggml RPC server fronting this CPU: the
+//! same kernels on both sides, so the numbers are the mechanism's own cost (arena traffic, graph
+//! transfer over loopback TCP), not a speed-up. Any other name (`CUDA0`) is a real device.
+//!
+//! Each prompt length runs twice per configuration in one session, a warm-up prompt then the
+//! measured one, as consecutive agent decisions do: the routed arena predicts from the graph
+//! before, and the first graph of a session has no prediction.
 use std::time::Instant;
 
 use bmoe_engine::ffi::registry::Device;
 use bmoe_engine::ffi::rpc;
 use bmoe_engine::{
-    CancelToken, GenerateOptions, LoadOptions, Model, PrefillOptions, SessionOptions,
+    CancelToken, GenerateOptions, GenerateRecord, LoadOptions, Model, PrefillOptions,
+    SessionOptions, StreamOptions,
 };
 
+fn prompt(n: usize, seed: &str) -> String {
+    // The synthetic vocabulary is byte-level and a space becomes "▁" (3 bytes): about three
+    // quarters of n characters make n tokens.
+    seed.chars().cycle().take(n * 3 / 4).collect()
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let model = args.next().unwrap_or_else(|| "models/bench.gguf".into());
-    let threads: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(2);
-    let lengths = [100usize, 500, 2000];
-    let endpoint = rpc::start_loopback_server(Device::cpu().expect("cpu"), threads as usize)
-        .expect("loopback server");
-    let dev = rpc::add_server(&endpoint).expect("add server")[0]
-        .name
-        .clone();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).map(String::as_str);
+    let model = arg(0).unwrap_or("models/small.gguf").to_string();
+    let threads: u32 = arg(1).and_then(|s| s.parse().ok()).unwrap_or(2);
+    let device = arg(2).unwrap_or("loopback");
+    let streamed = arg(3).unwrap_or("stream") != "resident";
+    let ubatch: u32 = arg(4).and_then(|s| s.parse().ok()).unwrap_or(512);
+    let loopback = device == "loopback";
+    let dev = if loopback {
+        let endpoint = rpc::start_loopback_server(Device::cpu().expect("cpu"), threads as usize)
+            .expect("loopback server");
+        rpc::add_server(&endpoint).expect("add server")[0]
+            .name
+            .clone()
+    } else {
+        device.to_string()
+    };
+    let stream = streamed.then(|| StreamOptions {
+        cache_mb: 0,
+        io_threads: 4,
+        ..Default::default()
+    });
+    let load = |prefill: Option<PrefillOptions>| {
+        let t0 = Instant::now();
+        let m = Model::load(&LoadOptions {
+            stream: stream.clone(),
+            prefill,
+            ..LoadOptions::new(&model)
+        })
+        .expect("load");
+        for w in m.warnings() {
+            eprintln!("bmoe: {w}");
+        }
+        eprintln!("loaded in {:.1} s", t0.elapsed().as_secs_f64());
+        m
+    };
+    let on_dev = |routed: bool| {
+        Some(PrefillOptions {
+            device: dev.clone(),
+            min_tokens: 32,
+            routed,
+            ..Default::default()
+        })
+    };
+    let cpu = load(None);
+    let whole = load(on_dev(false));
+    let routed = load(on_dev(true));
+    assert!(
+        whole.info().prefill_device.is_some(),
+        "device {dev} did not join the run"
+    );
     let sess = SessionOptions {
         threads,
         n_ctx: 4096,
         n_ubatch: 512,
-        n_ubatch_device: 512,
+        n_ubatch_device: ubatch,
         ..Default::default()
     };
-    let t0 = Instant::now();
-    let cpu = Model::load(&LoadOptions::new(&model)).expect("load");
-    eprintln!("loaded {model} in {:.1} s", t0.elapsed().as_secs_f64());
-    let on_dev = Model::load(&LoadOptions {
-        prefill: Some(PrefillOptions {
-            device: dev.clone(),
-            min_tokens: 32,
-            ..Default::default()
-        }),
-        ..LoadOptions::new(&model)
-    })
-    .expect("load with device");
-    println!("model {model}, {threads} threads, ubatch 512, loopback device {dev} ({endpoint})");
     println!(
-        "{:>7} {:>10} {:>10} {:>8} {:>12} {:>10} {:>8}",
-        "tokens", "cpu s", "device s", "dev/cpu", "arena MiB", "stall s", "stall %"
+        "model {model} ({}), {threads} threads, CPU ubatch 512, device ubatch {ubatch}, device {dev}{}",
+        if streamed { "moe_stream, no expert cache" } else { "resident" },
+        if loopback {
+            " (loopback RPC: measures the mechanism's overhead, not a speed-up)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "{:>6} {:>8} {:>8} {:>8} {:>7} {:>7} {:>9} {:>9} {:>7} {:>7} {:>7} {:>6} {:>5}",
+        "tokens",
+        "cpu s",
+        "whole s",
+        "routed s",
+        "cpu/w",
+        "cpu/r",
+        "whole MiB",
+        "routed MiB",
+        "stall w",
+        "stall r",
+        "routed%",
+        "miss%",
+        "same"
     );
     let opts = GenerateOptions {
         n_predict: 1,
         chat: false,
         ..Default::default()
     };
-    for n in lengths {
-        // The synthetic vocabulary is byte-level and a space becomes "▁" (3 bytes): about three
-        // quarters of n characters make n tokens.
-        let prompt: String = "The arena moves weights per graph. "
-            .chars()
-            .cycle()
-            .take(n * 3 / 4)
-            .collect();
-        let c = cpu
-            .session(&sess)
-            .unwrap()
-            .generate(&prompt, &opts, &CancelToken::new())
-            .expect("cpu");
-        let d = on_dev
-            .session(&sess)
-            .unwrap()
-            .generate(&prompt, &opts, &CancelToken::new())
-            .expect("device");
-        assert_eq!(c.tokens, d.tokens, "device and CPU disagree");
-        let (cs, ds) = (c.timing.prefill_s, d.timing.prefill_s);
+    let n_expert = cpu.info().n_expert.max(1) as f64;
+    let n_layer = cpu.info().n_layer as f64;
+    for n in [100usize, 500, 2000] {
+        let warm = prompt(
+            n,
+            "An earlier screen of the agent, routed much like the next. ",
+        );
+        let measured = prompt(
+            n,
+            "The arena moves weights per graph, two layers at a time. ",
+        );
+        let run = |m: &Model| -> GenerateRecord {
+            let mut s = m.session(&sess).expect("session");
+            s.generate(&warm, &opts, &CancelToken::new())
+                .expect("warm-up");
+            s.generate(&measured, &opts, &CancelToken::new())
+                .expect("measured")
+        };
+        let (c, w, r) = (run(&cpu), run(&whole), run(&routed));
+        let same = c.tokens == w.tokens && c.tokens == r.tokens;
+        if loopback {
+            assert!(same, "the loopback device must match the CPU bit for bit");
+        }
+        let pct = |a: f64, b: f64| if b > 0.0 { 100.0 * a / b } else { 0.0 };
+        // Device graphs of the measured prompt: full pieces, and a tail at least 32 wide.
+        let (np, ub) = (c.timing.n_prompt as u64, u64::from(ubatch));
+        let graphs = (np / ub + u64::from(np % ub >= 32)).max(1) as f64;
         println!(
-            "{:>7} {:>10.3} {:>10.3} {:>7.2}x {:>12.1} {:>10.3} {:>7.1}%",
+            "{:>6} {:>8.3} {:>8.3} {:>8.3} {:>6.2}x {:>6.2}x {:>9.1} {:>10.1} {:>6.0}% {:>6.0}% {:>6.0}% {:>5.0}% {:>5}",
             c.timing.n_prompt,
-            cs,
-            ds,
-            ds / cs,
-            d.prefill_dev.read_mib(),
-            d.prefill_dev.stall_s,
-            100.0 * d.prefill_dev.stall_s / ds
+            c.timing.prefill_s,
+            w.timing.prefill_s,
+            r.timing.prefill_s,
+            c.timing.prefill_s / w.timing.prefill_s,
+            c.timing.prefill_s / r.timing.prefill_s,
+            w.prefill_dev.read_mib(),
+            r.prefill_dev.read_mib(),
+            pct(w.prefill_dev.stall_s, w.timing.prefill_s),
+            pct(r.prefill_dev.stall_s, r.timing.prefill_s),
+            pct(r.prefill_dev.routed as f64, graphs * n_layer * n_expert),
+            pct(r.prefill_dev.demand as f64, r.prefill_dev.routed as f64),
+            if same { "yes" } else { "no" }
         );
     }
+    println!(
+        "cpu/w, cpu/r: CPU prefill time over device prefill time (whole layers, routed). stall: share of device prefill spent waiting on the arena. routed%: experts routed per layer per device graph. miss%: routed experts the prediction missed (read at the routing node). same: the generated token equals the CPU's."
+    );
 }

@@ -110,6 +110,8 @@ pub struct EngineHook {
     pub streamer: Option<Arc<Mutex<Streamer>>>,
     /// The prefill arena, when a device runs wide graphs.
     pub arena: Option<Arc<Mutex<Arena>>>,
+    /// The arena's "a wide graph is bound" flag.
+    pub arena_active: Arc<AtomicBool>,
     /// The context's abort flag.
     pub abort: Arc<AtomicBool>,
     /// Where a failure is kept for the session to report.
@@ -120,23 +122,20 @@ impl EvalHook for EngineHook {
     fn ask(&mut self, t: &sys::ggml_tensor) -> bool {
         // Cheap: a byte-prefix test on every node of every graph.
         let topk = t.name[..13].iter().map(|&c| c as u8).eq(*b"ffn_moe_topk-");
-        if topk && self.streamer.is_some() {
-            return true;
+        if let Some(arena) = &self.arena {
+            // Lock-free outside wide graphs: decode asks never touch the arena's lock.
+            if self.arena_active.load(Ordering::Relaxed) {
+                let Ok(mut a) = arena.lock() else {
+                    return false;
+                };
+                // Nodes whose result lives in device memory are the nodes the device computes.
+                if tensor::on_buft(t, a.buft()) {
+                    a.count_node();
+                }
+                return topk || a.pacing_layer(tensor::name(t)).is_some();
+            }
         }
-        let Some(arena) = &self.arena else {
-            return false;
-        };
-        let Ok(mut a) = arena.lock() else {
-            return false;
-        };
-        if !a.active() {
-            return false;
-        }
-        // Nodes whose result lives in device memory are the nodes the device computes.
-        if tensor::on_buft(t, a.buft()) {
-            a.counters.nodes += 1;
-        }
-        a.pacing_layer(tensor::name(t)).is_some()
+        topk && self.streamer.is_some()
     }
 
     fn observe(&mut self, t: &sys::ggml_tensor) {
@@ -147,23 +146,31 @@ impl EvalHook for EngineHook {
             self.abort.store(true, Ordering::Relaxed);
         };
         let name = tensor::name(t);
+        let routing = node_layer(name, "ffn_moe_topk");
         if let Some(arena) = &self.arena {
-            let r = match arena.lock() {
-                Ok(mut a) if a.active() => match a.pacing_layer(name) {
-                    Some(il) => a.on_layer_done(il),
-                    None => Ok(()),
-                },
-                Ok(_) => Ok(()),
-                Err(_) => Err("the arena panicked earlier".into()),
-            };
-            if let Err(e) = r {
-                return fail(e);
+            if self.arena_active.load(Ordering::Relaxed) {
+                // In a wide graph the experts come from the arena; the streamer stays out of it.
+                let r = match arena.lock() {
+                    Ok(mut a) => match (routing, a.pacing_layer(name)) {
+                        (Some(il), _) => match tensor::read_ids_anywhere(t) {
+                            Some(ids) => a.on_routing(il, &ids),
+                            None => Err(format!("routing node of layer {il} is not readable I32")),
+                        },
+                        (None, Some(il)) => a.on_layer_done(il),
+                        (None, None) => Ok(()),
+                    },
+                    Err(_) => Err("the arena panicked earlier".into()),
+                };
+                if let Err(e) = r {
+                    fail(e);
+                }
+                return;
             }
         }
         let Some(streamer) = &self.streamer else {
             return;
         };
-        let Some(il) = node_layer(name, "ffn_moe_topk") else {
+        let Some(il) = routing else {
             return;
         };
         let Some(ids) = tensor::read_ids(t) else {

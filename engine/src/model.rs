@@ -159,6 +159,19 @@ impl Model {
                 i64::from(k),
             ));
         }
+        if let Some(p) = &opts.prefill {
+            if !(p.routed_full > 0.0 && p.routed_full <= 1.0) {
+                return Err(EngineError::InvalidOption(format!(
+                    "prefill_routed_full = {} is out of range: expected a share in (0, 1]",
+                    p.routed_full
+                )));
+            }
+            if p.loaders == 0 || p.min_tokens == 0 {
+                return Err(EngineError::InvalidOption(
+                    "prefill_loaders and prefill_min_tokens must be at least 1".into(),
+                ));
+            }
+        }
         let mut warnings = Vec::new();
         // The prefill device joins as the only non-CPU device, with no layer assigned
         // (n_gpu_layers = 0): nothing runs there unless the engine hands it a graph.
@@ -169,13 +182,7 @@ impl Model {
             match crate::device::resolve(&p.device) {
                 crate::device::Resolution::Device(d, name) => {
                     devices.push(d);
-                    if opts.stream.is_some() {
-                        warnings.push(format!(
-                            "prefill device {name} joined the run, but this build does not yet combine it with moe_stream: every graph runs on the CPU"
-                        ));
-                    } else {
-                        arena_device = Some(d);
-                    }
+                    arena_device = Some(d);
                     prefill_device = Some(name);
                 }
                 crate::device::Resolution::Cpu(reason) => warnings.push(reason),
@@ -209,12 +216,6 @@ impl Model {
         } else {
             None
         };
-        let arena = match (arena_device, &capture) {
-            (Some(d), Some(c)) => Some(Arc::new(Mutex::new(
-                crate::device::arena::Arena::new(c, d).map_err(EngineError::Device)?,
-            ))),
-            _ => None,
-        };
         let stream = match (&opts.stream, &capture) {
             (Some(so), Some(capture)) => {
                 let budget = match so.auto_cache_floor_mb {
@@ -236,6 +237,14 @@ impl Model {
                 }
                 Some(Arc::new(Mutex::new(st)))
             }
+            _ => None,
+        };
+        // After the streamer: the host bindings the arena restores are the streamer's.
+        let arena = match (arena_device, &capture, &opts.prefill) {
+            (Some(d), Some(c), Some(p)) => Some(Arc::new(Mutex::new(
+                crate::device::arena::Arena::new(c, d, p, stream.is_some().then_some(&index))
+                    .map_err(EngineError::Device)?,
+            ))),
             _ => None,
         };
         let info = ModelInfo {
@@ -292,7 +301,7 @@ impl Model {
     pub fn prefill_dev_counters(&self) -> crate::telemetry::PrefillDevCounters {
         self.arena
             .as_ref()
-            .and_then(|a| a.lock().ok().map(|a| a.counters.clone()))
+            .and_then(|a| a.lock().ok().map(|a| a.counters()))
             .unwrap_or_default()
     }
 

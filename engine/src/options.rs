@@ -52,6 +52,12 @@ pub struct PrefillOptions {
     pub routed: bool,
     /// A layer routing to more than this share of its experts gets the next layer read whole.
     pub routed_full: f64,
+    /// Gate knob, not a setting: milliseconds each loader job sleeps first (a slow loader must
+    /// change no result).
+    pub loader_delay_ms: u64,
+    /// Gate knob, not a setting: skip the reads at the routing node (the negative control: the
+    /// result must change).
+    pub skip_demand_reads: bool,
 }
 
 impl Default for PrefillOptions {
@@ -62,6 +68,8 @@ impl Default for PrefillOptions {
             loaders: 8,
             routed: true,
             routed_full: 0.85,
+            loader_delay_ms: 0,
+            skip_demand_reads: false,
         }
     }
 }

@@ -12,6 +12,7 @@ fn run(m: &Model) -> (Vec<u8>, Vec<u64>, u64) {
     let mut s = m
         .session(&bmoe_engine::SessionOptions {
             n_ubatch: 16,
+            n_ubatch_device: 16,
             ..common::session_opts()
         })
         .unwrap();
@@ -102,12 +103,17 @@ fn g16_g17_arena_on_the_loopback_device_equals_the_cpu() {
     assert!(c.nodes > 0 && c.read_bytes > 0, "{c:?}");
     // Several calls in one session, and perplexity (every piece wide) too.
     let text = "Perplexity through the arena. ".repeat(4);
+    let narrow = bmoe_engine::SessionOptions {
+        n_ubatch: 16,
+        n_ubatch_device: 16,
+        ..common::session_opts()
+    };
     let p_cpu = cpu_model
-        .session(&common::session_opts())
+        .session(&narrow)
         .unwrap()
         .perplexity(&text)
         .unwrap();
-    let mut s = m.session(&common::session_opts()).unwrap();
+    let mut s = m.session(&narrow).unwrap();
     for _ in 0..2 {
         let p_dev = s.perplexity(&text).unwrap();
         assert_eq!(
@@ -132,4 +138,210 @@ fn g16_g17_arena_on_the_loopback_device_equals_the_cpu() {
 fn a_closed_rpc_port_is_refused_before_ggml_sees_it() {
     let e = rpc::add_server("127.0.0.1:1").err().unwrap();
     assert!(e.contains("cannot reach"), "{e}");
+}
+
+/// What a streamed run produced, compared bit for bit.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    generated: Vec<Vec<u8>>,
+    nll_bits: u64,
+    logp_bits: Vec<u64>,
+}
+
+const PROMPTS: [&str; 2] = [
+    "The arena holds two layers of the model at a time while the device computes.",
+    "A second prompt in the same session, routed a little differently from the first one.",
+];
+
+/// Two generates, a perplexity and a decision in one session, pieces of 16 (wide ones on the
+/// device when it has one). One compute thread: see the stream gates.
+fn run_all(m: &Model) -> Outcome {
+    let mut s = m
+        .session(&bmoe_engine::SessionOptions {
+            threads: 1,
+            n_ubatch: 16,
+            n_ubatch_device: 16,
+            ..common::session_opts()
+        })
+        .unwrap();
+    let opts = GenerateOptions {
+        n_predict: 8,
+        ..Default::default()
+    };
+    let generated = PROMPTS
+        .iter()
+        .map(|p| s.generate(p, &opts, &CancelToken::new()).unwrap().bytes)
+        .collect();
+    let ppl = s
+        .perplexity(&"Perplexity through a streamed arena, piece by piece. ".repeat(3))
+        .unwrap();
+    let d = s
+        .decide(&DecideRequest {
+            prefix: "Choose one of the letters below, then stop. ".repeat(2),
+            suffix: "A, B or C?".into(),
+            choices: vec!["A".into(), "B".into(), "C".into()],
+        })
+        .unwrap();
+    Outcome {
+        generated,
+        nll_bits: ppl.nll_mean.to_bits(),
+        logp_bits: d.choice_logp.iter().map(|v| v.to_bits()).collect(),
+    }
+}
+
+fn streamed(cache_mb: u64) -> Option<bmoe_engine::StreamOptions> {
+    Some(bmoe_engine::StreamOptions {
+        cache_mb,
+        io_threads: 2,
+        ..Default::default()
+    })
+}
+
+fn device(name: &str, routed: bool) -> PrefillOptions {
+    PrefillOptions {
+        device: name.into(),
+        min_tokens: 8,
+        loaders: 3,
+        routed,
+        ..Default::default()
+    }
+}
+
+fn load(
+    path: &std::path::Path,
+    stream: Option<bmoe_engine::StreamOptions>,
+    p: Option<PrefillOptions>,
+) -> Model {
+    Model::load(&LoadOptions {
+        stream,
+        prefill: p,
+        ..LoadOptions::new(path)
+    })
+    .expect("load")
+}
+
+/// G16 on a streamed model: the arena reads the experts from the GGUF. Output, perplexity and
+/// decisions equal the all-CPU run with and without an expert cache and with a slowed loader,
+/// and whole-layer reads cost the same bytes every time.
+#[test]
+fn g16_streamed_arena_equals_the_cpu_with_and_without_a_cache_and_a_slow_loader() {
+    let name = loopback();
+    let path = common::tiny();
+    let cpu = run_all(&load(&path, None, None));
+    let mut bytes = Vec::new();
+    for (cache_mb, delay_ms) in [(0, 0), (16, 0), (0, 3)] {
+        let m = load(
+            &path,
+            streamed(cache_mb),
+            Some(PrefillOptions {
+                loader_delay_ms: delay_ms,
+                ..device(&name, false)
+            }),
+        );
+        let out = run_all(&m);
+        assert_eq!(
+            out, cpu,
+            "G16: cache {cache_mb} MiB, loader delay {delay_ms} ms"
+        );
+        let c = m.prefill_dev_counters();
+        assert!(c.tokens > 0 && c.nodes > 0, "{c:?}");
+        assert!(m.stream_counters().read_bytes > 0, "decode still streams");
+        bytes.push(c.read_bytes);
+    }
+    assert!(
+        bytes.iter().all(|&b| b == bytes[0] && b > 0),
+        "whole-layer arena bytes must not depend on the cache or the loader's speed: {bytes:?}"
+    );
+    // Routed reads (the default) on the same model: identical output too.
+    let m = load(&path, streamed(16), Some(device(&name, true)));
+    assert_eq!(run_all(&m), cpu, "G16: routed arena");
+}
+
+/// 64 experts, top-2: a 16-token piece routes to a minority of each layer's experts.
+fn many_experts() -> std::path::PathBuf {
+    common::model(
+        "tiny-64-experts",
+        &bmoe_engine::synth::SynthSpec {
+            n_expert: 64,
+            ..bmoe_engine::synth::SynthSpec::preset(
+                bmoe_engine::synth::Preset::Tiny,
+                bmoe_engine::synth::SynthArch::Qwen3Moe,
+            )
+        },
+    )
+}
+
+/// G17f: the routed arena with the fallback disabled reads fewer bytes than whole layers and
+/// stays identical, for a streamed and for a resident model.
+#[test]
+fn g17f_routed_arena_reads_less_and_stays_identical() {
+    let name = loopback();
+    let path = many_experts();
+    let cpu = run_all(&load(&path, None, None));
+    for stream in [streamed(0), None] {
+        let whole = load(&path, stream.clone(), Some(device(&name, false)));
+        assert_eq!(run_all(&whole), cpu, "G17: whole layers, stream {stream:?}");
+        let routed = load(
+            &path,
+            stream.clone(),
+            Some(PrefillOptions {
+                routed_full: 1.0,
+                ..device(&name, true)
+            }),
+        );
+        assert_eq!(run_all(&routed), cpu, "G17f: routed, stream {stream:?}");
+        let (w, r) = (whole.prefill_dev_counters(), routed.prefill_dev_counters());
+        assert!(
+            r.read_bytes < w.read_bytes,
+            "G17f: routed read {} bytes, whole layers {}",
+            r.read_bytes,
+            w.read_bytes
+        );
+        assert!(r.routed > 0 && r.demand > 0, "{r:?}");
+        assert_eq!(
+            w.demand, 0,
+            "whole layers leave nothing to read at the routing node"
+        );
+    }
+}
+
+/// G17g, the negative control: skipping the routing-node reads leaves the experts the prediction
+/// missed unread, and the perplexity must change.
+#[test]
+fn g17g_skipping_the_routing_node_reads_changes_the_result() {
+    let name = loopback();
+    let path = many_experts();
+    let text = "Perplexity through a streamed arena, piece by piece. ".repeat(3);
+    let narrow = bmoe_engine::SessionOptions {
+        threads: 1,
+        n_ubatch: 16,
+        n_ubatch_device: 16,
+        ..common::session_opts()
+    };
+    let nll = |m: &Model| m.session(&narrow).unwrap().perplexity(&text).unwrap();
+    let cpu = nll(&load(&path, None, None));
+    let ok = load(
+        &path,
+        streamed(0),
+        Some(PrefillOptions {
+            routed_full: 1.0,
+            ..device(&name, true)
+        }),
+    );
+    assert_eq!(nll(&ok).nll_mean.to_bits(), cpu.nll_mean.to_bits());
+    let broken = load(
+        &path,
+        streamed(0),
+        Some(PrefillOptions {
+            routed_full: 1.0,
+            skip_demand_reads: true,
+            ..device(&name, true)
+        }),
+    );
+    let b = nll(&broken);
+    assert_ne!(
+        b.nll_mean.to_bits(),
+        cpu.nll_mean.to_bits(),
+        "G17g: without the routing-node reads the result must change"
+    );
 }

@@ -56,6 +56,52 @@ pub type RpcStartServerFn = unsafe extern "C" fn(
     devices: *mut ggml_backend_dev_t,
 );
 
+/// Link-time stand-ins for the CPU backend's threadpool functions in a `GGML_BACKEND_DL` build
+/// (feature `dynamic-backends`, used by `scripts/build-device-bundle`). There the CPU backend is a
+/// module (`libggml-cpu.so`) that `ggml_backend_load_all` opens at run time, so nothing exports
+/// these symbols at link time; ggml's own answer is the CPU registry's `get_proc_address`
+/// (`ggml-cpu.cpp`, "threadpool - TODO: move to ggml-base"), which these forward to. Without a
+/// registered CPU backend `ggml_threadpool_new` returns NULL, which callers already treat as "no
+/// pool". The executable does not export these, so the module's own references stay its own.
+#[cfg(feature = "dynamic-backends")]
+mod dl_cpu {
+    use super::{
+        ggml_backend_reg_by_name, ggml_backend_reg_get_proc_address, ggml_threadpool_params,
+        ggml_threadpool_t,
+    };
+    use std::ffi::{c_void, CStr};
+
+    unsafe fn cpu_proc(name: &CStr) -> *mut c_void {
+        let reg = ggml_backend_reg_by_name(c"CPU".as_ptr());
+        if reg.is_null() {
+            return std::ptr::null_mut();
+        }
+        ggml_backend_reg_get_proc_address(reg, name.as_ptr())
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn ggml_threadpool_new(
+        params: *mut ggml_threadpool_params,
+    ) -> ggml_threadpool_t {
+        let f = cpu_proc(c"ggml_threadpool_new");
+        if f.is_null() {
+            return std::ptr::null_mut();
+        }
+        let f: unsafe extern "C" fn(*mut ggml_threadpool_params) -> ggml_threadpool_t =
+            std::mem::transmute(f);
+        f(params)
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn ggml_threadpool_free(pool: ggml_threadpool_t) {
+        let f = cpu_proc(c"ggml_threadpool_free");
+        if !f.is_null() && !pool.is_null() {
+            let f: unsafe extern "C" fn(ggml_threadpool_t) = std::mem::transmute(f);
+            f(pool)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -411,6 +411,7 @@ pub fn engine_options(
                 loaders: s.loaders as usize,
                 routed: s.routed,
                 routed_full: s.routed_full,
+                ..Default::default()
             }),
     };
     let session = bmoe_engine::SessionOptions {

@@ -1,58 +1,137 @@
 //! The two-layer arena: before a wide prefill graph every layer weight is rebound onto slot
 //! (layer mod 2) of device memory marked as weights, so the scheduler moves the layer's ops to the
-//! device; the slot of layer k+2 is filled when the last node of layer k has run (pacing), and
-//! after the graph every weight goes back to the host.
+//! device. Loaders fill the slot of layer k+1 while the device computes layer k; the graph waits
+//! for a layer's non-expert weights at the last node of the layer before, and for its experts at
+//! its routing node, where the routed ids decide what else must be read. After the graph every
+//! weight goes back to the host.
 use std::collections::{BTreeMap, HashMap};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use crate::device::loader::{Job, Loaders, Source, Target, Ticket};
 use crate::ffi::buffer::{BufferType, WeightsBuffer};
 use crate::ffi::registry::Device;
 use crate::ffi::tensor::{Binding, TensorPtr};
+use crate::gguf_index::GgufIndex;
 use crate::hook::{layer_of, Capture};
+use crate::io::DirectReader;
+use crate::options::PrefillOptions;
 use crate::telemetry::PrefillDevCounters;
 
-struct LayerWeights {
-    /// (tensor, offset in its slot, host binding).
-    tensors: Vec<(TensorPtr, usize, Binding)>,
+/// A non-expert weight of a layer: copied from its host binding.
+struct DenseWeight {
+    t: TensorPtr,
+    off: usize,
+    host: Binding,
+}
+
+/// An expert matrix of a layer: each expert is one upload.
+struct ExpertWeight {
+    t: TensorPtr,
+    off: usize,
+    host: Binding,
+    expert_bytes: usize,
+    /// (file, offset of expert 0) when experts are streamed: read from the GGUF, not the host.
+    file: Option<(usize, u64)>,
+}
+
+struct Layer {
+    dense: Vec<DenseWeight>,
+    experts: Vec<ExpertWeight>,
+    /// Whether the graph has a routing node for this layer (else its experts load with the rest).
+    routed: bool,
+}
+
+/// What one wide graph has done so far.
+#[derive(Default)]
+struct GraphState {
+    /// The layer whose last node the graph must reach next.
+    expect: u32,
+    /// Per layer in flight, which experts are queued.
+    queued: HashMap<u32, Vec<bool>>,
+    /// Layers to read whole in this graph (the layer before routed to nearly everything).
+    whole: Vec<u32>,
+    /// Layers whose routing node has run.
+    routed_seen: Vec<u32>,
 }
 
 /// The arena of one model on one device.
 pub struct Arena {
     slots: [WeightsBuffer; 2],
-    layers: BTreeMap<u32, LayerWeights>,
+    layers: BTreeMap<u32, Layer>,
     /// Last node name of each layer (the pacing points).
     last_node: HashMap<String, u32>,
     buft: BufferType,
-    active: bool,
-    /// The layer whose last node the graph must reach next.
-    expect: u32,
+    active: Arc<AtomicBool>,
     n_layer: u32,
-    /// Cumulative counters.
-    pub counters: PrefillDevCounters,
+    n_expert: usize,
+    opts: PrefillOptions,
+    loaders: Loaders,
+    graph: GraphState,
+    /// Per layer, the experts the previous device graph routed to (the prediction).
+    prediction: HashMap<u32, Vec<bool>>,
+    /// Cumulative counters (bytes come from the loaders).
+    counters: PrefillDevCounters,
+}
+
+fn experts_of(roles: Option<&BTreeMap<crate::hook::ExpertRole, TensorPtr>>) -> Vec<TensorPtr> {
+    roles
+        .map(|r| r.values().copied().collect())
+        .unwrap_or_default()
 }
 
 impl Arena {
-    /// Lays out every layer's weights in two slots of `device`'s memory.
-    pub fn new(capture: &Capture, device: Device) -> Result<Self, String> {
+    /// Lays out every layer's weights in two slots of `device`'s memory. With `streamed` the
+    /// experts are read from the GGUF (their host copies are the streamer's, not the model).
+    pub fn new(
+        capture: &Capture,
+        device: Device,
+        opts: &PrefillOptions,
+        streamed: Option<&GgufIndex>,
+    ) -> Result<Self, String> {
         let buft = BufferType::of_device(device);
-        let mut layers: BTreeMap<u32, LayerWeights> = BTreeMap::new();
+        let mut layers: BTreeMap<u32, Layer> = BTreeMap::new();
         let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut n_expert = 0usize;
+        let mut max_read = 0usize;
         for (name, &t) in &capture.weights {
             let Some((il, _)) = layer_of(name) else {
                 continue;
             };
-            let b = t.binding();
-            if !b.is_host() {
+            let host = t.binding();
+            if !host.is_host() {
                 return Err(format!("weight {name} is not in host memory"));
             }
             let off = sizes.entry(il).or_default();
-            layers
-                .entry(il)
-                .or_insert(LayerWeights {
-                    tensors: Vec::new(),
-                })
-                .tensors
-                .push((t, *off, b));
+            let layer = layers.entry(il).or_insert(Layer {
+                dense: Vec::new(),
+                experts: Vec::new(),
+                routed: capture.routing.contains(&il),
+            });
+            if experts_of(capture.experts.get(&il)).contains(&t) {
+                let expert_bytes = t.nb()[2];
+                n_expert = n_expert.max(t.ne()[2] as usize);
+                max_read = max_read.max(expert_bytes);
+                let file = match streamed {
+                    Some(index) => {
+                        let loc = index
+                            .get(name)
+                            .ok_or_else(|| format!("tensor {name} is not in the GGUF index"))?;
+                        Some((loc.file, loc.offset))
+                    }
+                    None => None,
+                };
+                layer.experts.push(ExpertWeight {
+                    t,
+                    off: *off,
+                    host,
+                    expert_bytes,
+                    file,
+                });
+            } else {
+                layer.dense.push(DenseWeight { t, off: *off, host });
+            }
             *off += buft.alloc_size(t);
         }
         let slot_size = sizes.values().copied().max().unwrap_or(0);
@@ -63,6 +142,22 @@ impl Arena {
             .filter(|(il, _)| layers.contains_key(il))
             .map(|(il, n)| (n.clone(), *il))
             .collect();
+        let reader = match streamed {
+            Some(index) => {
+                let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
+                Some(Arc::new(
+                    DirectReader::open(&paths, opts.loaders.max(1), max_read)
+                        .map_err(|e| format!("opening the model for the arena's reads: {e}"))?,
+                ))
+            }
+            None => None,
+        };
+        let loaders = Loaders::start(
+            opts.loaders,
+            reader,
+            max_read,
+            Duration::from_millis(opts.loader_delay_ms),
+        )?;
         Ok(Self {
             slots: [
                 WeightsBuffer::alloc(buft, slot_size)?,
@@ -71,9 +166,13 @@ impl Arena {
             layers,
             last_node,
             buft,
-            active: false,
-            expect: 0,
+            active: Arc::new(AtomicBool::new(false)),
             n_layer,
+            n_expert,
+            opts: opts.clone(),
+            loaders,
+            graph: GraphState::default(),
+            prediction: HashMap::new(),
             counters: PrefillDevCounters::default(),
         })
     }
@@ -83,9 +182,13 @@ impl Arena {
         self.buft
     }
 
-    /// True while a wide graph is bound to the arena.
-    pub fn active(&self) -> bool {
-        self.active
+    /// Set while a wide graph is bound to the arena; the graph hook reads it without locking.
+    pub fn active_flag(&self) -> Arc<AtomicBool> {
+        self.active.clone()
+    }
+
+    fn active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
     }
 
     /// The layer whose last node `name` is, when it is a pacing point.
@@ -93,71 +196,219 @@ impl Arena {
         self.last_node.get(name).copied()
     }
 
-    fn load(&mut self, il: u32) -> Result<(), String> {
-        let t0 = Instant::now();
-        let Some(layer) = self.layers.get(&il) else {
-            return Ok(());
-        };
-        let slot = &self.slots[(il % 2) as usize];
-        for (t, off, host) in &layer.tensors {
-            slot.bind(*t, *off)?;
-            let n = t.nbytes();
-            let src = host
-                .host_bytes(n)
-                .ok_or_else(|| format!("{}: host bytes unavailable", t.name()))?;
-            t.upload(src);
-            self.counters.read_bytes += n as u64;
-        }
-        self.counters.stall_s += t0.elapsed().as_secs_f64();
-        Ok(())
+    /// Counts a node the device computes.
+    pub fn count_node(&mut self) {
+        self.counters.nodes += 1;
     }
 
-    /// Binds the arena for a wide graph of `tokens` tokens: layers 0 and 1 are filled now, every
-    /// other layer waits for its pacing point.
+    /// Cumulative counters.
+    pub fn counters(&self) -> PrefillDevCounters {
+        PrefillDevCounters {
+            read_bytes: self.loaders.bytes(),
+            ..self.counters.clone()
+        }
+    }
+
+    /// A new session starts: its first graph has no prediction and reads whole layers.
+    pub fn new_session(&mut self) {
+        self.prediction.clear();
+    }
+
+    /// Waits for `ticket`, counting the time as the graph's stall.
+    fn wait(&mut self, ticket: Ticket) -> Result<(), String> {
+        let t0 = Instant::now();
+        let r = self.loaders.wait(ticket);
+        self.counters.stall_s += t0.elapsed().as_secs_f64();
+        r
+    }
+
+    fn expert_jobs(&self, il: u32, which: &[bool], ticket: Ticket) -> Vec<Job> {
+        let Some(layer) = self.layers.get(&il) else {
+            return Vec::new();
+        };
+        let mut jobs = Vec::new();
+        for (e, _) in which.iter().enumerate().filter(|(_, &w)| w) {
+            for w in &layer.experts {
+                let at = e * w.expert_bytes;
+                let source = match w.file {
+                    Some((file, offset)) => Source::File(file, offset + at as u64),
+                    None => Source::Host(w.host, at),
+                };
+                jobs.push(Job {
+                    ticket,
+                    target: Target::Expert(w.t, e),
+                    source,
+                    len: w.expert_bytes,
+                });
+            }
+        }
+        jobs
+    }
+
+    /// Queues layer `il` into its slot: its non-expert weights, and the experts the prediction
+    /// names (all of them without one, or when routed reads are off or the layer is to be read
+    /// whole).
+    fn enqueue_layer(&mut self, il: u32) {
+        let Some(layer) = self.layers.get(&il) else {
+            return;
+        };
+        let mut jobs: Vec<Job> = layer
+            .dense
+            .iter()
+            .map(|d| Job {
+                ticket: Ticket::Dense(il),
+                target: Target::Whole(d.t),
+                source: Source::Host(d.host, 0),
+                len: d.t.nbytes(),
+            })
+            .collect();
+        let which = match self.prediction.get(&il) {
+            Some(p) if self.opts.routed && layer.routed && !self.graph.whole.contains(&il) => {
+                p.clone()
+            }
+            _ => vec![true; self.n_expert],
+        };
+        // Without a routing node there is no later point to wait at: experts load with the rest.
+        let ticket = if layer.routed {
+            Ticket::Experts(il)
+        } else {
+            Ticket::Dense(il)
+        };
+        if !layer.experts.is_empty() {
+            jobs.extend(self.expert_jobs(il, &which, ticket));
+            self.graph.queued.insert(il, which);
+        }
+        self.loaders.push_back(jobs);
+    }
+
+    /// Binds the arena for a wide graph of `tokens` tokens: layers 0 and 1 are queued and layer
+    /// 0's non-expert weights awaited; every other wait is at a pacing point.
     pub fn begin(&mut self, tokens: u64) -> Result<(), String> {
+        // A failed earlier graph may have left an error or jobs behind.
+        let _ = self.loaders.drain();
         // Every weight points into its slot from the start, so the whole graph is scheduled onto
         // the device; what the slots hold follows the pacing.
         for (il, layer) in &self.layers {
-            for (t, off, _) in &layer.tensors {
-                self.slots[(il % 2) as usize].bind(*t, *off)?;
+            let slot = &self.slots[(il % 2) as usize];
+            for d in &layer.dense {
+                slot.bind(d.t, d.off)?;
+            }
+            for w in &layer.experts {
+                slot.bind(w.t, w.off)?;
             }
         }
-        self.active = true;
-        self.expect = 0;
-        self.load(0)?;
-        self.load(1)?;
+        self.active.store(true, Ordering::Relaxed);
+        self.graph = GraphState::default();
+        self.enqueue_layer(0);
+        self.enqueue_layer(1);
         self.counters.tokens += tokens;
+        self.wait(Ticket::Dense(0))
+    }
+
+    /// At the routing node of layer `il`: reads what the prediction missed ahead of everything
+    /// else, waits for the layer's experts, and records the routing as the next prediction.
+    pub fn on_routing(&mut self, il: u32, ids: &[i32]) -> Result<(), String> {
+        if il != self.graph.expect || self.graph.routed_seen.contains(&il) {
+            return Err(format!(
+                "the device graph reached the routing of layer {il} while layer {} was due: a pacing point was skipped",
+                self.graph.expect
+            ));
+        }
+        self.graph.routed_seen.push(il);
+        let mut routed = vec![false; self.n_expert];
+        for &e in ids {
+            let e = usize::try_from(e)
+                .ok()
+                .filter(|&e| e < routed.len())
+                .ok_or_else(|| {
+                    format!(
+                        "layer {il} routed to expert {e}, out of 0..{}",
+                        routed.len()
+                    )
+                })?;
+            routed[e] = true;
+        }
+        let n_routed = routed.iter().filter(|&&r| r).count();
+        self.counters.routed += n_routed as u64;
+        let queued = self
+            .graph
+            .queued
+            .get(&il)
+            .cloned()
+            .unwrap_or_else(|| vec![false; self.n_expert]);
+        let missing: Vec<bool> = routed.iter().zip(&queued).map(|(&r, &q)| r && !q).collect();
+        let n_missing = missing.iter().filter(|&&m| m).count();
+        if n_missing > 0 && !self.opts.skip_demand_reads {
+            self.counters.demand += n_missing as u64;
+            let jobs = self.expert_jobs(il, &missing, Ticket::Experts(il));
+            self.loaders.push_front(jobs);
+        }
+        // A layer routing to nearly every expert predicts the next one will too: read it whole
+        // now instead of paying for a prediction that cannot save anything.
+        let next = il + 1;
+        if self.opts.routed
+            && n_routed as f64 > self.opts.routed_full * self.n_expert as f64
+            && self.layers.get(&next).is_some_and(|l| l.routed)
+            && !self.graph.whole.contains(&next)
+        {
+            self.graph.whole.push(next);
+            if let Some(q) = self.graph.queued.get_mut(&next) {
+                let rest: Vec<bool> = q.iter().map(|&x| !x).collect();
+                q.fill(true);
+                let jobs = self.expert_jobs(next, &rest, Ticket::Experts(next));
+                self.loaders.push_back(jobs);
+            }
+        }
+        self.prediction.insert(il, routed);
+        self.wait(Ticket::Experts(il))
+    }
+
+    /// At the last node of layer `il`: its slot is free, queue layer `il + 2` into it, then wait
+    /// for layer `il + 1`'s non-expert weights. A pacing point out of order is an error: the
+    /// graph would compute on a slot that did not fill.
+    pub fn on_layer_done(&mut self, il: u32) -> Result<(), String> {
+        let routed_needed = self.layers.get(&il).is_some_and(|l| l.routed);
+        if il != self.graph.expect || (routed_needed && !self.graph.routed_seen.contains(&il)) {
+            return Err(format!(
+                "the device graph reached the end of layer {il} before layer {} was done: a pacing point was skipped",
+                self.graph.expect
+            ));
+        }
+        self.graph.expect = il + 1;
+        self.graph.queued.remove(&il);
+        self.enqueue_layer(il + 2);
+        if il + 1 < self.n_layer {
+            self.wait(Ticket::Dense(il + 1))?;
+        }
         Ok(())
     }
 
-    /// At the last node of layer `il`: its slot is free, fill it with layer `il + 2`. A pacing
-    /// point out of order is an error: the graph would compute on a slot that did not fill.
-    pub fn on_layer_done(&mut self, il: u32) -> Result<(), String> {
-        if il != self.expect {
-            return Err(format!(
-                "the device graph reached the end of layer {il} before layer {}: a pacing point was skipped",
-                self.expect
-            ));
-        }
-        self.expect = il + 1;
-        self.load(il + 2)
-    }
-
-    /// Puts every weight back on the host; an incomplete graph is an error.
+    /// Stops the loaders, puts every weight back on the host; an incomplete graph is an error.
     pub fn end(&mut self) -> Result<(), String> {
+        let loader_error = self.loaders.drain();
         for layer in self.layers.values() {
-            for (t, _, host) in &layer.tensors {
-                t.restore(*host);
+            for d in &layer.dense {
+                d.t.restore(d.host);
+            }
+            for w in &layer.experts {
+                w.t.restore(w.host);
             }
         }
-        let was = self.active;
-        self.active = false;
-        if was && self.expect < self.n_layer {
+        let was = self.active.swap(false, Ordering::Relaxed);
+        if let Some(e) = loader_error {
+            return Err(e);
+        }
+        if was && self.graph.expect < self.n_layer {
             return Err(format!(
                 "the device graph ended after layer {} of {}: a pacing point was skipped",
-                self.expect, self.n_layer
+                self.graph.expect, self.n_layer
             ));
         }
         Ok(())
+    }
+
+    /// Whether the arena is bound for a graph now.
+    pub fn is_active(&self) -> bool {
+        self.active()
     }
 }

@@ -201,3 +201,114 @@ impl TensorPtr {
         unsafe { (*self.0).data = data.cast() };
     }
 }
+
+/// Reads the I32 ids of a routing node `[n_used, n_tokens]` wherever it lives: straight from host
+/// memory, else with `ggml_backend_tensor_get` over the view's extent (a device graph computes it
+/// in device memory).
+pub fn read_ids_anywhere(t: &sys::ggml_tensor) -> Option<Vec<i32>> {
+    if let Some(ids) = read_ids(t) {
+        return Some(ids);
+    }
+    let buf = if t.buffer.is_null() && !t.view_src.is_null() {
+        // SAFETY: a non-null view source of a live node is a live tensor.
+        unsafe { (*t.view_src).buffer }
+    } else {
+        t.buffer
+    };
+    if t.type_ != sys::GGML_TYPE_I32 || t.data.is_null() || buf.is_null() {
+        return None;
+    }
+    // SAFETY: pure function of the node's shape and strides: the bytes from its first element to
+    // its last.
+    let extent = unsafe { sys::ggml_nbytes(t) };
+    let mut raw = vec![0u8; extent];
+    // SAFETY: the node was computed and synchronised before the observe callback; `raw` holds
+    // `extent` bytes, which ggml checks against the tensor's own extent.
+    unsafe {
+        sys::ggml_backend_tensor_get(
+            t as *const _ as *mut sys::ggml_tensor,
+            raw.as_mut_ptr().cast(),
+            0,
+            extent,
+        )
+    };
+    let (n0, n1) = (t.ne[0] as usize, t.ne[1] as usize);
+    let (nb0, nb1) = (t.nb[0], t.nb[1]);
+    let mut out = Vec::with_capacity(n0 * n1);
+    for j in 0..n1 {
+        for i in 0..n0 {
+            let at = j * nb1 + i * nb0;
+            let b = raw.get(at..at + 4)?;
+            out.push(i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+        }
+    }
+    Some(out)
+}
+
+/// A small ggml context for per-expert views of a weight, one per loader thread: handing a
+/// backend one expert as a whole tensor lets a repacking backend repack it there, in parallel
+/// across loaders, where a partial write would make it stage the whole tensor.
+pub struct ViewScratch(std::ptr::NonNull<sys::ggml_context>);
+
+// SAFETY: the context is owned by one loader thread at a time and holds only view headers.
+unsafe impl Send for ViewScratch {}
+
+impl Drop for ViewScratch {
+    fn drop(&mut self) {
+        // SAFETY: owned context freed once; no view created in it is used after this.
+        unsafe { sys::ggml_free(self.0.as_ptr()) }
+    }
+}
+
+impl ViewScratch {
+    /// A context with room for a few tensor headers and no data.
+    pub fn new() -> Result<Self, String> {
+        // SAFETY: plain size query.
+        let overhead = unsafe { sys::ggml_tensor_overhead() };
+        let params = sys::ggml_init_params {
+            mem_size: 4 * overhead,
+            mem_buffer: std::ptr::null_mut(),
+            no_alloc: true,
+        };
+        // SAFETY: ggml_init allocates its own arena; NULL means failure.
+        let ctx = unsafe { sys::ggml_init(params) };
+        std::ptr::NonNull::new(ctx)
+            .map(ViewScratch)
+            .ok_or_else(|| "ggml could not create a view context".to_string())
+    }
+
+    /// Writes `src` as expert `e` of the 3-D weight `t`, through a view of that expert alone.
+    pub fn upload_expert(&mut self, t: TensorPtr, e: usize, src: &[u8]) -> Result<(), String> {
+        let ne = t.ne();
+        let nb = t.nb();
+        if e as i64 >= ne[2] || src.len() != nb[2] {
+            return Err(format!(
+                "{}: expert {e} of {} bytes asked, the tensor has {} experts of {} bytes",
+                t.name(),
+                src.len(),
+                ne[2],
+                nb[2]
+            ));
+        }
+        // SAFETY: the context is ours; the view lies inside `t` (expert e < ne[2], nb[2] bytes);
+        // `t` is bound to a live buffer (the arena bound it before queuing this upload), which
+        // `ggml_backend_view_init` requires; `src` holds exactly the view's bytes. The copy is
+        // synchronous, and the slot it writes is not computed on until the arena's wait returns.
+        unsafe {
+            sys::ggml_reset(self.0.as_ptr());
+            let v = sys::ggml_view_2d(self.0.as_ptr(), t.raw(), ne[0], ne[1], nb[1], e * nb[2]);
+            if v.is_null() {
+                return Err(format!("{}: no view of expert {e}", t.name()));
+            }
+            let st = sys::ggml_backend_view_init(v);
+            if st != sys::GGML_STATUS_SUCCESS {
+                return Err(format!(
+                    "{}: view of expert {e} did not bind ({st})",
+                    t.name()
+                ));
+            }
+            sys::ggml_backend_tensor_set(v, src.as_ptr().cast(), 0, src.len());
+        }
+        Ok(())
+    }
+}

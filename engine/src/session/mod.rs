@@ -96,11 +96,22 @@ impl<'m> Session<'m> {
         let n_ubatch = opts.n_ubatch.max(opts.n_ubatch_device).min(n_ctx.max(1));
         let abort = Arc::new(AtomicBool::new(false));
         let hook_error = Arc::new(Mutex::new(None));
+        let arena_active = match &model.arena {
+            Some(a) => {
+                let mut a = a
+                    .lock()
+                    .map_err(|_| EngineError::Device("the arena panicked earlier".into()))?;
+                a.new_session();
+                a.active_flag()
+            }
+            None => Arc::new(AtomicBool::new(false)),
+        };
         let hook: Option<Box<dyn EvalHook>> = (model.stream.is_some() || model.arena.is_some())
             .then(|| {
                 Box::new(EngineHook {
                     streamer: model.stream.clone(),
                     arena: model.arena.clone(),
+                    arena_active: arena_active.clone(),
                     abort: abort.clone(),
                     error: hook_error.clone(),
                 }) as Box<dyn EvalHook>
@@ -153,7 +164,11 @@ impl<'m> Session<'m> {
         }
         let r = self.run_batch(batch);
         let end = arena.lock().map_err(poisoned)?.end();
-        r?;
+        // The hook's own error (a skipped pacing point, a failed read) says more than the end's.
+        r.map_err(|e| match e {
+            EngineError::Stream(m) => EngineError::Device(m),
+            e => e,
+        })?;
         end.map_err(EngineError::Device)
     }
 

@@ -25,16 +25,24 @@ impl Session<'_> {
         outputs: Outputs,
         mut on_piece: impl FnMut(&Self, usize, usize) -> Result<()>,
     ) -> Result<f64> {
-        let width = match outputs {
-            Outputs::Last => self.opts.n_ubatch as usize,
-            // Every row is an output: the piece may not exceed the logit-row cap.
-            Outputs::All => (self.opts.n_ubatch.min(self.opts.n_outputs_max)) as usize,
-        }
-        .max(1);
+        // Every row an output (perplexity): a piece may not exceed the logit-row cap.
+        let cap = |w: u32| match outputs {
+            Outputs::Last => w.max(1) as usize,
+            Outputs::All => w.min(self.opts.n_outputs_max).max(1) as usize,
+        };
+        let cpu_width = cap(self.opts.n_ubatch);
+        let dev_width = if self.model.arena.is_some() {
+            cap(self.opts.n_ubatch_device)
+        } else {
+            cpu_width
+        };
         let t0 = Instant::now();
-        let mut batch = Batch::new(width);
+        let mut batch = Batch::new(cpu_width.max(dev_width));
         let mut start = 0;
         while start < tokens.len() {
+            let left = tokens.len() - start;
+            let on_device = left.min(dev_width) >= self.model.prefill_min_tokens;
+            let width = if on_device { dev_width } else { cpu_width };
             let end = (start + width).min(tokens.len());
             batch.clear();
             for (i, &t) in tokens[start..end].iter().enumerate() {
@@ -49,7 +57,7 @@ impl Session<'_> {
             // narrower tail and every decode token on the CPU. A device graph and a CPU graph
             // therefore never share a shape, so llama.cpp's graph reuse (which skips
             // re-scheduling) never runs a graph scheduled for one side with weights on the other.
-            if end - start >= self.model.prefill_min_tokens {
+            if on_device {
                 self.run_on_device(&batch)?;
             } else {
                 self.run_batch(&batch)?;

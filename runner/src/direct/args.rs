@@ -113,6 +113,18 @@ pub struct EngineArgs {
     /// Pieces at least this wide run on the prefill device.
     #[arg(long, default_value_t = 32)]
     pub prefill_min_tokens: u32,
+    /// Prompt piece width on the prefill device (default: --ubatch).
+    #[arg(long)]
+    pub prefill_ubatch: Option<u32>,
+    /// Threads filling the prefill device's arena (apart from --io-threads).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub prefill_loaders: u32,
+    /// Read whole layers into the arena instead of only the routed experts.
+    #[arg(long)]
+    pub no_prefill_routed: bool,
+    /// A layer routing to more than this share of its experts gets the next layer read whole.
+    #[arg(long, default_value_t = 0.85)]
+    pub prefill_routed_full: f64,
     /// Print llama.cpp's log on stderr.
     #[arg(short, long)]
     pub verbose: bool,
@@ -144,6 +156,9 @@ impl EngineArgs {
             prefill: self.prefill_device.as_ref().map(|d| PrefillOptions {
                 device: d.clone(),
                 min_tokens: self.prefill_min_tokens,
+                loaders: self.prefill_loaders as usize,
+                routed: !self.no_prefill_routed,
+                routed_full: self.prefill_routed_full,
                 ..PrefillOptions::default()
             }),
         }
@@ -156,7 +171,7 @@ impl EngineArgs {
             threads: self.threads.unwrap_or(d.threads),
             n_ctx: self.ctx,
             n_ubatch: self.ubatch,
-            n_ubatch_device: self.ubatch,
+            n_ubatch_device: self.prefill_ubatch.unwrap_or(self.ubatch),
             ..d
         }
     }
