@@ -57,6 +57,9 @@ pub struct Capture {
     pub weights: BTreeMap<String, TensorPtr>,
     /// Per layer, the name of its last node in graph order.
     pub last_node: BTreeMap<u32, String>,
+    /// Weights some op reads other than as the matrix of a `MUL_MAT`/`MUL_MAT_ID` (through views
+    /// too): a backend may hold weight buffers in a form only its matmuls address.
+    pub non_matmul: BTreeSet<String>,
 }
 
 /// The capture pass: sees every node once (ask phase), isolates none.
@@ -77,14 +80,28 @@ impl EvalHook for CaptureHook {
         {
             c.last_node.insert(il, name.to_string());
         }
+        // A view of a weight is not itself a use: its consumer is, and sees the view as a source.
+        let view_op = matches!(
+            t.op,
+            sys::GGML_OP_VIEW
+                | sys::GGML_OP_RESHAPE
+                | sys::GGML_OP_PERMUTE
+                | sys::GGML_OP_TRANSPOSE
+        );
         for i in 0..sys::GGML_MAX_SRC {
             let Some(s) = tensor::src(t, i) else { continue };
+            // Views share their source's buffer: the weight is the tensor they view.
+            let s = tensor::view_root(s);
             if !tensor::is_weight(s) {
                 continue;
             }
             let sname = tensor::name(s);
             c.weights
                 .insert(sname.to_string(), TensorPtr::from_graph(s));
+            let matmul = i == 0 && matches!(t.op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_MUL_MAT_ID);
+            if !matmul && !view_op {
+                c.non_matmul.insert(sname.to_string());
+            }
             if i == 0 && t.op == sys::GGML_OP_MUL_MAT_ID {
                 if let Some((il, role)) =
                     layer_of(sname).and_then(|(il, suf)| Some((il, expert_role(suf)?)))

@@ -305,6 +305,13 @@ impl Model {
             .unwrap_or_default()
     }
 
+    /// How the prefill arena laid the model out, when a device runs wide graphs.
+    pub fn arena_layout(&self) -> Option<crate::device::arena::ArenaLayout> {
+        self.arena
+            .as_ref()
+            .and_then(|a| a.lock().ok().map(|a| a.layout()))
+    }
+
     /// The expert cache budget in bytes (0 = none), when streaming.
     pub fn stream_budget_bytes(&self) -> Option<u64> {
         self.stream

@@ -101,6 +101,20 @@ fn g16_g17_arena_on_the_loopback_device_equals_the_cpu() {
     );
     let c = m.prefill_dev_counters();
     assert!(c.nodes > 0 && c.read_bytes > 0, "{c:?}");
+    // Norm weights are read by MUL, not a matmul: they go to the plain pair; matrices do not.
+    let layout = m.arena_layout().unwrap();
+    assert!(
+        layout
+            .plain_weights
+            .iter()
+            .any(|n| n == "blk.0.attn_norm.weight")
+            && !layout
+                .plain_weights
+                .iter()
+                .any(|n| n.contains("attn_q.weight") || n.contains("exps")),
+        "{layout:?}"
+    );
+    assert!(layout.slot_bytes > 0 && layout.plain_bytes > 0);
     // Several calls in one session, and perplexity (every piece wide) too.
     let text = "Perplexity through the arena. ".repeat(4);
     let narrow = bmoe_engine::SessionOptions {

@@ -24,6 +24,8 @@ struct DenseWeight {
     t: TensorPtr,
     off: usize,
     host: Binding,
+    /// In the plain slot pair (some op other than a matmul reads it).
+    plain: bool,
 }
 
 /// An expert matrix of a layer: each expert is one upload.
@@ -56,9 +58,22 @@ struct GraphState {
     routed_seen: Vec<u32>,
 }
 
+/// How the arena laid a model out (for diagnostics and tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArenaLayout {
+    /// Bytes of each slot of the weights pair.
+    pub slot_bytes: usize,
+    /// Bytes of each slot of the plain pair.
+    pub plain_bytes: usize,
+    /// Weights placed in the plain pair (an op other than a matmul reads them).
+    pub plain_weights: Vec<String>,
+}
+
 /// The arena of one model on one device.
 pub struct Arena {
     slots: [WeightsBuffer; 2],
+    /// The second pair, plain device memory, for weights non-matmul ops read.
+    plain: [WeightsBuffer; 2],
     layers: BTreeMap<u32, Layer>,
     /// Last node name of each layer (the pacing points).
     last_node: HashMap<String, u32>,
@@ -93,6 +108,7 @@ impl Arena {
         let buft = BufferType::of_device(device);
         let mut layers: BTreeMap<u32, Layer> = BTreeMap::new();
         let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut plain_sizes: BTreeMap<u32, usize> = BTreeMap::new();
         let mut n_expert = 0usize;
         let mut max_read = 0usize;
         for (name, &t) in &capture.weights {
@@ -103,13 +119,20 @@ impl Arena {
             if !host.is_host() {
                 return Err(format!("weight {name} is not in host memory"));
             }
-            let off = sizes.entry(il).or_default();
+            let is_expert = experts_of(capture.experts.get(&il)).contains(&t);
+            // Expert matrices stay in the weights pair: MUL_MAT_ID follows them to the device.
+            let plain = !is_expert && capture.non_matmul.contains(name);
+            let off = if plain {
+                plain_sizes.entry(il).or_default()
+            } else {
+                sizes.entry(il).or_default()
+            };
             let layer = layers.entry(il).or_insert(Layer {
                 dense: Vec::new(),
                 experts: Vec::new(),
                 routed: capture.routing.contains(&il),
             });
-            if experts_of(capture.experts.get(&il)).contains(&t) {
+            if is_expert {
                 let expert_bytes = t.nb()[2];
                 n_expert = n_expert.max(t.ne()[2] as usize);
                 max_read = max_read.max(expert_bytes);
@@ -130,11 +153,17 @@ impl Arena {
                     file,
                 });
             } else {
-                layer.dense.push(DenseWeight { t, off: *off, host });
+                layer.dense.push(DenseWeight {
+                    t,
+                    off: *off,
+                    host,
+                    plain,
+                });
             }
             *off += buft.alloc_size(t);
         }
         let slot_size = sizes.values().copied().max().unwrap_or(0);
+        let plain_size = plain_sizes.values().copied().max().unwrap_or(0);
         let n_layer = layers.keys().next_back().map(|l| l + 1).unwrap_or(0);
         let last_node = capture
             .last_node
@@ -163,6 +192,10 @@ impl Arena {
                 WeightsBuffer::alloc(buft, slot_size)?,
                 WeightsBuffer::alloc(buft, slot_size)?,
             ],
+            plain: [
+                WeightsBuffer::alloc_plain(buft, plain_size)?,
+                WeightsBuffer::alloc_plain(buft, plain_size)?,
+            ],
             layers,
             last_node,
             buft,
@@ -175,6 +208,19 @@ impl Arena {
             prediction: HashMap::new(),
             counters: PrefillDevCounters::default(),
         })
+    }
+
+    /// How the model is laid out in the slots.
+    pub fn layout(&self) -> ArenaLayout {
+        ArenaLayout {
+            slot_bytes: self.slots[0].size(),
+            plain_bytes: self.plain[0].size(),
+            plain_weights: self
+                .layers
+                .values()
+                .flat_map(|l| l.dense.iter().filter(|d| d.plain).map(|d| d.t.name()))
+                .collect(),
+        }
     }
 
     /// The device's buffer type (to count the nodes it computes).
@@ -290,8 +336,13 @@ impl Arena {
         // the device; what the slots hold follows the pacing.
         for (il, layer) in &self.layers {
             let slot = &self.slots[(il % 2) as usize];
+            let plain = &self.plain[(il % 2) as usize];
             for d in &layer.dense {
-                slot.bind(d.t, d.off)?;
+                if d.plain {
+                    plain.bind(d.t, d.off)?;
+                } else {
+                    slot.bind(d.t, d.off)?;
+                }
             }
             for w in &layer.experts {
                 slot.bind(w.t, w.off)?;

@@ -60,15 +60,36 @@ impl BufferType {
 impl WeightsBuffer {
     /// Allocates `size` bytes in `buft`, usage WEIGHTS.
     pub fn alloc(buft: BufferType, size: usize) -> Result<Self, String> {
+        Self::alloc_with(buft, size, true)
+    }
+
+    /// Allocates `size` bytes in `buft` left as plain device memory (not marked as weights), for
+    /// weights that ops other than matmuls read.
+    pub fn alloc_plain(buft: BufferType, size: usize) -> Result<Self, String> {
+        Self::alloc_with(buft, size, false)
+    }
+
+    fn alloc_with(buft: BufferType, size: usize, weights: bool) -> Result<Self, String> {
         // SAFETY: allocation on a live buffer type; NULL means failure.
         let raw = unsafe { sys::ggml_backend_buft_alloc_buffer(buft.0, size.max(1)) };
         let raw = NonNull::new(raw)
             .ok_or_else(|| format!("the device could not allocate {size} bytes"))?;
-        // SAFETY: live buffer we own.
-        unsafe {
-            sys::ggml_backend_buffer_set_usage(raw.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
-        };
+        if weights {
+            // SAFETY: live buffer we own.
+            unsafe {
+                sys::ggml_backend_buffer_set_usage(
+                    raw.as_ptr(),
+                    sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS,
+                )
+            };
+        }
         Ok(Self { raw })
+    }
+
+    /// The buffer's size in bytes.
+    pub fn size(&self) -> usize {
+        // SAFETY: read-only query on a live buffer.
+        unsafe { sys::ggml_backend_buffer_get_size(self.raw.as_ptr()) }
     }
 
     /// The buffer's base address (device address space).

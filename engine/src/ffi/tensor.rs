@@ -29,6 +29,16 @@ pub fn src(t: &sys::ggml_tensor, i: usize) -> Option<&sys::ggml_tensor> {
     (!p.is_null()).then(|| unsafe { &*p })
 }
 
+/// The tensor `t` views (ggml keeps the root, not a chain), or `t` itself.
+pub fn view_root(t: &sys::ggml_tensor) -> &sys::ggml_tensor {
+    if t.view_src.is_null() {
+        t
+    } else {
+        // SAFETY: a non-null view source of a live tensor is a live tensor.
+        unsafe { &*t.view_src }
+    }
+}
+
 /// True when `t` lives in a weights buffer (a model weight, not an activation).
 pub fn is_weight(t: &sys::ggml_tensor) -> bool {
     // SAFETY: a non-null buffer of a live tensor is a live buffer.

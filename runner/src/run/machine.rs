@@ -31,6 +31,7 @@ pub fn line(kind: Kind, r: &Row) -> String {
             "prefill_io_s": r.io_s,
             "prefill_stall_s": r.stall_s,
             "prefill_dev_tokens": r.prefill_dev_tokens,
+            "prefill_dev_nodes": r.prefill_dev_nodes,
             "prefill_dev_read_mib": r.prefill_dev_read_mib,
             "prefill_dev_stall_s": r.prefill_dev_stall_s,
             "prefill_dev_routed": r.prefill_dev_routed,
