@@ -359,3 +359,56 @@ fn g17g_skipping_the_routing_node_reads_changes_the_result() {
         "G17g: without the routing-node reads the result must change"
     );
 }
+
+/// A failed expert read in the arena fails the call with a device error (no compute on a slot
+/// that did not fill, no panic), every weight goes back to the host, and the same session works
+/// again once the file is whole.
+#[test]
+fn a_failed_arena_read_fails_the_call_and_the_session_recovers() {
+    let name = loopback();
+    let src = common::tiny();
+    let p = common::dir().join("arena-will-shrink.gguf");
+    std::fs::copy(&src, &p).unwrap();
+    let full = std::fs::read(&p).unwrap();
+    let cpu = run_all(&load(&src, None, None));
+    let m = load(
+        &p,
+        Some(bmoe_engine::StreamOptions {
+            // Dense weights copied out, so only expert reads touch the file after load.
+            dense_weights: bmoe_engine::DenseWeights::Anon,
+            ..streamed(0).unwrap()
+        }),
+        Some(device(&name, true)),
+    );
+    let mut s = m
+        .session(&bmoe_engine::SessionOptions {
+            threads: 1,
+            n_ubatch: 16,
+            n_ubatch_device: 16,
+            ..common::session_opts()
+        })
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let opts = GenerateOptions {
+        n_predict: 8,
+        ..Default::default()
+    };
+    let e = s
+        .generate(PROMPTS[0], &opts, &CancelToken::new())
+        .err()
+        .expect("a short read must fail the call");
+    assert!(matches!(e, bmoe_engine::EngineError::Device(_)), "{e}");
+    assert!(e.to_string().contains("reading experts"), "{e}");
+    std::fs::write(&p, &full).unwrap();
+    drop(s);
+    assert_eq!(
+        run_all(&m),
+        cpu,
+        "after the failure the model runs as before"
+    );
+}
