@@ -400,8 +400,7 @@ fn a_failed_arena_read_fails_the_call_and_the_session_recovers() {
     };
     let e = s
         .generate(PROMPTS[0], &opts, &CancelToken::new())
-        .err()
-        .expect("a short read must fail the call");
+        .expect_err("a short read must fail the call");
     assert!(matches!(e, bmoe_engine::EngineError::Device(_)), "{e}");
     assert!(e.to_string().contains("reading experts"), "{e}");
     std::fs::write(&p, &full).unwrap();
