@@ -241,10 +241,13 @@ impl Model {
         };
         // After the streamer: the host bindings the arena restores are the streamer's.
         let arena = match (arena_device, &capture, &opts.prefill) {
-            (Some(d), Some(c), Some(p)) => Some(Arc::new(Mutex::new(
-                crate::device::arena::Arena::new(c, d, p, stream.is_some().then_some(&index))
-                    .map_err(EngineError::Device)?,
-            ))),
+            (Some(d), Some(c), Some(p)) => {
+                let a =
+                    crate::device::arena::Arena::new(c, d, p, stream.is_some().then_some(&index))
+                        .map_err(EngineError::Device)?;
+                warnings.extend(a.refusals());
+                Some(Arc::new(Mutex::new(a)))
+            }
             _ => None,
         };
         let info = ModelInfo {

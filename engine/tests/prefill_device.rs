@@ -92,6 +92,8 @@ fn g16_g17_arena_on_the_loopback_device_equals_the_cpu() {
     let cpu = run(&cpu_model);
     let m = Model::load(&with_device(&name)).unwrap();
     assert_eq!(m.info().prefill_device.as_deref(), Some(name.as_str()));
+    // The loopback device takes every matmul (asked with probe ops): nothing to warn about.
+    assert!(m.warnings().is_empty(), "{:?}", m.warnings());
     let dev = run(&m);
     assert!(dev.2 > 0, "wide pieces must run on the device");
     assert_eq!(

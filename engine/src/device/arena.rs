@@ -88,6 +88,8 @@ pub struct Arena {
     prediction: HashMap<u32, Vec<bool>>,
     /// Cumulative counters (bytes come from the loaders).
     counters: PrefillDevCounters,
+    /// Weight types the device's matmul refused, with how many weights and one name.
+    refused: BTreeMap<String, (usize, String)>,
 }
 
 fn experts_of(roles: Option<&BTreeMap<crate::hook::ExpertRole, TensorPtr>>) -> Vec<TensorPtr> {
@@ -162,6 +164,24 @@ impl Arena {
             }
             *off += buft.alloc_size(t);
         }
+        // Which matrices the device's matmul takes, asked with a probe op per weight.
+        let mut refused: BTreeMap<String, (usize, String)> = BTreeMap::new();
+        for layer in layers.values() {
+            let matrices = layer
+                .dense
+                .iter()
+                .filter(|d| !d.plain)
+                .map(|d| (d.t, false))
+                .chain(layer.experts.iter().map(|w| (w.t, true)));
+            for (t, experts) in matrices {
+                if !crate::ffi::probe::device_takes_matmul(device, t, experts) {
+                    let e = refused
+                        .entry(crate::ffi::probe::type_name(t))
+                        .or_insert((0, t.name()));
+                    e.0 += 1;
+                }
+            }
+        }
         let slot_size = sizes.values().copied().max().unwrap_or(0);
         let plain_size = plain_sizes.values().copied().max().unwrap_or(0);
         let n_layer = layers.keys().next_back().map(|l| l + 1).unwrap_or(0);
@@ -207,6 +227,7 @@ impl Arena {
             graph: GraphState::default(),
             prediction: HashMap::new(),
             counters: PrefillDevCounters::default(),
+            refused,
         })
     }
 
@@ -221,6 +242,18 @@ impl Arena {
                 .flat_map(|l| l.dense.iter().filter(|d| d.plain).map(|d| d.t.name()))
                 .collect(),
         }
+    }
+
+    /// What the device's matmul refused, in words (empty when it takes every layer matrix).
+    pub fn refusals(&self) -> Vec<String> {
+        self.refused
+            .iter()
+            .map(|(ty, (n, example))| {
+                format!(
+                    "the prefill device's matmul does not take {ty} ({n} weights, e.g. {example}): those matmuls run on the CPU inside device graphs (converting them for the device is not built)"
+                )
+            })
+            .collect()
     }
 
     /// The device's buffer type (to count the nodes it computes).

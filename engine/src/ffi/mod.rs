@@ -6,6 +6,7 @@ pub mod context;
 pub mod gguf;
 pub mod log;
 pub mod model;
+pub mod probe;
 pub mod quant;
 pub mod region;
 pub mod registry;
