@@ -171,3 +171,29 @@ fn bad_inputs_are_clear_errors() {
         "choice list is empty",
     );
 }
+
+#[test]
+fn an_out_of_range_routed_share_is_an_error_not_a_panic() {
+    let m = tiny();
+    let o = bmoe(&[
+        "generate",
+        "-m",
+        s(&m),
+        "-p",
+        "Hi",
+        "-n",
+        "4",
+        "--prefill-device",
+        "HTP0",
+        "--prefill-routed-full",
+        "1.5",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("prefill_routed_full = 1.5") && err.contains("(0, 1]"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(o.stdout.is_empty());
+}
