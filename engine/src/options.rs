@@ -58,6 +58,9 @@ pub struct PrefillOptions {
     /// Gate knob, not a setting: skip the reads at the routing node (the negative control: the
     /// result must change).
     pub skip_demand_reads: bool,
+    /// Gate knob, not a setting: ggml type names (`f32`) to treat as refused by the device's
+    /// matmul, to exercise the conversion on a device that takes every type.
+    pub refuse_types: Vec<String>,
 }
 
 impl Default for PrefillOptions {
@@ -70,6 +73,7 @@ impl Default for PrefillOptions {
             routed_full: 0.85,
             loader_delay_ms: 0,
             skip_demand_reads: false,
+            refuse_types: Vec::new(),
         }
     }
 }

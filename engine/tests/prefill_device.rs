@@ -413,3 +413,73 @@ fn a_failed_arena_read_fails_the_call_and_the_session_recovers() {
         "after the failure the model runs as before"
     );
 }
+
+/// A matrix type the device's matmul refuses (here made so with the gate knob, since the loopback
+/// device takes every type) is carried to the device converted once at load to the nearest type
+/// it takes: the run says so, the device computes, the result stays close to the CPU's (not
+/// identical: the device copy is F16), and the CPU's own weights are untouched afterwards.
+#[test]
+fn a_refused_weight_type_is_converted_for_the_device_copy_only() {
+    let name = loopback();
+    let path = common::tiny();
+    let text = "Perplexity through a converted arena, piece by piece. ".repeat(3);
+    let narrow = bmoe_engine::SessionOptions {
+        threads: 1,
+        n_ubatch: 16,
+        n_ubatch_device: 16,
+        ..common::session_opts()
+    };
+    let cpu_model = load(&path, None, None);
+    let cpu = cpu_model
+        .session(&narrow)
+        .unwrap()
+        .perplexity(&text)
+        .unwrap();
+    let m = load(
+        &path,
+        None,
+        Some(PrefillOptions {
+            refuse_types: vec!["f32".into()],
+            ..device(&name, true)
+        }),
+    );
+    assert!(
+        m.warnings()
+            .iter()
+            .any(|w| w.contains("does not take f32") && w.contains("as f16")),
+        "{:?}",
+        m.warnings()
+    );
+    let p = m.session(&narrow).unwrap().perplexity(&text).unwrap();
+    assert!(
+        p.prefill_dev.tokens > 0 && p.prefill_dev.nodes > 0,
+        "{:?}",
+        p.prefill_dev
+    );
+    assert!(
+        (p.nll_mean - cpu.nll_mean).abs() < 0.05,
+        "converted device copy: nll {} vs CPU {}",
+        p.nll_mean,
+        cpu.nll_mean
+    );
+    // Pieces narrower than min_tokens run on the CPU: its weights were restored bit for bit.
+    let short = GenerateOptions {
+        n_predict: 6,
+        chat: false,
+        ..Default::default()
+    };
+    let gen = |m: &Model| {
+        m.session(&narrow)
+            .unwrap()
+            .generate("Hi", &short, &CancelToken::new())
+            .unwrap()
+            .bytes
+    };
+    let (a, b) = (gen(&m), gen(&cpu_model));
+    assert_eq!(a, b);
+    assert_eq!(
+        m.prefill_dev_counters().tokens,
+        p.prefill_dev.tokens,
+        "the short prompt stayed on the CPU"
+    );
+}

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use crate::device::loader::{Job, Loaders, Source, Target, Ticket};
 use crate::ffi::buffer::{BufferType, WeightsBuffer};
+use crate::ffi::probe::device_takes_matmul_of;
+use crate::ffi::quant;
 use crate::ffi::registry::Device;
-use crate::ffi::tensor::{Binding, TensorPtr};
+use crate::ffi::tensor::{Binding, Layout, TensorPtr};
 use crate::gguf_index::GgufIndex;
 use crate::hook::{layer_of, Capture};
 use crate::io::DirectReader;
@@ -26,6 +28,9 @@ struct DenseWeight {
     host: Binding,
     /// In the plain slot pair (some op other than a matmul reads it).
     plain: bool,
+    /// When the device's matmul refuses the weight's type: (device layout, host layout, the
+    /// weight converted once at load to the device layout).
+    converted: Option<(Layout, Layout, Arc<Vec<u8>>)>,
 }
 
 /// An expert matrix of a layer: each expert is one upload.
@@ -88,8 +93,50 @@ pub struct Arena {
     prediction: HashMap<u32, Vec<bool>>,
     /// Cumulative counters (bytes come from the loaders).
     counters: PrefillDevCounters,
-    /// Weight types the device's matmul refused, with how many weights and one name.
+    /// Weight types the device's matmul refused and that stay so, with a count and one name.
     refused: BTreeMap<String, (usize, String)>,
+    /// (from, to) type names of weights converted for the device, with a count.
+    converted: BTreeMap<(String, String), usize>,
+}
+
+/// The type the device copy of a refused matrix takes: the nearest the device's matmul accepts
+/// (Q8_0 for a quantized grid, F16 then F32 for a float one), asked with probe ops.
+fn device_type(device: Device, t: TensorPtr, refuse: &[String]) -> Option<Layout> {
+    let from = t.layout().ty();
+    let candidates: &[ggml_sys::ggml_type] = if quant::is_quantized(from) {
+        &[
+            ggml_sys::GGML_TYPE_Q8_0,
+            ggml_sys::GGML_TYPE_F16,
+            ggml_sys::GGML_TYPE_F32,
+        ]
+    } else {
+        &[ggml_sys::GGML_TYPE_F16, ggml_sys::GGML_TYPE_F32]
+    };
+    let ne = t.ne();
+    candidates
+        .iter()
+        .copied()
+        .filter(|&ty| ty != from && !refuse.contains(&quant::type_name(ty)))
+        .filter(|&ty| (ne[0] as usize).is_multiple_of(quant::block_size(ty)))
+        .find(|&ty| device_takes_matmul_of(device, ty, ne, false))
+        .map(|ty| Layout::contiguous(ty, ne))
+}
+
+/// `t`'s host bytes in `to` (dequantized with ggml, then quantized with ggml).
+fn convert(t: TensorPtr, host: Binding, to: Layout) -> Result<Vec<u8>, String> {
+    let n: usize = t.ne().iter().map(|&d| d as usize).product();
+    let bytes = host
+        .host_bytes(t.nbytes())
+        .ok_or_else(|| format!("{}: not in host memory", t.name()))?;
+    let from = t.layout().ty();
+    let f = quant::to_f32(from, bytes, n).ok_or_else(|| {
+        format!(
+            "{}: ggml cannot dequantize {}",
+            t.name(),
+            quant::type_name(from)
+        )
+    })?;
+    Ok(quant::quantize(to.ty(), &f, t.ne()[0] as usize))
 }
 
 fn experts_of(roles: Option<&BTreeMap<crate::hook::ExpertRole, TensorPtr>>) -> Vec<TensorPtr> {
@@ -111,6 +158,8 @@ impl Arena {
         let mut layers: BTreeMap<u32, Layer> = BTreeMap::new();
         let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
         let mut plain_sizes: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut refused: BTreeMap<String, (usize, String)> = BTreeMap::new();
+        let mut converted_types: BTreeMap<(String, String), usize> = BTreeMap::new();
         let mut n_expert = 0usize;
         let mut max_read = 0usize;
         for (name, &t) in &capture.weights {
@@ -129,6 +178,31 @@ impl Arena {
             } else {
                 sizes.entry(il).or_default()
             };
+            // Matrices the device's matmul refuses (asked with a probe op, not a list): a dense
+            // one is carried to the device in the nearest type it takes; an expert matrix stays
+            // refused and is reported.
+            let mut converted = None;
+            if !plain {
+                let type_name = crate::ffi::probe::type_name(t);
+                let takes = !opts.refuse_types.contains(&type_name)
+                    && crate::ffi::probe::device_takes_matmul(device, t, is_expert);
+                let to = (!takes && !is_expert)
+                    .then(|| device_type(device, t, &opts.refuse_types))
+                    .flatten();
+                match to {
+                    Some(to) => {
+                        let bytes = convert(t, host, to)?;
+                        *converted_types
+                            .entry((type_name, quant::type_name(to.ty())))
+                            .or_default() += 1;
+                        converted = Some((to, t.layout(), Arc::new(bytes)));
+                    }
+                    None if !takes => {
+                        refused.entry(type_name).or_insert((0, name.clone())).0 += 1;
+                    }
+                    None => {}
+                }
+            }
             let layer = layers.entry(il).or_insert(Layer {
                 dense: Vec::new(),
                 experts: Vec::new(),
@@ -160,26 +234,17 @@ impl Arena {
                     off: *off,
                     host,
                     plain,
+                    converted: converted.clone(),
                 });
             }
-            *off += buft.alloc_size(t);
-        }
-        // Which matrices the device's matmul takes, asked with a probe op per weight.
-        let mut refused: BTreeMap<String, (usize, String)> = BTreeMap::new();
-        for layer in layers.values() {
-            let matrices = layer
-                .dense
-                .iter()
-                .filter(|d| !d.plain)
-                .map(|d| (d.t, false))
-                .chain(layer.experts.iter().map(|w| (w.t, true)));
-            for (t, experts) in matrices {
-                if !crate::ffi::probe::device_takes_matmul(device, t, experts) {
-                    let e = refused
-                        .entry(crate::ffi::probe::type_name(t))
-                        .or_insert((0, t.name()));
-                    e.0 += 1;
+            // The slot holds the device copy: sized in its layout.
+            match &converted {
+                Some((to, from, _)) => {
+                    t.set_layout(*to);
+                    *off += buft.alloc_size(t);
+                    t.set_layout(*from);
                 }
+                None => *off += buft.alloc_size(t),
             }
         }
         let slot_size = sizes.values().copied().max().unwrap_or(0);
@@ -228,6 +293,7 @@ impl Arena {
             prediction: HashMap::new(),
             counters: PrefillDevCounters::default(),
             refused,
+            converted: converted_types,
         })
     }
 
@@ -246,14 +312,17 @@ impl Arena {
 
     /// What the device's matmul refused, in words (empty when it takes every layer matrix).
     pub fn refusals(&self) -> Vec<String> {
-        self.refused
-            .iter()
-            .map(|(ty, (n, example))| {
-                format!(
-                    "the prefill device's matmul does not take {ty} ({n} weights, e.g. {example}): those matmuls run on the CPU inside device graphs (converting them for the device is not built)"
-                )
-            })
-            .collect()
+        let converted = self.converted.iter().map(|((from, to), n)| {
+            format!(
+                "the prefill device's matmul does not take {from}: {n} weights are carried to it as {to}, converted once at load (the file and CPU decode are untouched; device results differ from the CPU's)"
+            )
+        });
+        let refused = self.refused.iter().map(|(ty, (n, example))| {
+            format!(
+                "the prefill device's matmul does not take {ty} ({n} matrices, e.g. {example}, with no type it takes to carry them in): those matmuls run on the CPU inside device graphs"
+            )
+        });
+        converted.chain(refused).collect()
     }
 
     /// The device's buffer type (to count the nodes it computes).
@@ -334,11 +403,19 @@ impl Arena {
         let mut jobs: Vec<Job> = layer
             .dense
             .iter()
-            .map(|d| Job {
-                ticket: Ticket::Dense(il),
-                target: Target::Whole(d.t),
-                source: Source::Host(d.host, 0),
-                len: d.t.nbytes(),
+            .map(|d| match &d.converted {
+                Some((_, _, bytes)) => Job {
+                    ticket: Ticket::Dense(il),
+                    target: Target::Whole(d.t),
+                    len: bytes.len(),
+                    source: Source::Owned(bytes.clone()),
+                },
+                None => Job {
+                    ticket: Ticket::Dense(il),
+                    target: Target::Whole(d.t),
+                    source: Source::Host(d.host, 0),
+                    len: d.t.nbytes(),
+                },
             })
             .collect();
         let which = match self.prediction.get(&il) {
@@ -371,6 +448,9 @@ impl Arena {
             let slot = &self.slots[(il % 2) as usize];
             let plain = &self.plain[(il % 2) as usize];
             for d in &layer.dense {
+                if let Some((to, _, _)) = &d.converted {
+                    d.t.set_layout(*to);
+                }
                 if d.plain {
                     plain.bind(d.t, d.off)?;
                 } else {
@@ -473,6 +553,9 @@ impl Arena {
         for layer in self.layers.values() {
             for d in &layer.dense {
                 d.t.restore(d.host);
+                if let Some((_, from, _)) = &d.converted {
+                    d.t.set_layout(*from);
+                }
             }
             for w in &layer.experts {
                 w.t.restore(w.host);

@@ -19,10 +19,12 @@ pub enum Ticket {
 }
 
 /// Where a job's bytes come from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Source {
     /// Host memory: the tensor's host binding, from this byte offset.
     Host(Binding, usize),
+    /// Bytes the arena owns (a weight converted at load for the device).
+    Owned(Arc<Vec<u8>>),
     /// The GGUF: file index and absolute offset.
     File(usize, u64),
 }
@@ -37,7 +39,7 @@ pub enum Target {
 }
 
 /// One upload.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Job {
     /// The wait it belongs to.
     pub ticket: Ticket,
@@ -237,6 +239,7 @@ fn run(
                 .ok_or("a weight's host copy is not in host memory")?;
             &all[off..off + job.len]
         }
+        Source::Owned(b) => b.as_slice(),
         &Source::File(file, offset) => {
             let reader = reader.ok_or("no reader for an expert read")?;
             if job.len > max_read {

@@ -57,3 +57,31 @@ pub fn requires_imatrix(ty: GgmlType) -> bool {
     // SAFETY: pure lookup.
     unsafe { sys::ggml_quantize_requires_imatrix(ty) }
 }
+
+/// `n` elements of `ty` in `bytes` as f32s (ggml's own dequantizer); `None` when ggml has none for
+/// `ty` or `bytes` is short.
+pub fn to_f32(ty: GgmlType, bytes: &[u8], n: usize) -> Option<Vec<f32>> {
+    if bytes.len() < row_size(ty, n) {
+        return None;
+    }
+    if ty == sys::GGML_TYPE_F32 {
+        return Some(
+            bytes[..n * 4]
+                .chunks_exact(4)
+                .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        );
+    }
+    // SAFETY: ggml's type-traits table has an entry for every type; the pointer is static.
+    let to_float = unsafe { (*sys::ggml_get_type_traits(ty)).to_float }?;
+    let mut out = vec![0f32; n];
+    // SAFETY: `bytes` holds the row_size of n elements of `ty` (checked), `out` n floats.
+    unsafe { to_float(bytes.as_ptr().cast(), out.as_mut_ptr(), n as i64) };
+    Some(out)
+}
+
+/// Whether `ty` is a quantized (block) type.
+pub fn is_quantized(ty: GgmlType) -> bool {
+    // SAFETY: pure lookup in ggml's static type-traits table.
+    unsafe { (*sys::ggml_get_type_traits(ty)).is_quantized }
+}

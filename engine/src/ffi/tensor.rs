@@ -109,7 +109,55 @@ impl Binding {
     }
 }
 
+/// A tensor's element type and strides: what changes when a weight is carried to a device in
+/// another type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    ty: sys::ggml_type,
+    nb: [usize; 4],
+}
+
+impl Layout {
+    /// The contiguous layout of a tensor of shape `ne` in type `ty`.
+    pub fn contiguous(ty: sys::ggml_type, ne: [i64; 4]) -> Layout {
+        // SAFETY: pure lookups in ggml's type-traits table.
+        let (ts, row) = unsafe { (sys::ggml_type_size(ty), sys::ggml_row_size(ty, ne[0])) };
+        let nb1 = row;
+        let nb2 = nb1 * ne[1] as usize;
+        let nb3 = nb2 * ne[2] as usize;
+        Layout {
+            ty,
+            nb: [ts, nb1, nb2, nb3],
+        }
+    }
+
+    /// The element type.
+    pub fn ty(&self) -> sys::ggml_type {
+        self.ty
+    }
+}
+
 impl TensorPtr {
+    /// The current type and strides.
+    pub fn layout(&self) -> Layout {
+        let t = self.get();
+        Layout {
+            ty: t.type_,
+            nb: t.nb,
+        }
+    }
+
+    /// Sets type and strides. Call only between graph computes, before the tensor is bound to a
+    /// buffer sized for the new layout (and back before it returns to its host binding).
+    pub fn set_layout(&self, l: Layout) {
+        // SAFETY: field writes on a live tensor struct while no graph runs (arena begin/end, or
+        // load time), under the model's execution lock.
+        unsafe {
+            (*self.0).type_ = l.ty;
+            (*self.0).nb = l.nb;
+        }
+    }
+
     /// The raw pointer, for the other FFI wrappers.
     pub fn raw(&self) -> *mut sys::ggml_tensor {
         self.0
