@@ -169,17 +169,20 @@ const PROMPTS: [&str; 2] = [
     "A second prompt in the same session, routed a little differently from the first one.",
 ];
 
+/// Pieces of 16 on both sides, one compute thread (see the stream gates).
+fn narrow() -> bmoe_engine::SessionOptions {
+    bmoe_engine::SessionOptions {
+        threads: 1,
+        n_ubatch: 16,
+        n_ubatch_device: 16,
+        ..common::session_opts()
+    }
+}
+
 /// Two generates, a perplexity and a decision in one session, pieces of 16 (wide ones on the
 /// device when it has one). One compute thread: see the stream gates.
 fn run_all(m: &Model) -> Outcome {
-    let mut s = m
-        .session(&bmoe_engine::SessionOptions {
-            threads: 1,
-            n_ubatch: 16,
-            n_ubatch_device: 16,
-            ..common::session_opts()
-        })
-        .unwrap();
+    let mut s = m.session(&narrow()).unwrap();
     let opts = GenerateOptions {
         n_predict: 8,
         ..Default::default()
@@ -328,12 +331,7 @@ fn g17g_skipping_the_routing_node_reads_changes_the_result() {
     let name = loopback();
     let path = many_experts();
     let text = "Perplexity through a streamed arena, piece by piece. ".repeat(3);
-    let narrow = bmoe_engine::SessionOptions {
-        threads: 1,
-        n_ubatch: 16,
-        n_ubatch_device: 16,
-        ..common::session_opts()
-    };
+    let narrow = narrow();
     let nll = |m: &Model| m.session(&narrow).unwrap().perplexity(&text).unwrap();
     let cpu = nll(&load(&path, None, None));
     let ok = load(
@@ -382,14 +380,7 @@ fn a_failed_arena_read_fails_the_call_and_the_session_recovers() {
         }),
         Some(device(&name, true)),
     );
-    let mut s = m
-        .session(&bmoe_engine::SessionOptions {
-            threads: 1,
-            n_ubatch: 16,
-            n_ubatch_device: 16,
-            ..common::session_opts()
-        })
-        .unwrap();
+    let mut s = m.session(&narrow()).unwrap();
     std::fs::OpenOptions::new()
         .write(true)
         .open(&p)
@@ -423,12 +414,7 @@ fn a_refused_weight_type_is_converted_for_the_device_copy_only() {
     let name = loopback();
     let path = common::tiny();
     let text = "Perplexity through a converted arena, piece by piece. ".repeat(3);
-    let narrow = bmoe_engine::SessionOptions {
-        threads: 1,
-        n_ubatch: 16,
-        n_ubatch_device: 16,
-        ..common::session_opts()
-    };
+    let narrow = narrow();
     let cpu_model = load(&path, None, None);
     let cpu = cpu_model
         .session(&narrow)

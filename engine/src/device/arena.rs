@@ -335,10 +335,6 @@ impl Arena {
         self.active.clone()
     }
 
-    fn active(&self) -> bool {
-        self.active.load(Ordering::Relaxed)
-    }
-
     /// The layer whose last node `name` is, when it is a pacing point.
     pub fn pacing_layer(&self, name: &str) -> Option<u32> {
         self.last_node.get(name).copied()
@@ -572,10 +568,5 @@ impl Arena {
             ));
         }
         Ok(())
-    }
-
-    /// Whether the arena is bound for a graph now.
-    pub fn is_active(&self) -> bool {
-        self.active()
     }
 }

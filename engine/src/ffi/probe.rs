@@ -2,14 +2,12 @@
 use ggml_sys as sys;
 
 use super::registry::Device;
-use super::tensor::TensorPtr;
+use super::tensor::{TensorPtr, ViewScratch};
 
 /// Whether `dev` computes a `MUL_MAT` (or, for an expert matrix, a `MUL_MAT_ID`) of `w` against
 /// F32 activations. The probe ops live in a throwaway header-only context; `w` is only read.
 pub fn device_takes_matmul(dev: Device, w: TensorPtr, experts: bool) -> bool {
-    // SAFETY: reading the type field of a live tensor.
-    let ty = unsafe { (*w.raw()).type_ };
-    device_takes_matmul_of(dev, ty, w.ne(), experts)
+    device_takes_matmul_of(dev, w.layout().ty(), w.ne(), experts)
 }
 
 /// As `device_takes_matmul`, for a matrix of shape `ne` in type `ty`.
@@ -19,21 +17,13 @@ pub fn device_takes_matmul_of(
     ne: [i64; 4],
     experts: bool,
 ) -> bool {
-    // SAFETY: plain size query.
-    let overhead = unsafe { sys::ggml_tensor_overhead() };
-    let params = sys::ggml_init_params {
-        mem_size: 8 * overhead,
-        mem_buffer: std::ptr::null_mut(),
-        no_alloc: true,
-    };
-    // SAFETY: ggml_init allocates its own arena; NULL means failure.
-    let ctx = unsafe { sys::ggml_init(params) };
-    if ctx.is_null() {
+    let Ok(mut scratch) = ViewScratch::new() else {
         return false;
-    }
+    };
+    let ctx = scratch.ctx();
     let n_tokens = 32;
-    // SAFETY: header-only tensors in our own context (no data); supports_op only inspects types
-    // and shapes. The context is freed last.
+    // SAFETY: header-only tensors in our own context (no data, room for the four made here);
+    // supports_op only inspects types and shapes. The context outlives the op (dropped after).
     unsafe {
         let w = if experts {
             sys::ggml_new_tensor_3d(ctx, ty, ne[0], ne[1], ne[2])
@@ -49,9 +39,7 @@ pub fn device_takes_matmul_of(
             let b = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_F32, ne[0], n_tokens);
             sys::ggml_mul_mat(ctx, w, b)
         };
-        let ok = !op.is_null() && sys::ggml_backend_dev_supports_op(dev.raw(), op);
-        sys::ggml_free(ctx);
-        ok
+        !op.is_null() && sys::ggml_backend_dev_supports_op(dev.raw(), op)
     }
 }
 

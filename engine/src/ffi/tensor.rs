@@ -69,14 +69,26 @@ pub fn read_ids(t: &sys::ggml_tensor) -> Option<Vec<i32>> {
     if !unsafe { sys::ggml_backend_buffer_is_host(t.buffer) } {
         return None;
     }
+    // SAFETY: pure function of the node's shape and strides: the bytes from its first element to
+    // its last.
+    let extent = unsafe { sys::ggml_nbytes(t) };
+    // SAFETY: host memory of the computed argsort buffer, `extent` bytes from the view's first
+    // element (ggml's own extent of the view), computed before the observe callback runs.
+    let raw = unsafe { std::slice::from_raw_parts(t.data as *const u8, extent) };
+    decode_ids(t, raw)
+}
+
+/// The I32 ids of a `[n_used, n_tokens]` view, read with its strides from `raw`, the bytes from
+/// its first element to its last.
+fn decode_ids(t: &sys::ggml_tensor, raw: &[u8]) -> Option<Vec<i32>> {
     let (n0, n1) = (t.ne[0] as usize, t.ne[1] as usize);
     let (nb0, nb1) = (t.nb[0], t.nb[1]);
     let mut out = Vec::with_capacity(n0 * n1);
     for j in 0..n1 {
         for i in 0..n0 {
-            // SAFETY: (i, j) is inside the view's extent, so `data + j*nb1 + i*nb0` is inside the
-            // computed argsort buffer; host memory, computed before the observe callback runs.
-            out.push(unsafe { *(t.data as *const u8).add(j * nb1 + i * nb0).cast::<i32>() });
+            let at = j * nb1 + i * nb0;
+            let b = raw.get(at..at + 4)?;
+            out.push(i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
         }
     }
     Some(out)
@@ -290,17 +302,7 @@ pub fn read_ids_anywhere(t: &sys::ggml_tensor) -> Option<Vec<i32>> {
             extent,
         )
     };
-    let (n0, n1) = (t.ne[0] as usize, t.ne[1] as usize);
-    let (nb0, nb1) = (t.nb[0], t.nb[1]);
-    let mut out = Vec::with_capacity(n0 * n1);
-    for j in 0..n1 {
-        for i in 0..n0 {
-            let at = j * nb1 + i * nb0;
-            let b = raw.get(at..at + 4)?;
-            out.push(i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-        }
-    }
-    Some(out)
+    decode_ids(t, &raw)
 }
 
 /// A small ggml context for per-expert views of a weight, one per loader thread: handing a
@@ -324,7 +326,7 @@ impl ViewScratch {
         // SAFETY: plain size query.
         let overhead = unsafe { sys::ggml_tensor_overhead() };
         let params = sys::ggml_init_params {
-            mem_size: 4 * overhead,
+            mem_size: 8 * overhead,
             mem_buffer: std::ptr::null_mut(),
             no_alloc: true,
         };
@@ -333,6 +335,13 @@ impl ViewScratch {
         std::ptr::NonNull::new(ctx)
             .map(ViewScratch)
             .ok_or_else(|| "ggml could not create a view context".to_string())
+    }
+
+    /// The context, for header-only tensors (probe ops) that live until the next reset.
+    pub(crate) fn ctx(&mut self) -> *mut sys::ggml_context {
+        // SAFETY: resetting our own context; nothing created in it before is used afterwards.
+        unsafe { sys::ggml_reset(self.0.as_ptr()) };
+        self.0.as_ptr()
     }
 
     /// Writes `src` as expert `e` of the 3-D weight `t`, through a view of that expert alone.
