@@ -87,6 +87,16 @@ pub enum EngineError {
     /// An invalid option value.
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// A setting outside its valid range (see `limits`).
+    #[error("{setting} = {value} is out of range: expected {expected}")]
+    OutOfRange {
+        setting: &'static str,
+        value: String,
+        expected: String,
+    },
+    /// Settings that cannot work together; the message names them and a value that would work.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// Shorthand for engine results.

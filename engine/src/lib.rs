@@ -9,6 +9,7 @@ pub mod ffi;
 pub mod gguf_index;
 pub mod hook;
 pub mod io;
+pub mod limits;
 pub mod model;
 pub mod options;
 pub mod session;
@@ -21,12 +22,13 @@ pub use ffi::log::set_verbose as set_log_verbose;
 pub use ffi::registry::{backend_names, devices, Device, DeviceInfo, DeviceKind};
 pub use model::{Model, ModelInfo};
 pub use options::{
-    DecideRequest, DenseWeights, GenerateOptions, LoadOptions, PrefillOptions, Sampling,
-    SessionOptions, StreamOptions,
+    DecideRequest, DenseWeights, GenerateOptions, LoadOptions, PrefillOptions, PrefixReuse,
+    Sampling, Scoring, SessionOptions, StreamOptions,
 };
 pub use session::{log_softmax, CancelToken, Session};
 pub use telemetry::{
-    DecideRecord, GenerateRecord, PerplexityRecord, PrefillDevCounters, StreamCounters, Timing,
+    DecideRecord, GenerateRecord, PerplexityRecord, PrefillDevCounters, ReuseOutcome, StopReason,
+    StreamCounters, Timing,
 };
 
 /// The engine's version, as recorded in telemetry.

@@ -52,6 +52,8 @@ pub struct Model {
     pub(crate) stream: Option<Arc<Mutex<Streamer>>>,
     /// The prefill arena, when a device runs wide graphs (dropped before the model too).
     pub(crate) arena: Option<Arc<Mutex<crate::device::arena::Arena>>>,
+    /// The prefill settings, when a device joined (sessions check their widths against them).
+    pub(crate) prefill: Option<crate::options::PrefillOptions>,
     /// Pieces at least this wide run on the prefill device.
     pub(crate) prefill_min_tokens: usize,
     pub(crate) raw: LlamaModel,
@@ -77,6 +79,7 @@ fn capture_graph(raw: &LlamaModel) -> Result<Capture> {
             hook: Some(Box::new(CaptureHook(cap.clone()))),
             abort: Arc::new(AtomicBool::new(false)),
             persistent_threads: false,
+            n_seq_max: 1,
         },
     )
     .map_err(|reason| EngineError::Context { reason })?;
@@ -132,6 +135,7 @@ pub fn check_gguf_file(path: &Path) -> Result<u64> {
 impl Model {
     /// Loads a model as `opts` says.
     pub fn load(opts: &LoadOptions) -> Result<Model> {
+        opts.validate()?;
         let path = &opts.path;
         let index = crate::gguf_index::GgufIndex::open(path)?;
         let file_bytes = index.total_file_bytes();
@@ -158,19 +162,6 @@ impl Model {
                 format!("{arch}.expert_used_count"),
                 i64::from(k),
             ));
-        }
-        if let Some(p) = &opts.prefill {
-            if !(p.routed_full > 0.0 && p.routed_full <= 1.0) {
-                return Err(EngineError::InvalidOption(format!(
-                    "prefill_routed_full = {} is out of range: expected a share in (0, 1]",
-                    p.routed_full
-                )));
-            }
-            if p.loaders == 0 || p.min_tokens == 0 {
-                return Err(EngineError::InvalidOption(
-                    "prefill_loaders and prefill_min_tokens must be at least 1".into(),
-                ));
-            }
         }
         let mut warnings = Vec::new();
         // The prefill device joins as the only non-CPU device, with no layer assigned
@@ -250,6 +241,7 @@ impl Model {
             }
             _ => None,
         };
+        let prefill_device_joined = arena.is_some();
         let info = ModelInfo {
             path: path.clone(),
             file_bytes,
@@ -268,6 +260,7 @@ impl Model {
         Ok(Model {
             stream,
             arena,
+            prefill: opts.prefill.clone().filter(|_| prefill_device_joined),
             prefill_min_tokens: opts
                 .prefill
                 .as_ref()

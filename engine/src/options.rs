@@ -1,6 +1,9 @@
 //! Typed configuration the engine takes: the runner builds these, the engine reads nothing else.
 use std::path::PathBuf;
 
+use crate::error::{EngineError, Result};
+use crate::limits;
+
 /// How the weights that are not routed experts are held while streaming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -92,6 +95,26 @@ pub struct LoadOptions {
 }
 
 impl LoadOptions {
+    /// Checks every value against its range in [`limits`] (before anything is loaded).
+    pub fn validate(&self) -> Result<()> {
+        if let Some(k) = self.n_expert_used {
+            limits::N_EXPERT_USED.check(u64::from(k))?;
+        }
+        if let Some(so) = &self.stream {
+            limits::IO_THREADS.check(so.io_threads as u64)?;
+            limits::CACHE_MB.check(so.cache_mb)?;
+            if let Some(f) = so.auto_cache_floor_mb {
+                limits::CACHE_FLOOR_MB.check(f)?;
+            }
+        }
+        if let Some(p) = &self.prefill {
+            limits::MIN_TOKENS.check(u64::from(p.min_tokens))?;
+            limits::LOADERS.check(p.loaders as u64)?;
+            limits::ROUTED_FULL.check(p.routed_full)?;
+        }
+        Ok(())
+    }
+
     /// Load `path` on the CPU with llama.cpp's mmap path.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
@@ -99,6 +122,33 @@ impl LoadOptions {
             ..Self::default()
         }
     }
+}
+
+/// Whether a decision reuses what the KV cache holds from the previous call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrefixReuse {
+    /// Reuse where the memory can drop a tail; otherwise clear, with the reason counted.
+    #[default]
+    Auto,
+    /// The same as `auto` in this build: state save/restore for memories that cannot drop a tail
+    /// (recurrent, sliding-window) is not built yet, so those clear.
+    On,
+    /// Every decision starts from an empty cache.
+    Off,
+}
+
+/// How a decision's choices are scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scoring {
+    /// The log-probability of each choice's first token (choices must differ in it).
+    #[default]
+    FirstToken,
+    /// The sum of the log-probabilities of every token of the choice.
+    Sum,
+    /// `Sum` divided by the choice's token count.
+    Mean,
 }
 
 /// Per-session settings (one llama.cpp context).
@@ -114,6 +164,8 @@ pub struct SessionOptions {
     pub n_ubatch_device: u32,
     /// Cap on logit rows per ubatch (bounds the compute buffer).
     pub n_outputs_max: u32,
+    /// Reuse the KV cache's common prefix between decisions.
+    pub prefix_reuse: PrefixReuse,
 }
 
 impl Default for SessionOptions {
@@ -126,7 +178,42 @@ impl Default for SessionOptions {
             n_ubatch: 512,
             n_ubatch_device: 512,
             n_outputs_max: 128,
+            prefix_reuse: PrefixReuse::Auto,
         }
+    }
+}
+
+impl SessionOptions {
+    /// Checks every value against its range, and against the prefill settings it is used with
+    /// (`prefill`: the load's, if a device runs wide pieces): a combination that cannot work is
+    /// refused with the settings named and a value that would work.
+    pub fn validate(&self, prefill: Option<&PrefillOptions>) -> Result<()> {
+        limits::THREADS.check(u64::from(self.threads))?;
+        limits::CONTEXT.check(u64::from(self.n_ctx))?;
+        limits::CPU_UBATCH.check(u64::from(self.n_ubatch))?;
+        if self.n_outputs_max == 0 {
+            return Err(EngineError::OutOfRange {
+                setting: "n_outputs_max",
+                value: "0".into(),
+                expected: "at least 1".into(),
+            });
+        }
+        if let Some(p) = prefill {
+            limits::DEVICE_UBATCH.check(u64::from(self.n_ubatch_device))?;
+            if p.min_tokens > self.n_ubatch_device {
+                return Err(EngineError::Conflict(format!(
+                    "min_tokens = {} is wider than device_ubatch = {}: no prompt piece would ever reach the prefill device; set min_tokens <= {} or device_ubatch >= {}",
+                    p.min_tokens, self.n_ubatch_device, self.n_ubatch_device, p.min_tokens
+                )));
+            }
+            if self.n_ctx != 0 && p.min_tokens > self.n_ctx {
+                return Err(EngineError::Conflict(format!(
+                    "min_tokens = {} is wider than context = {}: no prompt piece would ever reach the prefill device; set min_tokens <= {} or context >= {}",
+                    p.min_tokens, self.n_ctx, self.n_ctx, p.min_tokens
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -170,13 +257,43 @@ impl Default for GenerateOptions {
     }
 }
 
-/// One decision: `prefix + suffix` as one user message, scored over `choices`.
+impl GenerateOptions {
+    /// Checks `n_predict` and the sampling values against their ranges.
+    pub fn validate(&self) -> Result<()> {
+        limits::N_PREDICT.check(u64::from(self.n_predict))?;
+        if let Sampling::Seeded {
+            temperature,
+            top_k,
+            top_p,
+            ..
+        } = self.sampling
+        {
+            limits::TEMPERATURE.check(f64::from(temperature))?;
+            limits::TOP_P.check(f64::from(top_p))?;
+            if top_k < 0 {
+                return Err(EngineError::OutOfRange {
+                    setting: limits::TOP_K.name,
+                    value: top_k.to_string(),
+                    expected: format!("an integer from 0 to {}", limits::TOP_K.max),
+                });
+            }
+            limits::TOP_K.check(top_k as u64)?;
+        }
+        Ok(())
+    }
+}
+
+/// One decision: `prefix + suffix` as one user message (or raw), scored over `choices`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DecideRequest {
     /// The part that repeats across calls (instructions, history).
     pub prefix: String,
     /// The part that changes (the current screen).
     pub suffix: String,
-    /// The options; each is scored by its first token.
+    /// The options.
     pub choices: Vec<String>,
+    /// How the choices are scored.
+    pub scoring: Scoring,
+    /// Feed `prefix + suffix` as is, without the model's chat template.
+    pub raw: bool,
 }

@@ -121,6 +121,33 @@ pub fn storage_read_bytes() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Why a `generate` stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `n_predict` tokens were generated.
+    #[default]
+    NPredict,
+    /// The model produced an end-of-generation token.
+    Eog,
+    /// The context filled up: the next token had no cell left.
+    ContextFull,
+    /// The caller cancelled.
+    Cancelled,
+}
+
+impl StopReason {
+    /// The reason as written in records and CSV cells (`context_full`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::NPredict => "n_predict",
+            StopReason::Eog => "eog",
+            StopReason::ContextFull => "context_full",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// What one `generate` produced.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GenerateRecord {
@@ -137,6 +164,8 @@ pub struct GenerateRecord {
     pub cancelled: bool,
     /// Stopped at an end-of-generation token.
     pub stopped_eog: bool,
+    /// Why generation stopped.
+    pub stopped: StopReason,
     /// Timing.
     pub timing: Timing,
     /// Streaming counters for this call.
@@ -150,10 +179,23 @@ pub struct GenerateRecord {
 pub struct DecideRecord {
     /// Index of the most likely choice.
     pub best: usize,
-    /// Log-probability of each choice's first token over the whole vocabulary, request order.
+    /// Each choice's score in request order: its first token's log-probability (`first_token`),
+    /// the sum over its tokens (`sum`) or their mean (`mean`).
     pub choice_logp: Vec<f64>,
     /// Each choice's first token id.
     pub choice_tokens: Vec<i32>,
+    /// Tokens scored per choice (1 in `first_token` mode).
+    pub choice_ntok: Vec<u32>,
+    /// Best score minus the second best (nats); infinite with one choice.
+    pub margin: f64,
+    /// Prompt tokens carried over from the KV cache.
+    pub n_reused: u32,
+    /// Prompt tokens prefilled by this call.
+    pub n_prefilled: u32,
+    /// What prefix reuse did.
+    pub reuse: ReuseOutcome,
+    /// Why nothing was reused (`off`, `empty`, `no common prefix`, ...); empty otherwise.
+    pub reuse_reason: String,
     /// Prompt tokens.
     pub n_tokens: u32,
     /// Timing.
@@ -162,6 +204,34 @@ pub struct DecideRecord {
     pub stream: StreamCounters,
     /// Prefill-device counters for this call.
     pub prefill_dev: PrefillDevCounters,
+}
+
+/// What prefix reuse did for one decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReuseOutcome {
+    /// Nothing reused: the cache was cleared (the record says why).
+    #[default]
+    Miss,
+    /// A common prefix was kept (the cache's diverging tail dropped); only the rest was
+    /// prefilled.
+    Extend,
+    /// The cache held exactly this prompt and its last logits: nothing was prefilled.
+    Hit,
+    /// A saved sequence state was restored (not built yet).
+    Restore,
+}
+
+impl ReuseOutcome {
+    /// The outcome as written in CSV cells.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReuseOutcome::Miss => "miss",
+            ReuseOutcome::Extend => "extend",
+            ReuseOutcome::Hit => "hit",
+            ReuseOutcome::Restore => "restore",
+        }
+    }
 }
 
 /// What one `perplexity` produced.

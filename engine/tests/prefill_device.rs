@@ -31,6 +31,7 @@ fn run(m: &Model) -> (Vec<u8>, Vec<u64>, u64) {
             prefix: "Choose. ".repeat(10),
             suffix: "A or B?".into(),
             choices: vec!["A".into(), "B".into()],
+            ..Default::default()
         })
         .unwrap();
     (
@@ -199,6 +200,7 @@ fn run_all(m: &Model) -> Outcome {
             prefix: "Choose one of the letters below, then stop. ".repeat(2),
             suffix: "A, B or C?".into(),
             choices: vec!["A".into(), "B".into(), "C".into()],
+            ..Default::default()
         })
         .unwrap();
     Outcome {

@@ -84,6 +84,7 @@ fn decide_scores_choices_over_the_whole_vocabulary() {
         prefix: "You are on a settings screen. ".into(),
         suffix: "Which button? A, B or C.".into(),
         choices: vec!["A".into(), "B".into(), "C".into()],
+        ..Default::default()
     };
     let r = s.decide(&req).unwrap();
     assert_eq!(r.choice_logp.len(), 3);
@@ -176,6 +177,7 @@ fn prompt_longer_than_context_is_refused_before_prefill() {
             prefix: long.clone(),
             suffix: String::new(),
             choices: vec!["A".into()],
+            ..Default::default()
         })
         .err()
         .unwrap();
@@ -200,6 +202,7 @@ fn colliding_and_empty_choices_are_refused() {
         prefix: "p".into(),
         suffix: "s".into(),
         choices: choices.iter().map(|c| c.to_string()).collect(),
+        ..Default::default()
     };
     let e = s.decide(&req(&["Apple", "Avocado"])).err().unwrap();
     assert!(
@@ -236,6 +239,7 @@ fn n_expert_used_override_changes_the_output_and_is_range_checked() {
         prefix: "Pick: ".into(),
         suffix: "A or B".into(),
         choices: vec!["A".into(), "B".into()],
+        ..Default::default()
     };
     let a = base
         .session(&common::session_opts())

@@ -68,6 +68,7 @@ fn run(path: &Path, stream: Option<StreamOptions>) -> (Outcome, bmoe_engine::Str
             prefix: "Choose. ".into(),
             suffix: "A, B or C?".into(),
             choices: vec!["A".into(), "B".into(), "C".into()],
+            ..Default::default()
         })
         .unwrap();
     let out = Outcome {

@@ -246,6 +246,18 @@ fn print_plan(p: &Prepared) {
             };
             println!("    {k:<15} {shown_v:<14} {o}");
         }
+        let t = &u.placement.threads;
+        match t.asked {
+            Some(n) if n > t.used => println!(
+                "  threads: {n} asked, {} used (capped to the {} cores this process may use)",
+                t.used, t.cores
+            ),
+            Some(n) => println!("  threads: {n} ({} cores usable)", t.cores),
+            None => println!(
+                "  threads: auto -> {} (the cores this process may use)",
+                t.used
+            ),
+        }
         println!("  prefill: {}", u.placement.prefill.reason);
         let s = &u.resolved.settings;
         match &u.placement.prefill.device {

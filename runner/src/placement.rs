@@ -221,6 +221,8 @@ pub struct Placement {
     pub dims: ModelDims,
     /// Context size that will be used.
     pub n_ctx: u64,
+    /// Compute threads as configured and as they will run on this machine.
+    pub threads: bmoe_engine::limits::ThreadChoice,
     /// Expert cache in MiB after `auto`.
     pub cache_mb: u64,
     /// The budget lines.
@@ -350,10 +352,15 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
         counted: true,
         note,
     });
+    let threads = bmoe_engine::limits::ThreadChoice::resolve(
+        s.threads.explicit(),
+        bmoe_engine::limits::usable_cores(),
+    );
     let mut p = Placement {
         prefill,
         dims,
         n_ctx,
+        threads,
         cache_mb,
         budget,
         available_mib,
@@ -392,7 +399,7 @@ pub fn engine_options(
         n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
         stream: s.moe_stream.then_some(bmoe_engine::StreamOptions {
             cache_mb: p.cache_mb,
-            io_threads: s.io_threads as usize,
+            io_threads: s.io_threads.or(crate::config::settings::AUTO_IO_THREADS) as usize,
             dense_weights: match s.dense_weights {
                 crate::config::settings::DenseWeights::Mmap => bmoe_engine::DenseWeights::Mmap,
                 crate::config::settings::DenseWeights::Anon => bmoe_engine::DenseWeights::Anon,
@@ -408,14 +415,14 @@ pub fn engine_options(
             .map(|d| bmoe_engine::PrefillOptions {
                 device: d.clone(),
                 min_tokens: s.min_tokens,
-                loaders: s.loaders as usize,
+                loaders: s.loaders.or(crate::config::settings::auto_loaders()) as usize,
                 routed: s.routed,
                 routed_full: s.routed_full,
                 ..Default::default()
             }),
     };
     let session = bmoe_engine::SessionOptions {
-        threads: s.threads,
+        threads: p.threads.used,
         n_ctx: p.n_ctx as u32,
         n_ubatch: s.cpu_ubatch,
         // Without a device the context need not be sized for the device's wider pieces.

@@ -53,8 +53,8 @@ fn unknown_key() {
 
 #[test]
 fn value_out_of_range() {
-    let p = decide_project(&format!("{DECIDE_JOB}[overrides]\nio_threads = 12\n"));
-    fails(&p, &[], &["jobs/job.toml:9:14: overrides.io_threads: expected an integer between 1 and 8, found 12"]);
+    let p = decide_project(&format!("{DECIDE_JOB}[overrides]\nio_threads = 65\n"));
+    fails(&p, &[], &["jobs/job.toml:9:14: overrides.io_threads: expected an integer between 1 and 64 or \"auto\", found 65"]);
 }
 
 #[test]
@@ -68,7 +68,7 @@ fn all_errors_of_a_file_together() {
         &[
             "jobs/job.toml:8:1: colour: unknown key `colour`",
             "jobs/job.toml:10:12: overrides.cache_mb: expected a non-negative integer or \"auto\", found \"lots\"",
-            "jobs/job.toml:11:11: overrides.threads: expected an integer between 1 and 256, found 0",
+            "jobs/job.toml:11:11: overrides.threads: expected an integer between 1 and 1024 or \"auto\", found 0",
             "3 configuration errors",
         ],
     );
@@ -179,7 +179,9 @@ fn bad_environment_and_set_values_name_their_source() {
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("environment BMOE_CACHE_MB: cache_mb: expected a non-negative integer or \"auto\", found \"lots\""), "{out}");
     assert!(
-        out.contains("--set: threads: expected an integer between 1 and 256, found \"x\""),
+        out.contains(
+            "--set: threads: expected an integer between 1 and 1024 or \"auto\", found \"x\""
+        ),
         "{out}"
     );
     assert!(out.contains("unknown key `nope`"), "{out}");

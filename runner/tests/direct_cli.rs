@@ -191,7 +191,7 @@ fn an_out_of_range_routed_share_is_an_error_not_a_panic() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("prefill_routed_full = 1.5") && err.contains("(0, 1]"),
+        err.contains("routed_full = 1.5") && err.contains("(0, 1]"),
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");

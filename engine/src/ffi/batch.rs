@@ -1,9 +1,9 @@
-//! An owned `llama_batch` for one sequence.
+//! An owned `llama_batch`: tokens, positions, one sequence id each.
 use ggml_sys as sys;
 
 use super::vocab::Token;
 
-/// A token batch with room for `capacity` tokens of sequence 0.
+/// A token batch with room for `capacity` tokens.
 pub struct Batch {
     raw: sys::llama_batch,
     capacity: usize,
@@ -42,6 +42,11 @@ impl Batch {
     /// Appends `token` at position `pos` of sequence 0; `logits` asks for its output row.
     /// Panics only on a programming error (more tokens than capacity).
     pub fn push(&mut self, token: Token, pos: i32, logits: bool) {
+        self.push_seq(token, pos, 0, logits);
+    }
+
+    /// Appends `token` at position `pos` of sequence `seq`.
+    pub fn push_seq(&mut self, token: Token, pos: i32, seq: i32, logits: bool) {
         let i = self.raw.n_tokens as usize;
         assert!(
             i < self.capacity,
@@ -54,7 +59,7 @@ impl Batch {
             *self.raw.token.add(i) = token;
             *self.raw.pos.add(i) = pos;
             *self.raw.n_seq_id.add(i) = 1;
-            *(*self.raw.seq_id.add(i)).add(0) = 0;
+            *(*self.raw.seq_id.add(i)).add(0) = seq;
             *self.raw.logits.add(i) = logits as i8;
         }
         self.raw.n_tokens += 1;

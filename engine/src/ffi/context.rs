@@ -18,6 +18,9 @@ pub trait EvalHook: Send {
     fn observe(&mut self, t: &sys::ggml_tensor);
 }
 
+/// llama.cpp's limit on sequences per context (`LLAMA_MAX_SEQ`).
+pub const MAX_SEQ: u32 = 256;
+
 /// Context creation parameters.
 pub struct ContextParams {
     /// Context size in tokens.
@@ -36,6 +39,9 @@ pub struct ContextParams {
     pub abort: Arc<AtomicBool>,
     /// Keep one CPU threadpool for the context's life instead of one per compute call.
     pub persistent_threads: bool,
+    /// Sequences the KV cache can hold at once (1 + the choices scored side by side). The cache
+    /// stays unified, so sequences share the cells of a common prefix.
+    pub n_seq_max: u32,
 }
 
 struct Callbacks {
@@ -121,7 +127,9 @@ impl<'m> LlamaContext<'m> {
             cp.n_ctx = p.n_ctx;
             cp.n_batch = p.n_batch;
             cp.n_ubatch = p.n_ubatch;
-            cp.n_seq_max = 1;
+            cp.n_seq_max = p.n_seq_max.clamp(1, MAX_SEQ);
+            // One buffer for every sequence: copies of the prompt's sequence share its cells.
+            cp.kv_unified = true;
             cp.n_outputs_max = p.n_outputs_max;
             cp.n_threads = p.threads as i32;
             cp.n_threads_batch = p.threads as i32;
@@ -170,6 +178,18 @@ impl<'m> LlamaContext<'m> {
         unsafe { sys::llama_n_ctx(self.raw()) }
     }
 
+    /// The batch size llama.cpp took (clamped to the requested context).
+    pub fn n_batch(&self) -> u32 {
+        // SAFETY: read-only query on a live context.
+        unsafe { sys::llama_n_batch(self.raw()) }
+    }
+
+    /// The ubatch size llama.cpp took (clamped to the batch).
+    pub fn n_ubatch(&self) -> u32 {
+        // SAFETY: read-only query on a live context.
+        unsafe { sys::llama_n_ubatch(self.raw()) }
+    }
+
     /// The abort flag polled during compute.
     pub fn abort_flag(&self) -> &Arc<AtomicBool> {
         &self.callbacks.abort
@@ -201,6 +221,38 @@ impl<'m> LlamaContext<'m> {
             let p = sys::llama_get_logits_ith(self.raw(), i);
             (!p.is_null()).then(|| std::slice::from_raw_parts(p, n_vocab))
         }
+    }
+
+    /// Drops positions `[p0, p1)` of sequence `seq` (`p1 < 0`: to the end). False when the
+    /// memory cannot drop part of a sequence (recurrent state).
+    pub fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> bool {
+        // SAFETY: live context; the memory handle is owned by it; no decode is running (&mut).
+        unsafe { sys::llama_memory_seq_rm(sys::llama_get_memory(self.raw()), seq, p0, p1) }
+    }
+
+    /// Makes sequence `dst` share positions `[p0, p1)` of `src` (`p1 < 0`: to the end).
+    pub fn seq_cp(&mut self, src: i32, dst: i32, p0: i32, p1: i32) {
+        // SAFETY: as above; sequence ids are below n_seq_max (the callers' invariant, checked by
+        // llama.cpp, which logs and ignores an invalid id).
+        unsafe { sys::llama_memory_seq_cp(sys::llama_get_memory(self.raw()), src, dst, p0, p1) }
+    }
+
+    /// The smallest position sequence `seq` holds, -1 when it is empty.
+    pub fn seq_pos_min(&self, seq: i32) -> i32 {
+        // SAFETY: read-only query on a live context.
+        unsafe { sys::llama_memory_seq_pos_min(sys::llama_get_memory(self.raw()), seq) }
+    }
+
+    /// The largest position sequence `seq` holds, -1 when it is empty.
+    pub fn seq_pos_max(&self, seq: i32) -> i32 {
+        // SAFETY: read-only query on a live context.
+        unsafe { sys::llama_memory_seq_pos_max(sys::llama_get_memory(self.raw()), seq) }
+    }
+
+    /// Sequences this context can hold.
+    pub fn n_seq_max(&self) -> u32 {
+        // SAFETY: read-only query on a live context.
+        unsafe { sys::llama_n_seq_max(self.raw()) }
     }
 
     /// Empties the KV cache.

@@ -174,6 +174,12 @@ impl LlamaModel {
         unsafe { sys::llama_model_n_layer(self.raw()) as u32 }
     }
 
+    /// Sliding-window width of the attention layers that have one (0 = none).
+    pub fn n_swa(&self) -> u32 {
+        // SAFETY: read-only query on a live model.
+        unsafe { sys::llama_model_n_swa(self.raw()).max(0) as u32 }
+    }
+
     /// Training context length.
     pub fn n_ctx_train(&self) -> u32 {
         // SAFETY: read-only query on a live model.

@@ -1,11 +1,13 @@
-//! `decide`: one prefill, no decode; each choice scored by its first token's log-probability over
-//! the whole vocabulary.
+//! `decide`: one prefill (reusing what the cache holds of the prompt), no decode; each choice
+//! scored by its first token, or by every token of it with the choices as parallel sequences
+//! that share the prompt's KV cells.
 use crate::error::{EngineError, Result};
-use crate::options::DecideRequest;
+use crate::ffi::batch::Batch;
+use crate::options::{DecideRequest, Scoring};
 use crate::telemetry::{DecideRecord, Timing};
 
 use super::prefill::Outputs;
-use super::Session;
+use super::{Session, SEQS};
 
 /// Log-softmax of `logits` in f64 (max-shifted, so it never overflows).
 pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
@@ -19,41 +21,54 @@ pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
     logits.iter().map(|&l| l as f64 - lse).collect()
 }
 
+/// One choice as it will be scored.
+struct Choice {
+    /// Prompt + choice tokenized together (whole-choice modes), or just the first token.
+    whole: Vec<i32>,
+    /// Tokens of `whole` it shares with the prompt's tokens.
+    shared: usize,
+    /// The continuation: `whole[ctx_len..]` (lm-evaluation-harness's split).
+    n_cont: usize,
+}
+
+/// One batch row of a choice sequence: (seq, pos, token, target), target = the (choice, token)
+/// this row's logits score.
+type Row = (i32, usize, i32, Option<(usize, i32)>);
+
+/// Index of the highest score and the margin to the second (infinite with one choice).
+fn best_and_margin(scores: &[f64]) -> (usize, f64) {
+    let mut best = 0;
+    for (i, &v) in scores.iter().enumerate() {
+        if v > scores[best] {
+            best = i;
+        }
+    }
+    let second = scores
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != best)
+        .map(|(_, &v)| v)
+        .fold(f64::NEG_INFINITY, f64::max);
+    (best, scores[best] - second)
+}
+
 impl Session<'_> {
-    /// Scores `req.choices` after `prefix + suffix` rendered as one user message. Empty or
-    /// colliding choices and a prompt longer than the context are refused before any prefill.
+    /// Scores `req.choices` after `prefix + suffix` (rendered as one user message unless `raw`).
+    /// Empty choices, colliding first tokens in `first_token` mode and a prompt (or prompt +
+    /// choice) longer than the context are refused before any prefill.
     pub fn decide(&mut self, req: &DecideRequest) -> Result<DecideRecord> {
         if req.choices.is_empty() {
             return Err(EngineError::NoChoices);
-        }
-        let vocab = self.model.raw.vocab();
-        let mut firsts: Vec<i32> = Vec::with_capacity(req.choices.len());
-        for (i, c) in req.choices.iter().enumerate() {
-            let toks = vocab
-                .tokenize(c, false, false)
-                .map_err(EngineError::Tokenize)?;
-            let Some(&first) = toks.first() else {
-                return Err(EngineError::EmptyChoice {
-                    index: i,
-                    choice: c.clone(),
-                });
-            };
-            if let Some(j) = firsts.iter().position(|&f| f == first) {
-                return Err(EngineError::CollidingChoices {
-                    first: j,
-                    first_text: req.choices[j].clone(),
-                    second: i,
-                    second_text: c.clone(),
-                    token: first,
-                });
-            }
-            firsts.push(first);
         }
         let user = format!("{}{}", req.prefix, req.suffix);
         if user.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
-        let text = self.model.render_user_message(&user);
+        let text = if req.raw {
+            user
+        } else {
+            self.model.render_user_message(&user)
+        };
         let tokens = self.model.tokenize(&text, true)?;
         if tokens.len() > self.n_ctx {
             return Err(EngineError::PromptTooLong {
@@ -62,36 +77,211 @@ impl Session<'_> {
                 extra: String::new(),
             });
         }
+        let choices = self.plan_choices(req, &text, &tokens)?;
         let (_exec, before) = self.begin();
-        self.ctx.clear_memory();
-        let prefill_s = self.prefill(&tokens, 0, Outputs::Last, |_, _, _| Ok(()))?;
-        let logits = self
-            .ctx
-            .logits(-1, self.n_vocab)
-            .ok_or_else(|| EngineError::Decode("no logits after prefill".into()))?;
-        let lp = log_softmax(logits);
-        let choice_logp: Vec<f64> = firsts.iter().map(|&t| lp[t as usize]).collect();
-        let (stream_c, dev_c) = before.since(self.model);
-        let best = choice_logp
+        let reuse = self.reuse_prefix(&tokens);
+        let mut prefill_s = 0.0;
+        if reuse.kept < tokens.len() {
+            // Until the prefill succeeds the cache's content is not known.
+            self.kv.clear();
+            prefill_s = self.prefill(
+                &tokens[reuse.kept..],
+                reuse.kept,
+                Outputs::Last,
+                |_, _, _| Ok(()),
+            )?;
+            self.kv = tokens.clone();
+            self.last_logits = self
+                .ctx
+                .logits(-1, self.n_vocab)
+                .ok_or_else(|| EngineError::Decode("no logits after prefill".into()))?
+                .to_vec();
+        }
+        let last = log_softmax(&self.last_logits);
+        let ctx_len = tokens.len();
+        let mut scores: Vec<f64> = choices
             .iter()
-            .enumerate()
-            .fold(
-                (0, f64::NEG_INFINITY),
-                |acc, (i, &v)| if v > acc.1 { (i, v) } else { acc },
-            )
-            .0;
+            .map(|c| {
+                if c.shared == ctx_len {
+                    last[c.whole[ctx_len] as usize]
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        if req.scoring != Scoring::FirstToken {
+            self.score_continuations(&choices, ctx_len, &mut scores)?;
+        }
+        let ntok: Vec<u32> = choices.iter().map(|c| c.n_cont as u32).collect();
+        if req.scoring == Scoring::Mean {
+            for (s, n) in scores.iter_mut().zip(&ntok) {
+                *s /= f64::from((*n).max(1));
+            }
+        }
+        let (stream_c, dev_c) = before.since(self.model);
+        let (best, margin) = best_and_margin(&scores);
         Ok(DecideRecord {
             best,
-            choice_logp,
-            choice_tokens: firsts,
-            n_tokens: tokens.len() as u32,
+            choice_logp: scores,
+            choice_tokens: choices.iter().map(|c| c.whole[ctx_len]).collect(),
+            choice_ntok: ntok,
+            margin,
+            n_reused: reuse.kept as u32,
+            n_prefilled: (ctx_len - reuse.kept) as u32,
+            reuse: reuse.outcome,
+            reuse_reason: reuse.reason.to_string(),
+            n_tokens: ctx_len as u32,
             timing: Timing {
-                n_prompt: tokens.len() as u32,
+                n_prompt: (ctx_len - reuse.kept) as u32,
                 prefill_s,
                 ..Timing::default()
             },
             stream: stream_c,
             prefill_dev: dev_c,
         })
+    }
+
+    /// Tokenizes the choices for `req.scoring`; refuses what cannot be scored.
+    fn plan_choices(&self, req: &DecideRequest, text: &str, tokens: &[i32]) -> Result<Vec<Choice>> {
+        let vocab = self.model.raw.vocab();
+        let ctx_len = tokens.len();
+        let mut out: Vec<Choice> = Vec::with_capacity(req.choices.len());
+        for (i, c) in req.choices.iter().enumerate() {
+            let empty = || EngineError::EmptyChoice {
+                index: i,
+                choice: c.clone(),
+            };
+            let choice = if req.scoring == Scoring::FirstToken {
+                let toks = vocab
+                    .tokenize(c, false, false)
+                    .map_err(EngineError::Tokenize)?;
+                let &first = toks.first().ok_or_else(empty)?;
+                if let Some(j) = out.iter().position(|o| o.whole[ctx_len] == first) {
+                    return Err(EngineError::CollidingChoices {
+                        first: j,
+                        first_text: req.choices[j].clone(),
+                        second: i,
+                        second_text: c.clone(),
+                        token: first,
+                    });
+                }
+                let mut whole = tokens.to_vec();
+                whole.push(first);
+                Choice {
+                    whole,
+                    shared: ctx_len,
+                    n_cont: 1,
+                }
+            } else {
+                // Context and continuation tokenized together and split where the context's own
+                // tokens end, as lm-evaluation-harness does: a choice that merges with the
+                // prompt's last token is scored on the tokens the model would really see.
+                let whole = self.model.tokenize(&format!("{text}{c}"), true)?;
+                if whole.len() <= ctx_len {
+                    return Err(empty());
+                }
+                if whole.len() > self.n_ctx {
+                    return Err(EngineError::PromptTooLong {
+                        n_prompt: whole.len(),
+                        n_ctx: self.n_ctx,
+                        extra: format!(" with choice {i}"),
+                    });
+                }
+                let shared = whole.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+                Choice {
+                    n_cont: whole.len() - ctx_len,
+                    whole,
+                    shared,
+                }
+            };
+            out.push(choice);
+        }
+        Ok(out)
+    }
+
+    /// Adds to `scores` the log-probabilities of every continuation token the prompt's last
+    /// logits did not already give, running the choices as sequences 1.. that share the prompt's
+    /// cells (sequence 0), a group of them per batch.
+    fn score_continuations(
+        &mut self,
+        choices: &[Choice],
+        ctx_len: usize,
+        scores: &mut [f64],
+    ) -> Result<()> {
+        // (choice, first position to decode); a choice whose whole text is one token that
+        // follows the prompt's own tokens needs nothing more.
+        let work: Vec<(usize, usize)> = choices
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let start = c.shared.min(ctx_len);
+                (start < c.whole.len() - 1).then_some((i, start))
+            })
+            .collect();
+        // CPU pieces; with a prefill device they stay narrower than any device piece, so a CPU
+        // graph never takes the shape of a device graph (the width rule).
+        let mut width = self.widths.cpu as usize;
+        if self.model.arena.is_some() {
+            width = width
+                .min(self.model.prefill_min_tokens.saturating_sub(1))
+                .max(1);
+        }
+        let group = (self.ctx.n_seq_max().min(SEQS) as usize)
+            .saturating_sub(1)
+            .max(1);
+        let mut batch = Batch::new(width);
+        let result = (|| {
+            for chunk in work.chunks(group) {
+                let mut rows: Vec<Row> = Vec::new();
+                for (k, &(i, start)) in chunk.iter().enumerate() {
+                    let seq = k as i32 + 1;
+                    let c = &choices[i];
+                    self.ctx.seq_rm(seq, -1, -1);
+                    self.ctx.seq_cp(0, seq, 0, start as i32);
+                    for p in start..c.whole.len() - 1 {
+                        let target = (p + 1 >= ctx_len).then(|| (i, c.whole[p + 1]));
+                        // The first continuation token of a choice that shares the whole prompt
+                        // was scored from the prompt's own logits.
+                        let target = target.filter(|_| !(c.shared == ctx_len && p + 1 == ctx_len));
+                        rows.push((seq, p, c.whole[p], target));
+                    }
+                }
+                for piece in rows.chunks(width) {
+                    batch.clear();
+                    for &(seq, pos, tok, target) in piece {
+                        batch.push_seq(tok, pos as i32, seq, target.is_some());
+                    }
+                    self.run_batch(&batch)?;
+                    for (r, &(_, _, _, target)) in piece.iter().enumerate() {
+                        if let Some((i, tok)) = target {
+                            let l = self.ctx.logits(r as i32, self.n_vocab).ok_or_else(|| {
+                                EngineError::Decode(format!("no logits for choice {i}"))
+                            })?;
+                            scores[i] += log_softmax(l)[tok as usize];
+                        }
+                    }
+                }
+                for k in 0..chunk.len() {
+                    self.ctx.seq_rm(k as i32 + 1, -1, -1);
+                }
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            // Whatever the choice sequences left behind, the cache no longer matches `kv`.
+            self.forget();
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::best_and_margin;
+
+    #[test]
+    fn best_and_margin_of_scores() {
+        assert_eq!(best_and_margin(&[-1.0, -0.5, -3.0]), (1, 0.5));
+        assert_eq!(best_and_margin(&[-2.0]).1, f64::INFINITY);
     }
 }

@@ -5,20 +5,22 @@ use crate::error::{EngineError, Result};
 use crate::ffi::batch::Batch;
 use crate::ffi::sampler::Sampler;
 use crate::options::{GenerateOptions, Sampling};
-use crate::telemetry::{GenerateRecord, Timing};
+use crate::telemetry::{GenerateRecord, StopReason, Timing};
 
 use super::prefill::Outputs;
 use super::{CancelToken, Session};
 
 impl Session<'_> {
-    /// Generates up to `opts.n_predict` tokens after `prompt`; stops at end-of-generation or when
-    /// `cancel` is set (the record then says `cancelled`).
+    /// Generates up to `opts.n_predict` tokens after `prompt`; stops at end-of-generation, when
+    /// the context is full, or when `cancel` is set (the record's `stopped` says which). A prompt
+    /// that does not fit the context is refused before anything runs.
     pub fn generate(
         &mut self,
         prompt: &str,
         opts: &GenerateOptions,
         cancel: &CancelToken,
     ) -> Result<GenerateRecord> {
+        opts.validate()?;
         let text = if opts.chat {
             self.model.render_user_message(prompt)
         } else {
@@ -28,12 +30,11 @@ impl Session<'_> {
         if tokens.is_empty() || prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
-        let need = tokens.len() + opts.n_predict as usize;
-        if need > self.n_ctx {
+        if tokens.len() > self.n_ctx {
             return Err(EngineError::PromptTooLong {
                 n_prompt: tokens.len(),
                 n_ctx: self.n_ctx,
-                extra: format!(" plus {} to generate", opts.n_predict),
+                extra: String::new(),
             });
         }
         let mut sampler = match opts.sampling {
@@ -46,7 +47,7 @@ impl Session<'_> {
             } => Sampler::seeded(seed, temperature, top_k, top_p),
         };
         let (_exec, before) = self.begin();
-        self.ctx.clear_memory();
+        self.forget();
         let mut rec = GenerateRecord::default();
         let prefill_s = self.prefill(&tokens, 0, Outputs::Last, |_, _, _| Ok(()))?;
         rec.timing = Timing {
@@ -61,16 +62,23 @@ impl Session<'_> {
         for pos in tokens.len()..tokens.len() + opts.n_predict as usize {
             if cancel.is_cancelled() {
                 rec.cancelled = true;
+                rec.stopped = StopReason::Cancelled;
                 break;
             }
             let tok = sampler.sample(&self.ctx, -1);
             if vocab.is_eog(tok) {
                 rec.stopped_eog = true;
+                rec.stopped = StopReason::Eog;
                 break;
             }
             rec.tokens.push(tok);
             rec.bytes.extend(vocab.piece(tok, false));
             if rec.tokens.len() == opts.n_predict as usize {
+                break;
+            }
+            // The token just sampled needs a cell of its own to be decoded from.
+            if pos >= self.n_ctx {
+                rec.stopped = StopReason::ContextFull;
                 break;
             }
             batch.clear();

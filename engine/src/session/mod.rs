@@ -4,6 +4,7 @@ mod decide;
 mod generate;
 mod perplexity;
 mod prefill;
+mod reuse;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,11 +66,31 @@ impl Snapshot {
     }
 }
 
+/// Sequences a context holds: the prompt's (0) and up to `SEQS - 1` choices scored side by side.
+pub(crate) const SEQS: u32 = 16;
+
+/// Piece widths a session really uses, after llama.cpp clamped its batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Widths {
+    /// Widest CPU piece.
+    pub(crate) cpu: u32,
+    /// Widest device piece.
+    pub(crate) device: u32,
+    /// Most logit rows per piece.
+    pub(crate) outputs: u32,
+}
+
 /// One context over a model.
 pub struct Session<'m> {
     pub(crate) model: &'m Model,
     pub(crate) ctx: LlamaContext<'m>,
-    pub(crate) opts: SessionOptions,
+    pub(crate) widths: Widths,
+    threads: crate::limits::ThreadChoice,
+    /// The tokens sequence 0 of the KV cache holds, at positions 0.. (prefix reuse).
+    pub(crate) kv: Vec<i32>,
+    /// The logits after the last token of `kv`, while no other decode has replaced them.
+    pub(crate) last_logits: Vec<f32>,
+    pub(crate) prefix_reuse: crate::options::PrefixReuse,
     pub(crate) n_ctx: usize,
     pub(crate) n_vocab: usize,
     abort: Arc<AtomicBool>,
@@ -78,22 +99,21 @@ pub struct Session<'m> {
 
 impl<'m> Session<'m> {
     pub(crate) fn new(model: &'m Model, opts: &SessionOptions) -> Result<Self> {
-        if opts.threads == 0 {
-            return Err(EngineError::InvalidOption(
-                "threads must be at least 1".into(),
-            ));
-        }
-        if opts.n_ubatch == 0 || opts.n_outputs_max == 0 {
-            return Err(EngineError::InvalidOption(
-                "n_ubatch and n_outputs_max must be at least 1".into(),
-            ));
-        }
+        opts.validate(model.prefill.as_ref())?;
+        // ggml's compute threads spin at barriers: more of them than the cores this process may
+        // use make every graph crawl, so the count is capped here whatever the front end did.
+        let threads =
+            crate::limits::ThreadChoice::resolve(Some(opts.threads), crate::limits::usable_cores());
+        // The context this session enforces is the one asked for (the model's training context
+        // for 0). llama.cpp clamps its batch to that request and then pads the allocation up to
+        // a multiple of 256; every piece below stays within the clamped batch, so none can reach
+        // llama.cpp's `n_tokens_all <= n_batch` assert, and every length check uses the request.
         let n_ctx = if opts.n_ctx == 0 {
-            model.info.n_ctx_train
+            model.info.n_ctx_train.max(1)
         } else {
             opts.n_ctx
         };
-        let n_ubatch = opts.n_ubatch.max(opts.n_ubatch_device).min(n_ctx.max(1));
+        let n_ubatch = opts.n_ubatch.max(opts.n_ubatch_device).min(n_ctx);
         let abort = Arc::new(AtomicBool::new(false));
         let hook_error = Arc::new(Mutex::new(None));
         let arena_active = match &model.arena {
@@ -123,19 +143,31 @@ impl<'m> Session<'m> {
                 n_batch: n_ubatch,
                 n_ubatch,
                 n_outputs_max: opts.n_outputs_max.min(n_ubatch),
-                threads: opts.threads,
+                threads: threads.used,
                 // Only streamed models cut graphs at every routing node.
                 persistent_threads: false,
+                n_seq_max: SEQS,
                 hook,
                 abort: abort.clone(),
             },
         )
         .map_err(|reason| EngineError::Context { reason })?;
-        let n_ctx = ctx.n_ctx() as usize;
+        // What llama.cpp really took: pieces never exceed its batch, whatever it clamped.
+        let batch = ctx.n_batch().min(ctx.n_ubatch()).max(1);
+        let n_ctx = (n_ctx as usize).min(ctx.n_ctx() as usize);
+        let widths = Widths {
+            cpu: opts.n_ubatch.min(batch),
+            device: opts.n_ubatch_device.min(batch),
+            outputs: opts.n_outputs_max.min(batch),
+        };
         Ok(Self {
             model,
             ctx,
-            opts: opts.clone(),
+            widths,
+            threads,
+            kv: Vec::new(),
+            last_logits: Vec::new(),
+            prefix_reuse: opts.prefix_reuse,
             n_ctx,
             n_vocab: model.info.n_vocab as usize,
             abort,
@@ -188,9 +220,33 @@ impl<'m> Session<'m> {
         }
     }
 
-    /// The context size in tokens.
+    /// The context size in tokens this session enforces (what was asked, or the model's
+    /// training context for 0).
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
+    }
+
+    /// Prefills `tokens` as the start of the next decision's prompt, as if an earlier call had
+    /// left them in the cache (a warm-up, and how gate G18a feeds a prompt in two pieces).
+    pub fn prime(&mut self, tokens: &[i32]) -> Result<()> {
+        let (_exec, _) = self.begin();
+        self.forget();
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        self.prefill(tokens, 0, prefill::Outputs::Last, |_, _, _| Ok(()))?;
+        self.kv = tokens.to_vec();
+        self.last_logits = self
+            .ctx
+            .logits(-1, self.n_vocab)
+            .ok_or_else(|| EngineError::Decode("no logits after prefill".into()))?
+            .to_vec();
+        Ok(())
+    }
+
+    /// Compute threads as asked and as used (capped to the usable cores).
+    pub fn threads(&self) -> crate::limits::ThreadChoice {
+        self.threads
     }
 
     /// The model this session runs.

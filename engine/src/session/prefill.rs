@@ -28,11 +28,11 @@ impl Session<'_> {
         // Every row an output (perplexity): a piece may not exceed the logit-row cap.
         let cap = |w: u32| match outputs {
             Outputs::Last => w.max(1) as usize,
-            Outputs::All => w.min(self.opts.n_outputs_max).max(1) as usize,
+            Outputs::All => w.min(self.widths.outputs).max(1) as usize,
         };
-        let cpu_width = cap(self.opts.n_ubatch);
+        let cpu_width = cap(self.widths.cpu);
         let dev_width = if self.model.arena.is_some() {
-            cap(self.opts.n_ubatch_device)
+            cap(self.widths.device)
         } else {
             cpu_width
         };

@@ -97,11 +97,11 @@ pub enum PromptItem {
 pub struct SamplingSpec {
     /// 0 = greedy (argmax, deterministic); above 0 = seeded sampling at this temperature.
     #[serde(default)]
-    #[schemars(range(min = 0.0, max = 10.0))]
+    #[schemars(range(min = bmoe_engine::limits::TEMPERATURE.min, max = bmoe_engine::limits::TEMPERATURE.max))]
     pub temperature: f32,
     /// Top-k for seeded sampling (0 = off).
     #[serde(default = "default_top_k")]
-    #[schemars(range(min = 0, max = 100000))]
+    #[schemars(range(min = bmoe_engine::limits::TOP_K.min, max = bmoe_engine::limits::TOP_K.max))]
     pub top_k: i32,
     /// Top-p for seeded sampling (1 = off).
     #[serde(default = "default_top_p")]
@@ -373,6 +373,7 @@ pub fn decision_item(i: usize, d: &DecisionSpec) -> Item {
             prefix: d.prefix.clone(),
             suffix: d.suffix.clone(),
             choices: d.choices.clone(),
+            ..Default::default()
         }),
     }
 }

@@ -197,5 +197,20 @@ fn check_cross(r: &Resolved) -> Result<(), ConfigErrors> {
         )
         .into());
     }
+    if s.device_name().is_some() && s.context != 0 && s.context < s.min_tokens {
+        return Err(Diagnostic::other(
+            r.origin("context").to_string(),
+            "context",
+            format!(
+                "expected at least min_tokens ({}, from {}), found {}: no piece could ever run on the device; set context >= {} or min_tokens <= {}",
+                s.min_tokens,
+                r.origin("min_tokens"),
+                s.context,
+                s.min_tokens,
+                s.context
+            ),
+        )
+        .into());
+    }
     Ok(())
 }

@@ -3,6 +3,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use bmoe_engine::limits::{
+    CACHE_FLOOR_MB, CONTEXT, CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS, N_EXPERT_USED,
+};
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
@@ -76,6 +79,131 @@ impl JsonSchema for CacheMb {
     }
 }
 
+/// A thread or lane count: a number, or `auto` (what each setting documents: the usable cores for
+/// `threads`, 4 lanes for `io_threads`, the usable cores up to 8 for `loaders`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Count {
+    /// Resolved against the machine that runs.
+    #[default]
+    Auto,
+    /// Exactly this many (compute threads are still capped to the usable cores).
+    N(u32),
+}
+
+impl Count {
+    /// The explicit number, `None` for `auto`.
+    pub fn explicit(self) -> Option<u32> {
+        match self {
+            Count::Auto => None,
+            Count::N(n) => Some(n),
+        }
+    }
+
+    /// The number, or `auto_value` for `auto`.
+    pub fn or(self, auto_value: u32) -> u32 {
+        self.explicit().unwrap_or(auto_value)
+    }
+}
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Count::Auto => f.write_str("auto"),
+            Count::N(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Count {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(Count::Auto),
+            t => t
+                .parse()
+                .map(Count::N)
+                .map_err(|_| format!("expected a positive integer or `auto`, got {s:?}")),
+        }
+    }
+}
+
+impl Serialize for Count {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Count::Auto => s.serialize_str("auto"),
+            Count::N(n) => s.serialize_u32(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a positive integer or \"auto\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Count, E> {
+                u32::try_from(v)
+                    .map(Count::N)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Count, E> {
+                u32::try_from(v)
+                    .map(Count::N)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Count, E> {
+                // Environment variables and --set arrive as text.
+                v.parse()
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The schema of a [`Count`] setting with `r`'s range.
+fn count_schema(r: &bmoe_engine::limits::IntRange, doc: &str) -> Schema {
+    json_schema!({
+        "description": doc,
+        "anyOf": [
+            {"type": "integer", "minimum": r.min, "maximum": r.max},
+            {"type": "string", "enum": ["auto"]}
+        ]
+    })
+}
+
+fn threads_schema(_: &mut SchemaGenerator) -> Schema {
+    count_schema(
+        &bmoe_engine::limits::THREADS,
+        "Compute threads, or \"auto\" (the cores this process may use: CPU affinity and cgroup quota). A number above those cores is capped to them.",
+    )
+}
+
+fn io_threads_schema(_: &mut SchemaGenerator) -> Schema {
+    count_schema(
+        &bmoe_engine::limits::IO_THREADS,
+        "Expert-read lanes, or \"auto\" (4). Lanes block in the kernel rather than spin, so they are not capped to the cores.",
+    )
+}
+
+fn loaders_schema(_: &mut SchemaGenerator) -> Schema {
+    count_schema(
+        &bmoe_engine::limits::LOADERS,
+        "Arena loader threads, or \"auto\" (the usable cores, at most 8).",
+    )
+}
+
+/// What `io_threads = auto` resolves to.
+pub const AUTO_IO_THREADS: u32 = 4;
+
+/// What `loaders = auto` resolves to on this machine.
+pub fn auto_loaders() -> u32 {
+    bmoe_engine::limits::usable_cores().clamp(1, 8)
+}
+
 /// Where dense (non-expert) weights live while streaming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -100,12 +228,12 @@ impl fmt::Display for DenseWeights {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EngineValues {
-    /// Compute threads.
-    #[schemars(range(min = 1, max = 256))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub threads: Option<u32>,
+    /// Compute threads, or "auto".
+    #[schemars(schema_with = "threads_schema")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<Count>,
     /// Context size in tokens (0 = the model's training context).
-    #[schemars(range(min = 0, max = 1048576))]
+    #[schemars(range(min = CONTEXT.min, max = CONTEXT.max))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<u32>,
     /// Stream routed experts from the GGUF instead of mapping the whole model.
@@ -115,13 +243,13 @@ pub struct EngineValues {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_mb: Option<CacheMb>,
     /// MiB of RAM the budget leaves to the OS and other apps.
-    #[schemars(range(min = 0, max = 1048576))]
+    #[schemars(range(min = CACHE_FLOOR_MB.min, max = CACHE_FLOOR_MB.max))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_floor_mb: Option<u64>,
-    /// Parallel expert-read lanes.
-    #[schemars(range(min = 1, max = 8))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub io_threads: Option<u32>,
+    /// Parallel expert-read lanes, or "auto".
+    #[schemars(schema_with = "io_threads_schema")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_threads: Option<Count>,
     /// Dense weights placement while streaming: mmap or anon.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dense_weights: Option<DenseWeights>,
@@ -136,19 +264,19 @@ pub struct PrefillValues {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
     /// Narrowest prompt piece sent to the device; narrower tails run on the CPU.
-    #[schemars(range(min = 1, max = 8192))]
+    #[schemars(range(min = MIN_TOKENS.min, max = MIN_TOKENS.max))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_tokens: Option<u32>,
-    /// Arena loader threads.
-    #[schemars(range(min = 1, max = 16))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub loaders: Option<u32>,
+    /// Arena loader threads, or "auto".
+    #[schemars(schema_with = "loaders_schema")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaders: Option<Count>,
     /// Prompt piece width (ubatch) on the device.
-    #[schemars(range(min = 1, max = 8192))]
+    #[schemars(range(min = DEVICE_UBATCH.min, max = DEVICE_UBATCH.max))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_ubatch: Option<u32>,
     /// Prompt piece width (ubatch) on the CPU.
-    #[schemars(range(min = 1, max = 8192))]
+    #[schemars(range(min = CPU_UBATCH.min, max = CPU_UBATCH.max))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_ubatch: Option<u32>,
     /// Read only the experts each graph routes to (true) or whole layers (false).
@@ -159,7 +287,7 @@ pub struct PrefillValues {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routed_full: Option<f64>,
     /// Experts used per token (top-k) override; 0 = the model's own. Lossy when changed.
-    #[schemars(range(min = 0, max = 1024))]
+    #[schemars(range(min = N_EXPERT_USED.min, max = N_EXPERT_USED.max))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub n_expert_used: Option<u32>,
 }
@@ -169,38 +297,38 @@ pub struct PrefillValues {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
-    /// Compute threads.
-    #[schemars(range(min = 1, max = 256))]
-    pub threads: u32,
+    /// Compute threads, or "auto".
+    #[schemars(schema_with = "threads_schema")]
+    pub threads: Count,
     /// Context size in tokens (0 = the model's training context).
-    #[schemars(range(min = 0, max = 1048576))]
+    #[schemars(range(min = CONTEXT.min, max = CONTEXT.max))]
     pub context: u32,
     /// Stream routed experts.
     pub moe_stream: bool,
     /// Expert cache in MiB, or "auto".
     pub cache_mb: CacheMb,
     /// MiB of RAM kept free.
-    #[schemars(range(min = 0, max = 1048576))]
+    #[schemars(range(min = CACHE_FLOOR_MB.min, max = CACHE_FLOOR_MB.max))]
     pub cache_floor_mb: u64,
-    /// Expert-read lanes.
-    #[schemars(range(min = 1, max = 8))]
-    pub io_threads: u32,
+    /// Expert-read lanes, or "auto".
+    #[schemars(schema_with = "io_threads_schema")]
+    pub io_threads: Count,
     /// Dense weights placement.
     pub dense_weights: DenseWeights,
     /// Prefill device name or "none".
     #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9_]*$"))]
     pub device: String,
     /// Narrowest piece on the device.
-    #[schemars(range(min = 1, max = 8192))]
+    #[schemars(range(min = MIN_TOKENS.min, max = MIN_TOKENS.max))]
     pub min_tokens: u32,
-    /// Arena loader threads.
-    #[schemars(range(min = 1, max = 16))]
-    pub loaders: u32,
+    /// Arena loader threads, or "auto".
+    #[schemars(schema_with = "loaders_schema")]
+    pub loaders: Count,
     /// ubatch on the device.
-    #[schemars(range(min = 1, max = 8192))]
+    #[schemars(range(min = DEVICE_UBATCH.min, max = DEVICE_UBATCH.max))]
     pub device_ubatch: u32,
     /// ubatch on the CPU.
-    #[schemars(range(min = 1, max = 8192))]
+    #[schemars(range(min = CPU_UBATCH.min, max = CPU_UBATCH.max))]
     pub cpu_ubatch: u32,
     /// Routed arena.
     pub routed: bool,
@@ -208,25 +336,23 @@ pub struct Settings {
     #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
     pub routed_full: f64,
     /// top-k override (0 = the model's).
-    #[schemars(range(min = 0, max = 1024))]
+    #[schemars(range(min = N_EXPERT_USED.min, max = N_EXPERT_USED.max))]
     pub n_expert_used: u32,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            threads: std::thread::available_parallelism()
-                .map(|n| n.get() as u32)
-                .unwrap_or(2),
+            threads: Count::Auto,
             context: 4096,
             moe_stream: false,
             cache_mb: CacheMb::Auto,
             cache_floor_mb: 1024,
-            io_threads: 4,
+            io_threads: Count::Auto,
             dense_weights: DenseWeights::Mmap,
             device: "none".into(),
             min_tokens: 32,
-            loaders: 8,
+            loaders: Count::Auto,
             device_ubatch: 512,
             cpu_ubatch: 512,
             routed: true,

@@ -1,8 +1,74 @@
 //! Command-line arguments of the one-shot commands.
 use std::path::PathBuf;
 
+use bmoe_engine::limits::{self, FloatRange, IntRange, ThreadChoice};
 use bmoe_engine::{DenseWeights, LoadOptions, PrefillOptions, SessionOptions, StreamOptions};
 use clap::{Args, ValueEnum};
+
+use crate::config::settings::{auto_loaders, Count, AUTO_IO_THREADS};
+
+/// A flag's integer value, checked against the setting's range in `limits`.
+fn int_in(s: &str, r: &IntRange) -> Result<u32, String> {
+    r.parse(s)
+        .map_err(|e| e.to_string())
+        .and_then(|v| u32::try_from(v).map_err(|_| format!("{v} does not fit in 32 bits")))
+}
+
+/// A flag's count (`auto` or a number in the setting's range).
+fn count_in(s: &str, r: &IntRange) -> Result<Count, String> {
+    let c: Count = s.parse()?;
+    if let Count::N(n) = c {
+        r.check(u64::from(n)).map_err(|e| e.to_string())?;
+    }
+    Ok(c)
+}
+
+fn float_in(s: &str, r: &FloatRange) -> Result<f64, String> {
+    r.parse(s).map_err(|e| e.to_string())
+}
+
+fn threads_arg(s: &str) -> Result<Count, String> {
+    count_in(s, &limits::THREADS)
+}
+fn io_threads_arg(s: &str) -> Result<Count, String> {
+    count_in(s, &limits::IO_THREADS)
+}
+fn loaders_arg(s: &str) -> Result<Count, String> {
+    count_in(s, &limits::LOADERS)
+}
+fn ctx_arg(s: &str) -> Result<u32, String> {
+    int_in(s, &limits::CONTEXT)
+}
+fn ubatch_arg(s: &str) -> Result<u32, String> {
+    int_in(s, &limits::CPU_UBATCH)
+}
+fn device_ubatch_arg(s: &str) -> Result<u32, String> {
+    int_in(s, &limits::DEVICE_UBATCH)
+}
+fn min_tokens_arg(s: &str) -> Result<u32, String> {
+    int_in(s, &limits::MIN_TOKENS)
+}
+fn n_expert_used_arg(s: &str) -> Result<u32, String> {
+    int_in(s, &limits::N_EXPERT_USED)
+}
+fn cache_floor_arg(s: &str) -> Result<u64, String> {
+    limits::CACHE_FLOOR_MB.parse(s).map_err(|e| e.to_string())
+}
+fn routed_full_arg(s: &str) -> Result<f64, String> {
+    float_in(s, &limits::ROUTED_FULL)
+}
+fn n_predict_arg(s: &str) -> Result<u32, String> {
+    int_in(s, &limits::N_PREDICT)
+}
+fn top_k_arg(s: &str) -> Result<i32, String> {
+    int_in(s, &limits::TOP_K).map(|v| v as i32)
+}
+fn temp_arg(s: &str) -> Result<f32, String> {
+    float_in(s, &limits::TEMPERATURE).map(|v| v as f32)
+}
+fn top_p_arg(s: &str) -> Result<f32, String> {
+    float_in(s, &limits::TOP_P).map(|v| v as f32)
+}
 
 /// `bmoe devices`.
 #[derive(Debug, Args)]
@@ -80,17 +146,17 @@ pub struct EngineArgs {
     /// The GGUF model (the first shard of a split model).
     #[arg(short = 'm', long)]
     pub model: PathBuf,
-    /// Compute threads (default: all cores).
-    #[arg(short = 't', long)]
-    pub threads: Option<u32>,
-    /// Context size in tokens.
-    #[arg(short = 'c', long, default_value_t = 4096)]
+    /// Compute threads, or `auto`: the cores this process may use (affinity, cgroup quota); more is capped to them.
+    #[arg(short = 't', long, default_value = "auto", value_parser = threads_arg)]
+    pub threads: Count,
+    /// Context size in tokens (0 = the model's training context).
+    #[arg(short = 'c', long, default_value_t = 4096, value_parser = ctx_arg)]
     pub ctx: u32,
     /// Prompt piece width on the CPU.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = ubatch_arg)]
     pub ubatch: u32,
     /// Override the model's experts per token.
-    #[arg(long)]
+    #[arg(long, value_parser = n_expert_used_arg)]
     pub n_expert_used: Option<u32>,
     /// Stream routed experts from the GGUF instead of relying on the page cache.
     #[arg(long)]
@@ -99,11 +165,11 @@ pub struct EngineArgs {
     #[arg(long, default_value = "0")]
     pub cache_mb: CacheArg,
     /// With `--cache-mb auto`: MiB left to everything else.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = cache_floor_arg)]
     pub cache_floor_mb: u64,
-    /// Read lanes when streaming.
-    #[arg(long, default_value_t = 4)]
-    pub io_threads: usize,
+    /// Read lanes when streaming, or `auto` (4).
+    #[arg(long, default_value = "auto", value_parser = io_threads_arg)]
+    pub io_threads: Count,
     /// Dense weights when streaming.
     #[arg(long, value_enum, default_value = "mmap")]
     pub dense_weights: DenseArg,
@@ -111,19 +177,19 @@ pub struct EngineArgs {
     #[arg(long)]
     pub prefill_device: Option<String>,
     /// Pieces at least this wide run on the prefill device.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = min_tokens_arg)]
     pub prefill_min_tokens: u32,
     /// Prompt piece width on the prefill device (default: --ubatch).
-    #[arg(long)]
+    #[arg(long, value_parser = device_ubatch_arg)]
     pub prefill_ubatch: Option<u32>,
-    /// Threads filling the prefill device's arena (apart from --io-threads).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub prefill_loaders: u32,
+    /// Threads filling the prefill device's arena (apart from --io-threads), or `auto` (the usable cores, at most 8).
+    #[arg(long, default_value = "auto", value_parser = loaders_arg)]
+    pub prefill_loaders: Count,
     /// Read whole layers into the arena instead of only the routed experts.
     #[arg(long)]
     pub no_prefill_routed: bool,
     /// A layer routing to more than this share of its experts gets the next layer read whole.
-    #[arg(long, default_value_t = 0.85)]
+    #[arg(long, default_value_t = 0.85, value_parser = routed_full_arg)]
     pub prefill_routed_full: f64,
     /// Print llama.cpp's log on stderr.
     #[arg(short, long)]
@@ -146,7 +212,7 @@ impl EngineArgs {
                 },
                 auto_cache_floor_mb: (self.cache_mb == CacheArg::Auto)
                     .then_some(self.cache_floor_mb),
-                io_threads: self.io_threads,
+                io_threads: self.io_threads.or(AUTO_IO_THREADS) as usize,
                 dense_weights: match self.dense_weights {
                     DenseArg::Mmap => DenseWeights::Mmap,
                     DenseArg::Anon => DenseWeights::Anon,
@@ -156,7 +222,7 @@ impl EngineArgs {
             prefill: self.prefill_device.as_ref().map(|d| PrefillOptions {
                 device: d.clone(),
                 min_tokens: self.prefill_min_tokens,
-                loaders: self.prefill_loaders as usize,
+                loaders: self.prefill_loaders.or(auto_loaders()) as usize,
                 routed: !self.no_prefill_routed,
                 routed_full: self.prefill_routed_full,
                 ..PrefillOptions::default()
@@ -164,11 +230,16 @@ impl EngineArgs {
         }
     }
 
+    /// Compute threads as asked and as they will run here.
+    pub fn threads(&self) -> ThreadChoice {
+        ThreadChoice::resolve(self.threads.explicit(), limits::usable_cores())
+    }
+
     /// The engine's session options.
     pub fn session_options(&self) -> SessionOptions {
         let d = SessionOptions::default();
         SessionOptions {
-            threads: self.threads.unwrap_or(d.threads),
+            threads: self.threads().used,
             n_ctx: self.ctx,
             n_ubatch: self.ubatch,
             n_ubatch_device: self.prefill_ubatch.unwrap_or(self.ubatch),
@@ -207,19 +278,19 @@ pub struct GenerateArgs {
     #[arg(short = 'p', long)]
     pub prompt: String,
     /// Tokens to generate at most.
-    #[arg(short = 'n', long, default_value_t = 64)]
+    #[arg(short = 'n', long, default_value_t = 64, value_parser = n_predict_arg)]
     pub n_predict: u32,
     /// Sample with this seed instead of greedy decoding.
     #[arg(long)]
     pub seed: Option<u32>,
     /// Sampling temperature (with --seed).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, value_parser = temp_arg)]
     pub temp: f32,
     /// Top-k (with --seed; 0 = off).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, value_parser = top_k_arg)]
     pub top_k: i32,
-    /// Top-p (with --seed; 1 = off).
-    #[arg(long, default_value_t = 0.95)]
+    /// Top-p (with --seed; 1 = off), in (0, 1].
+    #[arg(long, default_value_t = 0.95, value_parser = top_p_arg)]
     pub top_p: f32,
     /// Feed the prompt as is, without the model's chat template.
     #[arg(long)]

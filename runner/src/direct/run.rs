@@ -11,7 +11,14 @@ use super::args::{DecideArgs, EngineArgs, GenerateArgs, PplArgs};
 
 fn load(e: &EngineArgs) -> anyhow::Result<Model> {
     bmoe_engine::set_log_verbose(e.verbose);
-    let m = Model::load(&e.load_options())?;
+    // Every value and every combination is checked before the model is read.
+    let load_opts = e.load_options();
+    load_opts.validate()?;
+    e.session_options().validate(load_opts.prefill.as_ref())?;
+    if let Some(note) = e.threads().capped_note() {
+        eprintln!("bmoe: {note}");
+    }
+    let m = Model::load(&load_opts)?;
     for w in m.warnings() {
         eprintln!("bmoe: {w}");
     }
@@ -77,12 +84,6 @@ fn peak_rss_mib() -> Option<u64> {
 
 /// Generates once and prints the text on stdout, the counters on stderr.
 pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
-    let model = load(&a.engine)?;
-    let mut s = model.session(&a.engine.session_options())?;
-    let cancel = CancelToken::new();
-    let c = cancel.clone();
-    // Ctrl-C stops at the next token; the partial text is still printed.
-    let _ = ctrlc::set_handler(move || c.cancel());
     let opts = GenerateOptions {
         n_predict: a.n_predict,
         sampling: match a.seed {
@@ -96,6 +97,13 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         },
         chat: !a.raw,
     };
+    opts.validate()?;
+    let model = load(&a.engine)?;
+    let mut s = model.session(&a.engine.session_options())?;
+    let cancel = CancelToken::new();
+    let c = cancel.clone();
+    // Ctrl-C stops at the next token; the partial text is still printed.
+    let _ = ctrlc::set_handler(move || c.cancel());
     let rec = s.generate(&a.prompt, &opts, &cancel)?;
     if a.engine.json {
         println!("{}", serde_json::to_string(&rec)?);
@@ -112,8 +120,16 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
             .map(|v| v.to_string())
             .unwrap_or_else(|| "?".into())
     );
-    if rec.cancelled {
-        eprintln!("cancelled after {} tokens", rec.tokens.len());
+    match rec.stopped {
+        bmoe_engine::StopReason::Cancelled => {
+            eprintln!("cancelled after {} tokens", rec.tokens.len())
+        }
+        bmoe_engine::StopReason::ContextFull => eprintln!(
+            "stopped: context full after {} tokens (context {})",
+            rec.tokens.len(),
+            s.n_ctx()
+        ),
+        _ => {}
     }
     Ok(())
 }
@@ -126,6 +142,7 @@ pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
         prefix: a.prefix,
         suffix: a.suffix,
         choices: a.choices.clone(),
+        ..Default::default()
     })?;
     if a.engine.json {
         println!("{}", serde_json::to_string(&rec)?);

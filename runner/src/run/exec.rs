@@ -275,17 +275,18 @@ fn base_row(
         model_hash: model_hash(&lj.model, u.placement.dims.data_start)?,
         build: build.to_string(),
         arch: info.arch.clone(),
-        threads: s.threads,
+        threads: u.placement.threads.used,
+        threads_setting: s.threads.to_string(),
         context: u.placement.n_ctx as u32,
         moe_stream: s.moe_stream,
         cache_mb: u.placement.cache_mb,
-        io_threads: s.io_threads,
+        io_threads: s.io_threads.or(crate::config::settings::AUTO_IO_THREADS),
         dense_weights: s.dense_weights.to_string(),
         prefill_device: u.placement.prefill.device.clone().unwrap_or_default(),
         device_ubatch: s.device_ubatch,
         cpu_ubatch: s.cpu_ubatch,
         min_tokens: s.min_tokens,
-        loaders: s.loaders,
+        loaders: s.loaders.or(crate::config::settings::auto_loaders()),
         routed: s.routed,
         routed_full: s.routed_full,
         n_expert_used: info.n_expert_used,
@@ -318,6 +319,7 @@ fn run_item(
             }
             fill_common(row, &r.timing, &r.stream, &r.prefill_dev);
             row.stopped_eog = r.stopped_eog;
+            row.stopped = r.stopped.as_str().to_string();
             row.text = escape_text(&r.text);
         }
         (Kind::Perplexity, Payload::Text(text)) => {

@@ -135,14 +135,26 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
                 }
             }
             match place(&profile, &resolved.settings, &j.model) {
-                Ok(placement) => units.push(Unit {
-                    job: ji,
-                    profile: profile.clone(),
-                    profile_path: profile_path.clone(),
-                    point: point_label(point),
-                    resolved,
-                    placement,
-                }),
+                Ok(placement) => {
+                    if let Some(note) = placement.threads.capped_note() {
+                        let w = format!(
+                            "{} ({}): {note}",
+                            display_path(&profile_path),
+                            resolved.origin("threads")
+                        );
+                        if !warnings.contains(&w) {
+                            warnings.push(w);
+                        }
+                    }
+                    units.push(Unit {
+                        job: ji,
+                        profile: profile.clone(),
+                        profile_path: profile_path.clone(),
+                        point: point_label(point),
+                        resolved,
+                        placement,
+                    })
+                }
                 Err(e) => placement_errors.push(format!(
                     "{} ({}, point {}): {e}",
                     display_path(&j.src.path),

@@ -32,7 +32,7 @@ pub struct Row {
     pub build: String,
     /// `general.architecture`.
     pub arch: String,
-    /// Compute threads.
+    /// Compute threads used (the setting capped to the cores this process may use).
     pub threads: u32,
     /// Context size the session got.
     #[schemars(extend("x-unit" = "tokens"))]
@@ -144,6 +144,10 @@ pub struct Row {
     pub error: String,
     /// generate: the text, with `\` `\n` `\r` escaped so every row is one line.
     pub text: String,
+    /// The `threads` setting as configured (`auto` or a number); `threads` is what ran.
+    pub threads_setting: String,
+    /// generate: why it stopped (`n_predict`, `eog`, `context_full`, `cancelled`); empty otherwise.
+    pub stopped: String,
 }
 
 impl Row {
@@ -238,6 +242,7 @@ mod tests {
         let c = Row::columns();
         assert_eq!(&c[..3], &["run_id", "time", "job"]);
         assert!(c.contains(&"prefill_dev_read_mib".to_string()));
-        assert_eq!(c.last().unwrap(), "text");
+        assert!(c.contains(&"text".to_string()));
+        assert_eq!(c.last().unwrap(), "stopped");
     }
 }

@@ -1,0 +1,263 @@
+//! The valid range of every numeric setting, defined once: the engine checks its options against
+//! these, and every front end (CLI flags, profile and job schemas, `--set`, the environment) checks
+//! against the same constants, so a value is refused by name wherever it is typed.
+use crate::error::{EngineError, Result};
+
+/// One integer setting's valid range (both ends included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntRange {
+    /// The setting's name in profiles, jobs and `--set`.
+    pub name: &'static str,
+    /// Smallest valid value.
+    pub min: u64,
+    /// Largest valid value.
+    pub max: u64,
+}
+
+impl IntRange {
+    /// `v` when it is in range, else an error naming the setting and the range.
+    pub fn check(&self, v: u64) -> Result<u64> {
+        if v < self.min || v > self.max {
+            return Err(EngineError::OutOfRange {
+                setting: self.name,
+                value: v.to_string(),
+                expected: format!("an integer from {} to {}", self.min, self.max),
+            });
+        }
+        Ok(v)
+    }
+
+    /// [`IntRange::check`] for a value that arrived as text (a CLI flag, `--set`).
+    pub fn parse(&self, s: &str) -> Result<u64> {
+        let v = s
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| EngineError::OutOfRange {
+                setting: self.name,
+                value: s.to_string(),
+                expected: format!("an integer from {} to {}", self.min, self.max),
+            })?;
+        self.check(v)
+    }
+}
+
+/// One real-valued setting's valid range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FloatRange {
+    /// The setting's name in profiles, jobs and `--set`.
+    pub name: &'static str,
+    /// Lower bound.
+    pub min: f64,
+    /// Whether `min` itself is excluded.
+    pub min_exclusive: bool,
+    /// Upper bound (included).
+    pub max: f64,
+}
+
+impl FloatRange {
+    /// `v` when it is finite and in range, else an error naming the setting and the range.
+    pub fn check(&self, v: f64) -> Result<f64> {
+        let low_ok = if self.min_exclusive {
+            v > self.min
+        } else {
+            v >= self.min
+        };
+        if !v.is_finite() || !low_ok || v > self.max {
+            return Err(EngineError::OutOfRange {
+                setting: self.name,
+                value: v.to_string(),
+                expected: self.expected(),
+            });
+        }
+        Ok(v)
+    }
+
+    /// [`FloatRange::check`] for a value that arrived as text.
+    pub fn parse(&self, s: &str) -> Result<f64> {
+        let v = s
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| EngineError::OutOfRange {
+                setting: self.name,
+                value: s.to_string(),
+                expected: self.expected(),
+            })?;
+        self.check(v)
+    }
+
+    /// The range in words: `a number in (0, 1]`.
+    pub fn expected(&self) -> String {
+        let open = if self.min_exclusive { '(' } else { '[' };
+        format!("a number in {open}{}, {}]", self.min, self.max)
+    }
+}
+
+/// Compute threads (an explicit count; `auto` resolves to the usable cores).
+pub const THREADS: IntRange = IntRange {
+    name: "threads",
+    min: 1,
+    max: 1024,
+};
+/// Context size in tokens (0 = the model's training context).
+pub const CONTEXT: IntRange = IntRange {
+    name: "context",
+    min: 0,
+    max: 1 << 20,
+};
+/// Prompt piece width on the CPU.
+pub const CPU_UBATCH: IntRange = IntRange {
+    name: "cpu_ubatch",
+    min: 1,
+    max: 8192,
+};
+/// Prompt piece width on the prefill device. At least 2: a one-token device piece would have the
+/// shape of a decode step, and llama.cpp's graph reuse could then run a decode with a graph
+/// scheduled for the device while the weights are back on the host.
+pub const DEVICE_UBATCH: IntRange = IntRange {
+    name: "device_ubatch",
+    min: 2,
+    max: 8192,
+};
+/// Narrowest piece sent to the prefill device (at least 2, for the reason above).
+pub const MIN_TOKENS: IntRange = IntRange {
+    name: "min_tokens",
+    min: 2,
+    max: 8192,
+};
+/// Expert-read lanes.
+pub const IO_THREADS: IntRange = IntRange {
+    name: "io_threads",
+    min: 1,
+    max: 64,
+};
+/// Arena loader threads.
+pub const LOADERS: IntRange = IntRange {
+    name: "loaders",
+    min: 1,
+    max: 64,
+};
+/// Experts used per token override (0 = the model's own).
+pub const N_EXPERT_USED: IntRange = IntRange {
+    name: "n_expert_used",
+    min: 0,
+    max: 1024,
+};
+/// Expert cache budget in MiB.
+pub const CACHE_MB: IntRange = IntRange {
+    name: "cache_mb",
+    min: 0,
+    max: 1 << 30,
+};
+/// MiB of RAM the automatic cache size leaves to everything else.
+pub const CACHE_FLOOR_MB: IntRange = IntRange {
+    name: "cache_floor_mb",
+    min: 0,
+    max: 1 << 30,
+};
+/// Tokens to generate at most.
+pub const N_PREDICT: IntRange = IntRange {
+    name: "n_predict",
+    min: 1,
+    max: 1 << 20,
+};
+/// Top-k sampling (0 = off).
+pub const TOP_K: IntRange = IntRange {
+    name: "top_k",
+    min: 0,
+    max: 1 << 20,
+};
+/// Sampling temperature (0 = greedy).
+pub const TEMPERATURE: FloatRange = FloatRange {
+    name: "temperature",
+    min: 0.0,
+    min_exclusive: false,
+    max: 100.0,
+};
+/// Top-p nucleus sampling (1 = off).
+pub const TOP_P: FloatRange = FloatRange {
+    name: "top_p",
+    min: 0.0,
+    min_exclusive: true,
+    max: 1.0,
+};
+/// Share of a layer's experts above which the routed arena reads the next layer whole.
+pub const ROUTED_FULL: FloatRange = FloatRange {
+    name: "routed_full",
+    min: 0.0,
+    min_exclusive: true,
+    max: 1.0,
+};
+
+/// The cores this process may run on: the CPU affinity mask and the cgroup CPU quota (a
+/// Kubernetes pod's CPU limit, a Slurm allocation) both count, as Rust's
+/// `available_parallelism` reads them. ggml's compute threads spin at barriers, so more threads
+/// than this crawl instead of helping.
+pub fn usable_cores() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1)
+}
+
+/// Compute threads as asked and as used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadChoice {
+    /// What the configuration said (`None` = `auto`).
+    pub asked: Option<u32>,
+    /// What runs: `asked` capped to the usable cores, or the usable cores for `auto`.
+    pub used: u32,
+    /// The usable cores at resolution time.
+    pub cores: u32,
+}
+
+impl ThreadChoice {
+    /// Resolves `asked` (`None` = `auto`) against `cores` usable cores.
+    pub fn resolve(asked: Option<u32>, cores: u32) -> Self {
+        let cores = cores.max(1);
+        let used = asked.map_or(cores, |n| n.clamp(1, cores));
+        Self { asked, used, cores }
+    }
+
+    /// The one `bmoe:` line to print when the count was capped, else `None`.
+    pub fn capped_note(&self) -> Option<String> {
+        match self.asked {
+            Some(n) if n > self.used => Some(format!(
+                "threads = {n} is more than the {} cores this process may use (CPU affinity and cgroup quota); running {} threads",
+                self.cores, self.used
+            )),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_refuse_by_name() {
+        assert_eq!(THREADS.check(1).unwrap(), 1);
+        let e = THREADS.check(0).unwrap_err().to_string();
+        assert!(e.contains("threads") && e.contains("from 1 to 1024"), "{e}");
+        assert!(TOP_P.check(0.0).is_err());
+        assert!(TOP_P.check(2.0).is_err());
+        assert!(TOP_P.check(f64::NAN).is_err());
+        assert_eq!(TOP_P.check(1.0).unwrap(), 1.0);
+        assert!(TEMPERATURE.check(0.0).is_ok());
+        assert!(TEMPERATURE.check(-0.1).is_err());
+        assert!(CPU_UBATCH
+            .parse("x")
+            .unwrap_err()
+            .to_string()
+            .contains("cpu_ubatch"));
+    }
+
+    #[test]
+    fn threads_capped_to_cores() {
+        let t = ThreadChoice::resolve(Some(64), 2);
+        assert_eq!(t.used, 2);
+        assert!(t.capped_note().unwrap().contains("64"));
+        let t = ThreadChoice::resolve(None, 3);
+        assert_eq!((t.used, t.capped_note()), (3, None));
+        assert_eq!(ThreadChoice::resolve(Some(1), 8).used, 1);
+    }
+}
