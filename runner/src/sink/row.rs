@@ -334,6 +334,16 @@ mod tests {
         let c = Row::columns();
         assert_eq!(&c[..3], &["run_id", "time", "job"]);
         assert!(c.contains(&"prefill_dev_read_mib".to_string()));
-        assert_eq!(c.last().unwrap(), "text");
+    }
+
+    /// Columns are only appended: the header a schema-1 build wrote (the checked-in fixture) is a
+    /// prefix of this build's, and `schema_version` is the first column schema 2 added.
+    #[test]
+    fn columns_only_appended() {
+        let fixture = include_str!("../../tests/fixtures/schema1-demo.csv");
+        let old: Vec<&str> = fixture.lines().next().unwrap().split(',').collect();
+        let c = Row::columns();
+        assert_eq!(&c[..old.len()], old.as_slice());
+        assert_eq!(c[old.len()], "schema_version");
     }
 }
