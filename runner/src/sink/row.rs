@@ -336,6 +336,18 @@ mod tests {
         assert!(c.contains(&"prefill_dev_read_mib".to_string()));
     }
 
+    /// docs/telemetry.md lists every column with the version it appeared in.
+    #[test]
+    fn every_column_is_documented() {
+        let doc = include_str!("../../../docs/telemetry.md");
+        for c in Row::columns() {
+            assert!(
+                doc.lines().any(|l| l.starts_with(&format!("| `{c}` |"))),
+                "docs/telemetry.md does not list column {c}"
+            );
+        }
+    }
+
     /// Columns are only appended: the header a schema-1 build wrote (the checked-in fixture) is a
     /// prefix of this build's, and `schema_version` is the first column schema 2 added.
     #[test]
