@@ -127,10 +127,7 @@ fn entrypoint_runs_shards_stops_on_sigterm_resumes_and_merges() {
     assert!(st.success());
     let o = child.wait_with_output().unwrap();
     let stopped = data_lines(&p.read("runs/nightly/shard-0.csv")).len();
-    eprintln!(
-        "shard 0: exit {:?} after {stopped} rows",
-        o.status.code()
-    );
+    eprintln!("shard 0: exit {:?} after {stopped} rows", o.status.code());
     // When the shard was already done (it is small), the stop changes nothing; otherwise it is a
     // clean stop (130) without the done marker.
     if o.status.code() == Some(130) {
