@@ -18,7 +18,7 @@ pub struct Diagnostic {
     /// What is wrong, in words ("expected ..., found ...").
     pub message: String,
     /// The offending source line and the caret's place in it, when the source is a file.
-    pub snippet: Option<SourceLine>,
+    pub snippet: Option<Box<SourceLine>>,
 }
 
 /// One line of a configuration file, for showing it under the error.
@@ -94,7 +94,7 @@ impl Diagnostic {
             pos: offset.map(|o| line_col(text, o)),
             field: field.to_string(),
             message,
-            snippet: offset.and_then(|o| SourceLine::at(text, o)),
+            snippet: offset.and_then(|o| SourceLine::at(text, o)).map(Box::new),
         }
     }
 
