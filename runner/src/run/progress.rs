@@ -36,6 +36,12 @@ fn style(template: &str) -> ProgressStyle {
     ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
 }
 
+/// Whether a plain progress line is due: every [`PLAIN_EVERY_ITEMS`] items, every
+/// [`PLAIN_EVERY`], and at a unit's last item.
+fn line_due(items_since: u64, since: Duration, unit_done: bool) -> bool {
+    items_since >= PLAIN_EVERY_ITEMS || since >= PLAIN_EVERY || unit_done
+}
+
 impl Progress {
     /// Bars for `n_units` units; hidden unless stderr is a terminal and `quiet` is off.
     pub fn new(n_units: u64, quiet: bool) -> Self {
@@ -98,9 +104,7 @@ impl Progress {
         if let Some(p) = &mut self.plain {
             p.done += 1;
             p.since_line += 1;
-            let finished = p.done == p.total;
-            if p.since_line >= PLAIN_EVERY_ITEMS || p.last_line.elapsed() >= PLAIN_EVERY || finished
-            {
+            if line_due(p.since_line, p.last_line.elapsed(), p.done == p.total) {
                 let secs = p.unit_start.elapsed().as_secs_f64();
                 eprintln!(
                     "bmoe: progress: {} {}/{} items, {tokens} prefill tokens, {:.2} items/s",
@@ -138,5 +142,20 @@ impl Progress {
         self.items.finish_and_clear();
         self.units.finish_and_clear();
         let _ = self.mp.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_lines_every_100_items_or_60_s() {
+        let s = Duration::from_secs(1);
+        assert!(!line_due(99, s, false));
+        assert!(line_due(100, s, false));
+        assert!(line_due(1, Duration::from_secs(60), false));
+        assert!(!line_due(1, Duration::from_secs(59), false));
+        assert!(line_due(1, s, true));
     }
 }
