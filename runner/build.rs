@@ -27,6 +27,8 @@ fn main() {
                         println!("cargo:rerun-if-changed={}", d.join(&r).display());
                     }
                 }
+                // `-dirty` is decided when this script runs (HEAD or the index changed, or a clean
+                // build): an edit that was never `git add`ed does not rerun it.
                 let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
                     .map(|s| !s.is_empty())
                     .unwrap_or(false);

@@ -594,9 +594,8 @@ fn write_man(out: Option<&Path>) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut pages = vec![("bmoe".to_string(), cmd.clone())];
     for sub in cmd.get_subcommands() {
-        // clap's names are 'static; leaking a handful of short strings once per `bmoe man` is fine.
-        let name: &'static str = Box::leak(format!("bmoe-{}", sub.get_name()).into_boxed_str());
-        pages.push((name.to_string(), sub.clone().name(name)));
+        let name = format!("bmoe-{}", sub.get_name());
+        pages.push((name.clone(), sub.clone().name(name)));
     }
     for (name, c) in pages {
         let path = dir.join(format!("{name}.1"));
