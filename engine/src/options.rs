@@ -128,11 +128,14 @@ impl LoadOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PrefixReuse {
-    /// Reuse where the memory can drop a tail; otherwise clear, with the reason counted.
+    /// Reuse the common prefix cut back to a prompt-piece boundary (a multiple of the ubatch),
+    /// so every piece has the bounds a fresh prefill would give it and the scores are bit for
+    /// bit those of a fresh prefill, whatever ran before (a replay's numbers do not depend on
+    /// the order or the sharding of its decisions).
     #[default]
     Auto,
-    /// The same as `auto` in this build: state save/restore for memories that cannot drop a tail
-    /// (recurrent, sliding-window) is not built yet, so those clear.
+    /// Reuse the whole common prefix: the fewest tokens prefilled; scores may differ from a
+    /// fresh prefill in the last bits (same `best` in every gate so far).
     On,
     /// Every decision starts from an empty cache.
     Off,

@@ -1,11 +1,13 @@
 //! `bmoe compare A.csv B.csv`: rows matched by (job, sweep point, item id) between one run of each
 //! file; agreement on `best`, the largest `choice_logp` difference, generated text, perplexity, and
-//! the distribution of prefill-time ratios B/A.
+//! the distribution of prefill-time ratios B/A. Files are read by column name, so a CSV from an
+//! older build compares with a newer one (columns it lacks read as empty).
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{anyhow, Context};
+use serde::Serialize;
 
 use crate::sink::csv::inspect;
 use crate::sink::row::{parse_logp, Row};
@@ -19,6 +21,65 @@ pub struct CompareOptions {
     pub run_b: Option<String>,
     /// Largest |choice_logp| or |ppl| difference still called identical.
     pub tolerance: f64,
+}
+
+/// The spread of the prefill-time ratios B/A.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RatioStats {
+    /// Rows with a prefill time on both sides.
+    pub rows: usize,
+    /// Smallest ratio.
+    pub min: f64,
+    /// 10th percentile (nearest rank).
+    pub p10: f64,
+    /// Median (nearest rank).
+    pub median: f64,
+    /// 90th percentile (nearest rank).
+    pub p90: f64,
+    /// Largest ratio.
+    pub max: f64,
+}
+
+/// A largest difference and the row key where it was found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MaxDiff {
+    /// The absolute difference.
+    pub diff: f64,
+    /// `job/point/item`.
+    pub key: String,
+}
+
+/// The comparison as JSON (`--format json`): the same numbers the text shows.
+#[derive(Debug, Serialize)]
+pub struct JsonReport<'a> {
+    /// Run id taken from A.
+    pub run_a: &'a str,
+    /// Run id taken from B.
+    pub run_b: &'a str,
+    /// Rows in both.
+    pub matched: usize,
+    /// Keys only in A.
+    pub only_a: usize,
+    /// Keys only in B.
+    pub only_b: usize,
+    /// Decide rows matched.
+    pub decisions: usize,
+    /// Decide rows agreeing on best.
+    pub best_agree: usize,
+    /// Largest |Δ choice_logp| (nats).
+    pub max_logp_diff: Option<MaxDiff>,
+    /// Generate rows matched.
+    pub generations: usize,
+    /// Generate rows with identical text.
+    pub identical_texts: usize,
+    /// Largest |Δ ppl|.
+    pub max_ppl_diff: Option<MaxDiff>,
+    /// prefill_s ratio B/A.
+    pub prefill_s_ratio: Option<RatioStats>,
+    /// Keys of the rows that differ.
+    pub differing: &'a [String],
+    /// True when every row matched and none differs.
+    pub identical: bool,
 }
 
 /// The comparison.
@@ -54,6 +115,50 @@ impl Report {
         self.differing.is_empty() && self.only_a == 0 && self.only_b == 0
     }
 
+    /// The ratio spread (nearest-rank quantiles), or `None` without ratios.
+    pub fn ratio_stats(&self) -> Option<RatioStats> {
+        if self.ratios.is_empty() {
+            return None;
+        }
+        let mut r = self.ratios.clone();
+        r.sort_by(|a, b| a.total_cmp(b));
+        let q = |p: f64| r[((r.len() - 1) as f64 * p).round() as usize];
+        Some(RatioStats {
+            rows: r.len(),
+            min: q(0.0),
+            p10: q(0.1),
+            median: q(0.5),
+            p90: q(0.9),
+            max: q(1.0),
+        })
+    }
+
+    /// The report as JSON: the numbers of [`Report::render`], unrounded.
+    pub fn json(&self) -> JsonReport<'_> {
+        let md = |m: &Option<(f64, String)>| {
+            m.as_ref().map(|(d, k)| MaxDiff {
+                diff: *d,
+                key: k.clone(),
+            })
+        };
+        JsonReport {
+            run_a: &self.runs.0,
+            run_b: &self.runs.1,
+            matched: self.matched,
+            only_a: self.only_a,
+            only_b: self.only_b,
+            decisions: self.decisions,
+            best_agree: self.best_agree,
+            max_logp_diff: md(&self.max_logp_diff),
+            generations: self.texts.0,
+            identical_texts: self.texts.1,
+            max_ppl_diff: md(&self.max_ppl_diff),
+            prefill_s_ratio: self.ratio_stats(),
+            differing: &self.differing,
+            identical: self.identical(),
+        }
+    }
+
     /// The report as text.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -83,19 +188,11 @@ impl Report {
         if let Some((d, k)) = &self.max_ppl_diff {
             let _ = writeln!(s, "largest perplexity difference: {d:.6} ({k})");
         }
-        if !self.ratios.is_empty() {
-            let mut r = self.ratios.clone();
-            r.sort_by(|a, b| a.total_cmp(b));
-            let q = |p: f64| r[((r.len() - 1) as f64 * p).round() as usize];
+        if let Some(r) = self.ratio_stats() {
             let _ = writeln!(
                 s,
                 "prefill_s ratio B/A over {} rows: min {:.3}  p10 {:.3}  median {:.3}  p90 {:.3}  max {:.3}",
-                r.len(),
-                q(0.0),
-                q(0.1),
-                q(0.5),
-                q(0.9),
-                q(1.0)
+                r.rows, r.min, r.p10, r.median, r.p90, r.max
             );
         }
         if self.identical() {

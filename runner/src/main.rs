@@ -1,38 +1,83 @@
 //! `bmoe`: the declarative batch runner over the bmoe engine (`check`, `plan`, `run`, `compare`,
-//! `schema`). The only place that reads the environment (`BMOE_*`, through the layering).
+//! `merge`, `schema`). The only place that reads the environment (`BMOE_*`, through the layering,
+//! and the schedulers' shard variables).
+//!
+//! Exit status: 0 ok; 1 differences found (`compare`, `schema --check`) or items refused (`run`);
+//! 2 usage, configuration or I/O error (clap's usage errors are 2 as well); 130 stopped by a signal.
 mod compare;
 mod config;
 mod direct;
+mod ident;
+mod merge;
 mod placement;
 mod run;
 mod schema;
 mod sink;
 
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use anyhow::{bail, Context};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
 
 use run::prepare::{prepare, shown, Prepared, Selection};
 
+/// Differences found (compare, schema --check) or items refused (run).
+const EXIT_DIFF: u8 = 1;
+/// Usage, configuration or I/O error.
+const EXIT_ERROR: u8 = 2;
+/// Stopped by Ctrl-C, SIGTERM or SIGHUP (the row in flight finished; resume with --resume).
+const EXIT_STOPPED: u8 = 130;
+
 /// bmoe: run mixture-of-experts models as declarative batch jobs.
 #[derive(Parser)]
-#[command(name = "bmoe", version, about, propagate_version = true)]
+#[command(
+    name = "bmoe",
+    version,
+    about,
+    propagate_version = true,
+    after_long_help = "Exit status: 0 ok; 1 differences found (compare) or items refused (run); \
+2 usage, configuration or I/O error; 130 stopped by a signal (resume with --resume)."
+)]
 struct Cli {
+    /// Less output: no progress bars or progress lines.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// More output: llama.cpp's own log on stderr (in runs too).
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How a command prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+enum Format {
+    /// Lines for people.
+    #[default]
+    Text,
+    /// One JSON document on stdout.
+    Json,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Check job and profile files (schema, then semantics, then placement); loads no model.
-    Check(Target),
+    Check(FormattedTarget),
     /// Print each resolved value and where it came from, the placement and the memory budget.
-    Plan(Target),
+    Plan(FormattedTarget),
     /// Run jobs: one CSV row per decision, prompt or text.
     Run(RunArgs),
     /// Compare two telemetry CSVs (one run of each), for nightly regression checks.
     Compare(CompareArgs),
+    /// Merge the CSVs of a sharded run into one (checked, de-duplicated, written atomically).
+    Merge(MergeArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff), or write one page per command into a folder.
+    Man(ManArgs),
     /// Write the JSON Schemas (profile, job, telemetry) generated from the code.
     Schema(SchemaArgs),
     /// List the ggml backends and devices of this build.
@@ -61,6 +106,16 @@ struct Target {
     sets: Vec<String>,
 }
 
+/// A target plus an output format.
+#[derive(Args)]
+struct FormattedTarget {
+    #[command(flatten)]
+    target: Target,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
 impl Target {
     fn selection(&self) -> Selection {
         Selection {
@@ -74,18 +129,33 @@ impl Target {
 struct RunArgs {
     #[command(flatten)]
     target: Target,
-    /// Run id written to every row (default: <job>-<UTC timestamp>).
+    /// Run id written to every row (default: <job>-<UTC timestamp>; with --shard <job>-<UTC date>,
+    /// the same in every shard started that day).
     #[arg(long)]
     run_id: Option<String>,
     /// Continue a run: skip items already in the CSV for this run id (default: the job's last run).
     #[arg(long)]
     resume: bool,
-    /// Print BMOE_DECIDE / BMOE_DONE JSON lines on stdout, one per row.
+    /// Print each row as one JSON object per line on stdout (JSON Lines, the CSV's column names).
     #[arg(long)]
     machine: bool,
-    /// No progress bars (they are drawn only on a terminal anyway).
-    #[arg(long, short = 'q')]
-    quiet: bool,
+    /// Run one shard: K/N with K 0-based (0/3, 1/3, 2/3), or N with K from JOB_COMPLETION_INDEX
+    /// (Kubernetes Indexed Job) or SLURM_ARRAY_TASK_ID (Slurm array; SLURM_ARRAY_TASK_COUNT alone
+    /// also shards). An item's shard depends only on its id.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<String>,
+    /// Write rows here instead of each job's `csv`; `{shard}` becomes the shard index K.
+    #[arg(long, value_name = "PATH")]
+    csv: Option<String>,
+    /// Take at most N items of each job (after --shard and --items), for smoke runs.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Take only the items whose id matches this glob (`d1*`, `{open,close}-*`).
+    #[arg(long, value_name = "GLOB")]
+    items: Option<String>,
+    /// Format of the summary printed at the end (rows always go to the CSV).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
 }
 
 #[derive(Args)]
@@ -103,9 +173,41 @@ struct CompareArgs {
     /// Largest choice_logp / perplexity difference still counted as identical.
     #[arg(long, default_value_t = 0.0)]
     tolerance: f64,
-    /// Exit with status 1 when any row differs or is unmatched (for CI).
-    #[arg(long)]
+    /// Kept for old scripts: a difference always exits 1 now (as diff does).
+    #[arg(long, hide = true)]
     fail_on_diff: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(Args)]
+struct MergeArgs {
+    /// The CSVs to merge (the shards of one run).
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// The merged CSV (refused when it exists, unless --force).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Replace the output when it exists.
+    #[arg(long)]
+    force: bool,
+    /// Output format of the report.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(Args)]
+struct CompletionsArgs {
+    /// The shell.
+    shell: clap_complete::Shell,
+}
+
+#[derive(Args)]
+struct ManArgs {
+    /// Write bmoe.1 and one bmoe-<command>.1 per command into this folder instead of printing.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -120,57 +222,145 @@ struct SchemaArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    bmoe_engine::set_log_verbose(false);
-    match dispatch(cli.command) {
+    // llama.cpp's log is noise unless asked for; -v asks, in one-shot commands and runs alike.
+    bmoe_engine::set_log_verbose(cli.verbose);
+    match dispatch(cli.command, cli.quiet, cli.verbose) {
         Ok(code) => code,
         Err(e) => {
             // Display, never Debug: no backtrace on user input, whatever RUST_BACKTRACE says.
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_ERROR)
         }
     }
 }
 
-fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
+/// Prints a value as pretty JSON on stdout.
+fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, v).context("writing JSON to stdout")?;
+    writeln!(out).context("writing JSON to stdout")
+}
+
+/// One job as `check --format json` reports it.
+#[derive(Serialize)]
+struct CheckedJob {
+    file: String,
+    name: String,
+    kind: String,
+    items: usize,
+    points: usize,
+    profile: String,
+    csv: String,
+}
+
+/// `check --format json`.
+#[derive(Serialize)]
+struct CheckReport {
+    ok: bool,
+    jobs: Vec<CheckedJob>,
+    warnings: Vec<String>,
+}
+
+fn check_report(p: &Prepared) -> CheckReport {
+    let jobs = p
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(ji, j)| {
+            let units: Vec<_> = p.units.iter().filter(|u| u.job == ji).collect();
+            CheckedJob {
+                file: shown(&j.src.path),
+                name: j.job.name.clone(),
+                kind: j.job.kind.to_string(),
+                items: j.items.len(),
+                points: units.len(),
+                profile: units
+                    .first()
+                    .map(|u| u.profile.name.clone())
+                    .unwrap_or_default(),
+                csv: shown(&j.csv),
+            }
+        })
+        .collect();
+    CheckReport {
+        ok: true,
+        jobs,
+        warnings: p.warnings.clone(),
+    }
+}
+
+fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode> {
     let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     match cmd {
         Command::Devices(a) => done(direct::run_devices(a)),
         Command::Synth(a) => done(direct::run_synth(a)),
-        Command::Generate(a) => done(direct::run_generate(a)),
-        Command::Decide(a) => done(direct::run_decide(a)),
-        Command::Ppl(a) => done(direct::run_ppl(a)),
+        Command::Generate(mut a) => {
+            a.engine.verbose = verbose;
+            done(direct::run_generate(a))
+        }
+        Command::Decide(mut a) => {
+            a.engine.verbose = verbose;
+            done(direct::run_decide(a))
+        }
+        Command::Ppl(mut a) => {
+            a.engine.verbose = verbose;
+            done(direct::run_ppl(a))
+        }
         Command::Check(t) => {
-            let p = prepare(&t.jobs, &t.selection())?;
+            let p = prepare(&t.target.jobs, &t.target.selection())?;
+            let rep = check_report(&p);
+            if t.format == Format::Json {
+                print_json(&rep)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             print_warnings(&p);
-            for j in &p.jobs {
-                let units: Vec<_> = p
-                    .units
-                    .iter()
-                    .filter(|u| std::ptr::eq(&p.jobs[u.job], j))
-                    .collect();
-                let profile = units
-                    .first()
-                    .map(|u| u.profile.name.clone())
-                    .unwrap_or_default();
+            for j in &rep.jobs {
                 println!(
                     "ok: {} ({} {} items, {} point(s), profile {}, csv {})",
-                    shown(&j.src.path),
-                    j.items.len(),
-                    j.job.kind,
-                    units.len(),
-                    profile,
-                    shown(&j.csv)
+                    j.file, j.items, j.kind, j.points, j.profile, j.csv
                 );
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Plan(t) => {
-            let p = prepare(&t.jobs, &t.selection())?;
+            let p = prepare(&t.target.jobs, &t.target.selection())?;
+            if t.format == Format::Json {
+                print_json(&plan_report(&p))?;
+                return Ok(ExitCode::SUCCESS);
+            }
             print_warnings(&p);
             print_plan(&p);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run(a) => run_cmd(a),
+        Command::Run(a) => run_cmd(a, quiet),
+        Command::Merge(a) => {
+            let rep = merge::merge(&a.inputs, &a.output, a.force)?;
+            if a.format == Format::Json {
+                print_json(&rep)?;
+            } else {
+                println!(
+                    "merged {} file(s): {} rows in, {} identical duplicate(s) dropped, {} rows written to {} (schema {}; run(s) {}; job(s) {})",
+                    rep.inputs,
+                    rep.rows_in,
+                    rep.duplicates,
+                    rep.rows_out,
+                    rep.output,
+                    rep.schema_version,
+                    rep.runs.join(", "),
+                    rep.jobs.join(", ")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completions(a) => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(a.shell, &mut cmd, "bmoe", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man(a) => {
+            write_man(a.out.as_deref())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Compare(a) => {
             let rep = compare::compare(
                 &a.a,
@@ -181,10 +371,15 @@ fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
                     tolerance: a.tolerance,
                 },
             )?;
-            print!("{}", rep.render());
-            if a.fail_on_diff && !rep.identical() {
-                eprintln!("error: the runs differ (--fail-on-diff)");
-                return Ok(ExitCode::FAILURE);
+            if a.format == Format::Json {
+                print_json(&rep.json())?;
+            } else {
+                print!("{}", rep.render());
+            }
+            // As diff: 1 when the runs differ, so CI tells a regression (1) from trouble (2).
+            let _ = a.fail_on_diff;
+            if !rep.identical() {
+                return Ok(ExitCode::from(EXIT_DIFF));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -201,7 +396,7 @@ fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
                     a.out.display(),
                     a.out.display()
                 );
-                return Ok(ExitCode::FAILURE);
+                return Ok(ExitCode::from(EXIT_DIFF));
             }
             schema::write(&a.out)?;
             Ok(ExitCode::SUCCESS)
@@ -273,65 +468,273 @@ fn print_plan(p: &Prepared) {
     }
 }
 
-fn run_cmd(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let p = prepare(&a.target.jobs, &a.target.selection())?;
+/// One resolved value and its origin, for `plan --format json`.
+#[derive(Serialize)]
+struct PlanValue {
+    key: String,
+    value: String,
+    origin: String,
+}
+
+/// One budget line.
+#[derive(Serialize)]
+struct PlanBudgetLine {
+    what: String,
+    mib: f64,
+    counted: bool,
+    note: String,
+}
+
+/// One (job, profile point) as `plan --format json` reports it: the numbers the text shows.
+#[derive(Serialize)]
+struct PlanUnit {
+    job: String,
+    file: String,
+    profile: String,
+    profile_file: String,
+    point: String,
+    model: String,
+    arch: String,
+    n_layer: u64,
+    n_expert: u64,
+    n_expert_used: u64,
+    model_mib: f64,
+    kind: String,
+    items: usize,
+    values: Vec<PlanValue>,
+    prefill_device: Option<String>,
+    prefill_reason: String,
+    device_ubatch: Option<u32>,
+    min_tokens: Option<u32>,
+    cpu_ubatch: u32,
+    context: u64,
+    cache_mb: u64,
+    budget: Vec<PlanBudgetLine>,
+    counted_mib: f64,
+    available_mib: f64,
+    ram_mib: f64,
+    floor_mib: f64,
+}
+
+/// `plan --format json`.
+#[derive(Serialize)]
+struct PlanReport {
+    units: Vec<PlanUnit>,
+    warnings: Vec<String>,
+}
+
+fn plan_report(p: &Prepared) -> PlanReport {
+    let units = p
+        .units
+        .iter()
+        .map(|u| {
+            let j = &p.jobs[u.job];
+            let d = &u.placement.dims;
+            let s = &u.resolved.settings;
+            let dev = u.placement.prefill.device.clone();
+            PlanUnit {
+                job: j.job.name.clone(),
+                file: shown(&j.src.path),
+                profile: u.profile.name.clone(),
+                profile_file: shown(&u.profile_path),
+                point: u.point.clone(),
+                model: shown(&j.model),
+                arch: d.arch.clone(),
+                n_layer: d.n_layer,
+                n_expert: d.n_expert,
+                n_expert_used: d.n_expert_used,
+                model_mib: d.file_bytes as f64 / (1u64 << 20) as f64,
+                kind: j.job.kind.to_string(),
+                items: j.items.len(),
+                values: u
+                    .resolved
+                    .origins
+                    .iter()
+                    .map(|(k, v, o)| PlanValue {
+                        key: k.clone(),
+                        value: v.clone(),
+                        origin: o.clone(),
+                    })
+                    .collect(),
+                device_ubatch: dev.as_ref().map(|_| s.device_ubatch),
+                min_tokens: dev.as_ref().map(|_| s.min_tokens),
+                prefill_device: dev,
+                prefill_reason: u.placement.prefill.reason.clone(),
+                cpu_ubatch: s.cpu_ubatch,
+                context: u.placement.n_ctx,
+                cache_mb: u.placement.cache_mb,
+                counted_mib: u
+                    .placement
+                    .budget
+                    .iter()
+                    .filter(|l| l.counted)
+                    .map(|l| l.mib)
+                    .sum(),
+                budget: u
+                    .placement
+                    .budget
+                    .iter()
+                    .map(|l| PlanBudgetLine {
+                        what: l.what.to_string(),
+                        mib: l.mib,
+                        counted: l.counted,
+                        note: l.note.clone(),
+                    })
+                    .collect(),
+                available_mib: u.placement.available_mib,
+                ram_mib: u.placement.ram_mib,
+                floor_mib: u.placement.floor_mib,
+            }
+        })
+        .collect();
+    PlanReport {
+        units,
+        warnings: p.warnings.clone(),
+    }
+}
+
+/// The man pages, from the same clap definition as `--help`.
+fn write_man(out: Option<&Path>) -> anyhow::Result<()> {
+    let cmd = Cli::command();
+    let Some(dir) = out else {
+        let mut stdout = std::io::stdout().lock();
+        clap_mangen::Man::new(cmd)
+            .render(&mut stdout)
+            .context("writing the man page to stdout")?;
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut pages = vec![("bmoe".to_string(), cmd.clone())];
+    for sub in cmd.get_subcommands() {
+        let name = format!("bmoe-{}", sub.get_name());
+        pages.push((name.clone(), sub.clone().name(name)));
+    }
+    for (name, c) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(c)
+            .render(&mut buf)
+            .with_context(|| format!("rendering {name}.1"))?;
+        std::fs::write(&path, buf).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// `--csv PATH`: every job's rows go there, `{shard}` replaced by the shard index. Checked before
+/// anything runs: a template without a shard, or a path not ending `.csv`, is refused.
+fn csv_override(template: &str, shard: Option<run::select::Shard>) -> anyhow::Result<PathBuf> {
+    let path = if template.contains("{shard}") {
+        let Some(s) = shard else {
+            bail!("--csv {template:?}: the {{shard}} template needs a shard: give --shard K/N (or run in a Kubernetes Indexed Job or Slurm array with --shard N)");
+        };
+        template.replace("{shard}", &s.k.to_string())
+    } else {
+        template.to_string()
+    };
+    if !path.ends_with(".csv") {
+        bail!("--csv {template:?}: expected a path ending in .csv");
+    }
+    Ok(PathBuf::from(path))
+}
+
+fn run_cmd(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    // Everything the command line decides is checked before the jobs load, so a bad flag writes
+    // nothing.
+    let env = |k: &str| std::env::var(k).ok();
+    let shard = run::select::Shard::resolve(a.shard.as_deref(), &env)?;
+    let csv = a
+        .csv
+        .as_deref()
+        .map(|t| csv_override(t, shard))
+        .transpose()?;
+    let filter = run::select::Filter::new(shard, a.items.as_deref(), a.limit)?;
+    let mut p = prepare(&a.target.jobs, &a.target.selection())?;
+    if let Some(c) = &csv {
+        for j in &mut p.jobs {
+            j.csv = c.clone();
+        }
+    }
     print_warnings(&p);
     let stop = run::signals::Stop::install();
     let opts = run::exec::RunOptions {
         run_id: a.run_id,
         resume: a.resume,
         machine: a.machine,
-        quiet: a.quiet,
+        quiet,
+        filter,
     };
     let s = run::exec::execute(&p, &opts, &stop)?;
-    let mut out = String::new();
-    for (csv, n) in &s.written {
-        out.push_str(&format!(
-            "run {}: {n} rows appended to {}\n",
-            s.run_id,
-            shown(csv)
-        ));
-    }
-    out.push_str(&format!(
-        "skipped {} items already in the run, {} refused by the engine\n",
-        s.skipped, s.failed
-    ));
-    if s.prefill_tokens > 0 {
-        out.push_str(&format!(
-            "prefill: {} tokens in {:.3} s ({:.1} tokens/s)\n",
-            s.prefill_tokens,
-            s.prefill_s,
-            if s.prefill_s > 0.0 {
-                s.prefill_tokens as f64 / s.prefill_s
-            } else {
-                0.0
-            }
-        ));
-    }
-    if s.decisions > 0 {
-        out.push_str(&format!("decisions: {}\n", s.decisions));
-    }
-    // With --machine, stdout belongs to the BMOE_* lines.
-    if opts.machine {
-        eprint!("{out}");
+    // With --machine, stdout belongs to the row lines.
+    if a.format == Format::Json {
+        let json = serde_json::to_string_pretty(&s).context("writing the summary as JSON")?;
+        if opts.machine {
+            eprintln!("{json}");
+        } else {
+            println!("{json}");
+        }
     } else {
-        print!("{out}");
+        let mut out = String::new();
+        for w in &s.written {
+            out.push_str(&format!(
+                "run {}{}: {} rows appended to {}\n",
+                s.run_id,
+                s.shard
+                    .as_ref()
+                    .map(|k| format!(" shard {k}"))
+                    .unwrap_or_default(),
+                w.rows,
+                w.csv
+            ));
+        }
+        out.push_str(&format!(
+            "skipped {} items already in the run, {} refused by the engine\n",
+            s.skipped, s.failed
+        ));
+        if s.prefill_tokens > 0 {
+            out.push_str(&format!(
+                "prefill: {} tokens in {:.3} s ({:.1} tokens/s)\n",
+                s.prefill_tokens,
+                s.prefill_s,
+                if s.prefill_s > 0.0 {
+                    s.prefill_tokens as f64 / s.prefill_s
+                } else {
+                    0.0
+                }
+            ));
+        }
+        if s.decisions > 0 {
+            out.push_str(&format!("decisions: {}\n", s.decisions));
+        }
+        if opts.machine {
+            eprint!("{out}");
+        } else {
+            print!("{out}");
+        }
     }
     if s.interrupted {
         eprintln!(
-            "bmoe: interrupted; continue with: bmoe run {} --resume --run-id {}",
+            "bmoe: interrupted; continue with: bmoe run {} --resume --run-id {}{}{}",
             a.target
                 .jobs
                 .iter()
                 .map(|j| shown(j))
                 .collect::<Vec<_>>()
                 .join(" "),
-            s.run_id
+            s.run_id,
+            s.shard
+                .as_ref()
+                .map(|k| format!(" --shard {k}"))
+                .unwrap_or_default(),
+            a.csv
+                .as_ref()
+                .map(|c| format!(" --csv '{c}'"))
+                .unwrap_or_default()
         );
-        return Ok(ExitCode::from(130));
+        return Ok(ExitCode::from(EXIT_STOPPED));
     }
     if s.failed > 0 {
-        return Ok(ExitCode::FAILURE);
+        return Ok(ExitCode::from(EXIT_DIFF));
     }
     Ok(ExitCode::SUCCESS)
 }

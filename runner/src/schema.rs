@@ -23,6 +23,7 @@ fn generate<T: JsonSchema>(id: &str) -> Value {
     let mut gen = SchemaSettings::draft2020_12().into_generator();
     let mut v = gen.root_schema_for::<T>().to_value();
     strip_null(&mut v);
+    const_lists_to_enum(&mut v);
     if let Value::Object(m) = &mut v {
         if !id.is_empty() {
             m.insert(
@@ -68,6 +69,50 @@ fn strip_null(v: &mut Value) {
             }
         }
         Value::Array(a) => a.iter_mut().for_each(strip_null),
+        _ => {}
+    }
+}
+
+/// A `oneOf` of documented string constants (how schemars writes a Rust enum) becomes a plain
+/// `enum`, with each value's doc under `x-taplo.docs.enumValues`: editors using Taplo (Draft 4)
+/// offer `enum` values for completion but not `const` alternatives.
+fn const_lists_to_enum(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let consts: Option<Vec<(Value, Value)>> =
+                m.get("oneOf").and_then(|o| o.as_array()).and_then(|alts| {
+                    if alts.len() < 2 {
+                        return None;
+                    }
+                    alts.iter()
+                        .map(|a| {
+                            let c = a.get("const")?;
+                            c.is_string().then(|| {
+                                (
+                                    c.clone(),
+                                    a.get("description").cloned().unwrap_or(Value::Null),
+                                )
+                            })
+                        })
+                        .collect()
+                });
+            if let Some(cs) = consts {
+                m.remove("oneOf");
+                m.insert("type".into(), Value::String("string".into()));
+                m.insert(
+                    "enum".into(),
+                    Value::Array(cs.iter().map(|(c, _)| c.clone()).collect()),
+                );
+                m.insert(
+                    "x-taplo".into(),
+                    serde_json::json!({ "docs": { "enumValues": cs.into_iter().map(|(_, d)| d).collect::<Vec<_>>() } }),
+                );
+            }
+            for (_, x) in m.iter_mut() {
+                const_lists_to_enum(x);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(const_lists_to_enum),
         _ => {}
     }
 }
@@ -155,6 +200,52 @@ mod tests {
             stale.is_empty(),
             "schemas/{stale:?} differ from the code: run `bmoe schema` (writes schemas/) and commit"
         );
+    }
+
+    /// Every shipped profile and job names its schema on its first line (Taplo's directive), and
+    /// `.taplo.toml` maps both folders to existing schemas.
+    #[test]
+    fn shipped_tomls_name_their_schema() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for (dir, schema) in [("profiles", "profile"), ("jobs", "job")] {
+            let want = format!("#:schema ../schemas/{schema}.schema.json");
+            let mut n = 0;
+            for e in std::fs::read_dir(root.join(dir)).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().and_then(|x| x.to_str()) != Some("toml") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&p).unwrap();
+                assert_eq!(text.lines().next(), Some(want.as_str()), "{}", p.display());
+                n += 1;
+            }
+            assert!(n > 0, "{dir}");
+            assert!(root.join(format!("schemas/{schema}.schema.json")).exists());
+        }
+        let taplo: toml::Value =
+            toml::from_str(&std::fs::read_to_string(root.join(".taplo.toml")).unwrap()).unwrap();
+        let rules = taplo["rule"].as_array().unwrap();
+        for (glob, path) in [
+            ("profiles/**/*.toml", "./schemas/profile.schema.json"),
+            ("jobs/**/*.toml", "./schemas/job.schema.json"),
+        ] {
+            assert!(
+                rules.iter().any(|r| r["include"][0].as_str() == Some(glob)
+                    && r["schema"]["path"].as_str() == Some(path)),
+                "{glob} -> {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn enums_are_enum_for_taplo() {
+        let j = job_schema();
+        assert_eq!(
+            j["$defs"]["Kind"]["enum"],
+            serde_json::json!(["generate", "decide", "perplexity"])
+        );
+        assert!(!job_schema().to_string().contains("\"oneOf\""));
+        assert!(!profile_schema().to_string().contains("\"oneOf\""));
     }
 
     #[test]

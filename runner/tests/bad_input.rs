@@ -3,7 +3,7 @@
 mod common;
 use common::{text, Project, DECIDE_JOB};
 
-/// Runs `bmoe run jobs/job.toml` (plus `extra`) and checks the failure: exit 1, every `expect`
+/// Runs `bmoe run jobs/job.toml` (plus `extra`) and checks the failure: exit 2 (configuration error), every `expect`
 /// fragment in the message, no panic, nothing written. Returns the output.
 fn fails(p: &Project, extra: &[&str], expect: &[&str]) -> String {
     for cmd in ["check", "run"] {
@@ -11,7 +11,7 @@ fn fails(p: &Project, extra: &[&str], expect: &[&str]) -> String {
         args.extend_from_slice(extra);
         let o = p.bmoe(&args);
         let out = text(&o);
-        assert_eq!(o.status.code(), Some(1), "{cmd}: {out}");
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {out}");
         for e in expect {
             assert!(out.contains(e), "{cmd}: expected {e:?} in:\n{out}");
         }
@@ -176,7 +176,7 @@ fn bad_environment_and_set_values_name_their_source() {
         .output()
         .unwrap();
     let out = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(o.status.code(), Some(2), "{out}");
     assert!(out.contains("environment BMOE_CACHE_MB: cache_mb: expected a non-negative integer or \"auto\", found \"lots\""), "{out}");
     assert!(
         out.contains(
@@ -194,7 +194,10 @@ fn a_csv_with_another_header_is_refused_and_untouched() {
     p.write("runs/decide.csv", "when,what\n1,2\n");
     let o = p.bmoe(&["run", "jobs/job.toml"]);
     let out = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{out}");
-    assert!(out.contains("its header differs from this build's (column 1 is `when` in the file, `run_id` in this build)"), "{out}");
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("runs/decide.csv: not a bmoe telemetry CSV: its header has no column `run_id`, `job`, `point`, `item`"),
+        "{out}"
+    );
     assert_eq!(p.read("runs/decide.csv"), "when,what\n1,2\n");
 }

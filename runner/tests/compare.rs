@@ -47,9 +47,10 @@ fn same_job_twice_is_identical_and_top_k_changes_are_reported() {
 
     let o = p.bmoe(&["compare", "runs/decide.csv", "runs/decide-k1.csv"]);
     let out = text(&o);
-    assert!(
-        o.status.success(),
-        "without --fail-on-diff a difference is not a failure: {out}"
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a difference exits 1, as diff does: {out}"
     );
     assert!(out.contains("rows differ"), "{out}");
     let o = p.bmoe(&[
@@ -78,13 +79,28 @@ fn machine_lines_and_schema_check() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{stdout}");
-    for l in lines {
-        let json = l.strip_prefix("BMOE_DECIDE ").expect(l);
-        let v: serde_json::Value = serde_json::from_str(json).unwrap();
-        assert!(
-            v["best"].is_u64() && v["choice_logp"].is_array() && v["prefill_s"].is_f64(),
-            "{v}"
+    // Plain JSON Lines whose keys are the CSV's column names, with the CSV's values.
+    let csv = p.read("runs/decide.csv");
+    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
+    let header: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
+    let records: Vec<csv::StringRecord> = rdr.records().map(|r| r.unwrap()).collect();
+    for (l, rec) in lines.iter().zip(&records) {
+        let v: serde_json::Value = serde_json::from_str(l).expect(l);
+        let obj = v.as_object().unwrap();
+        assert_eq!(
+            obj.keys().cloned().collect::<Vec<_>>(),
+            header,
+            "JSON keys are the CSV columns, in order"
         );
+        assert!(v["best"].is_u64() && v["prefill_s"].is_f64(), "{v}");
+        let col = |name: &str| &rec[header.iter().position(|h| h == name).unwrap()];
+        assert_eq!(v["item"].as_str().unwrap(), col("item"));
+        assert_eq!(v["choice_logp"].as_str().unwrap(), col("choice_logp"));
+        assert_eq!(
+            v["prefill_s"].as_f64().unwrap().to_string(),
+            col("prefill_s")
+        );
+        assert!(v["cache_hit_pct"].is_null(), "n/a is null, not -1: {v}");
     }
     // The schema-staleness check through the binary: current in the repo, stale after an edit.
     let repo_schemas = common::repo_root().join("schemas");

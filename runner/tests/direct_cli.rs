@@ -29,10 +29,10 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// Asserts a clean failure: exit 1, one `error:` line with `needle`, no panic, no backtrace.
+/// Asserts a clean failure: exit 2, one `error:` line with `needle`, no panic, no backtrace.
 fn assert_clean_error(o: &Output, needle: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "stderr: {err}");
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
     assert!(err.contains("error: "), "{err}");
     assert!(err.contains(needle), "expected {needle:?} in {err}");
     for bad in ["panicked", "stack backtrace", "RUST_BACKTRACE"] {

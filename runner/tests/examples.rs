@@ -163,7 +163,7 @@ fn ctrl_c_finishes_the_row_in_flight_and_exits_cleanly() {
     let out = text(&o);
     assert_eq!(o.status.code(), Some(130), "{out}");
     assert!(
-        out.contains("interrupt: finishing the row in flight"),
+        out.contains("finishing the row in flight, then stopping"),
         "{out}"
     );
     assert!(out.contains("--resume --run-id r1"), "{out}");

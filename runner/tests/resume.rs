@@ -81,7 +81,7 @@ fn sigkill_then_resume_gives_each_decision_once() {
     );
     // Reusing a run id without --resume is refused.
     let o = p.bmoe(&["run", "jobs/job.toml", "--run-id", "night-1"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(
         text(&o).contains("already has rows; add --resume"),
         "{}",

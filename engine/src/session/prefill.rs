@@ -16,6 +16,16 @@ pub(crate) enum Outputs {
 }
 
 impl Session<'_> {
+    /// The width of a prompt's leading pieces: the device's when one runs wide pieces, else the
+    /// CPU's (pieces start at multiples of it from position 0).
+    pub(crate) fn piece_width(&self) -> usize {
+        if self.model.arena.is_some() {
+            self.widths.device as usize
+        } else {
+            self.widths.cpu as usize
+        }
+    }
+
     /// Decodes `tokens` at positions `pos0..` and returns the seconds spent. With `Outputs::All`
     /// the caller must read each piece's rows through `on_piece` before the next piece runs.
     pub(crate) fn prefill(

@@ -1,7 +1,10 @@
 //! Positioned configuration errors: each names the file, line:column, the field path and what was
-//! expected; a file's errors are gathered and reported together.
+//! expected, then shows the source line with a caret (rendered by annotate-snippets, as rustc and
+//! cargo do); a file's errors are gathered and reported together.
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+use annotate_snippets::{Level, Renderer, Snippet};
 
 /// One problem in one configuration source.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,6 +17,67 @@ pub struct Diagnostic {
     pub field: String,
     /// What is wrong, in words ("expected ..., found ...").
     pub message: String,
+    /// The offending source line and the caret's place in it, when the source is a file.
+    pub snippet: Option<Box<SourceLine>>,
+}
+
+/// One line of a configuration file, for showing it under the error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// The line's text, without its newline.
+    pub text: String,
+    /// Byte range of the caret within `text`.
+    pub caret: std::ops::Range<usize>,
+}
+
+impl SourceLine {
+    /// The line of `text` holding byte `offset`, with a caret under the character there.
+    fn at(text: &str, offset: usize) -> Option<Self> {
+        let mut o = offset.min(text.len());
+        while !text.is_char_boundary(o) {
+            o -= 1;
+        }
+        let start = text[..o].rfind('\n').map(|i| i + 1).unwrap_or(0);
+        let end = text[o..].find('\n').map(|i| o + i).unwrap_or(text.len());
+        let line_text = text[start..end].trim_end_matches('\r').to_string();
+        if line_text.trim().is_empty() || line_text.len() > 300 {
+            // Nothing to point at (an error at the end of the file), or a line too long to show.
+            return None;
+        }
+        let col = (o - start).min(line_text.len());
+        let width = line_text[col..]
+            .chars()
+            .next()
+            .map(char::len_utf8)
+            .unwrap_or(0);
+        Some(Self {
+            line: text[..start].matches('\n').count() + 1,
+            text: line_text,
+            caret: col..col + width,
+        })
+    }
+
+    /// The line and its caret, as annotate-snippets draws them (plain, no colour), without the
+    /// title line: the diagnostic's own first line already says what is wrong.
+    fn render(&self) -> String {
+        let msg = Level::Error.title("").snippet(
+            Snippet::source(&self.text)
+                .line_start(self.line)
+                .annotation(Level::Error.span(self.caret.clone())),
+        );
+        let out = Renderer::plain().render(msg).to_string();
+        let mut lines: Vec<&str> = out.lines().skip(1).collect();
+        // The renderer closes with an empty gutter line; the next error follows directly instead.
+        while lines
+            .last()
+            .is_some_and(|l| l.trim() == "|" || l.trim().is_empty())
+        {
+            lines.pop();
+        }
+        lines.join("\n")
+    }
 }
 
 impl Diagnostic {
@@ -30,6 +94,7 @@ impl Diagnostic {
             pos: offset.map(|o| line_col(text, o)),
             field: field.to_string(),
             message,
+            snippet: offset.and_then(|o| SourceLine::at(text, o)).map(Box::new),
         }
     }
 
@@ -40,6 +105,7 @@ impl Diagnostic {
             pos: None,
             field: String::new(),
             message,
+            snippet: None,
         }
     }
 
@@ -50,6 +116,7 @@ impl Diagnostic {
             pos: None,
             field: field.to_string(),
             message,
+            snippet: None,
         }
     }
 }
@@ -61,10 +128,14 @@ impl fmt::Display for Diagnostic {
             write!(f, ":{l}:{c}")?;
         }
         if self.field.is_empty() {
-            write!(f, ": {}", self.message)
+            write!(f, ": {}", self.message)?;
         } else {
-            write!(f, ": {}: {}", self.field, self.message)
+            write!(f, ": {}: {}", self.field, self.message)?;
         }
+        if let Some(s) = &self.snippet {
+            write!(f, "\n{}", s.render())?;
+        }
+        Ok(())
     }
 }
 
@@ -176,12 +247,40 @@ mod tests {
     }
 
     #[test]
+    fn source_line_with_caret() {
+        let text = "name = \"x\"\n[overrides]\ncache_mb = \"lots\"\n";
+        let off = text.find("\"lots").unwrap();
+        let d = Diagnostic::at(
+            Path::new("jobs/x.toml"),
+            text,
+            Some(off),
+            "overrides.cache_mb",
+            "expected a non-negative integer".into(),
+        );
+        let s = d.to_string();
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(
+            lines[0],
+            "jobs/x.toml:3:12: overrides.cache_mb: expected a non-negative integer"
+        );
+        assert!(
+            lines.iter().any(|l| l.ends_with("3 | cache_mb = \"lots\"")),
+            "{s}"
+        );
+        let caret = lines.iter().find(|l| l.contains('^')).unwrap();
+        // The caret sits under the value's first character.
+        let src = lines.iter().find(|l| l.contains("cache_mb =")).unwrap();
+        assert_eq!(caret.find('^'), src.find('"'), "{s}");
+    }
+
+    #[test]
     fn format() {
         let d = Diagnostic {
             source: "jobs/x.toml".into(),
             pos: Some((3, 9)),
             field: "overrides.cache_mb".into(),
             message: "expected a non-negative integer or \"auto\", found \"lots\"".into(),
+            snippet: None,
         };
         assert_eq!(
             d.to_string(),

@@ -52,6 +52,8 @@ pub fn read_items(path: &Path, kind: Kind) -> Result<Vec<Item>, Option<ConfigErr
                         pos: Some((lineno, e.column().max(1))),
                         field: String::new(),
                         message: format!("not valid JSON: {}", strip_position(&e.to_string())),
+                        // A JSONL line can be a whole prompt: no source snippet.
+                        snippet: None,
                     },
                 );
                 continue;
@@ -67,6 +69,7 @@ pub fn read_items(path: &Path, kind: Kind) -> Result<Vec<Item>, Option<ConfigErr
                         pos: Some((lineno, 1)),
                         field: vi.field,
                         message: vi.message,
+                        snippet: None,
                     },
                 );
             }
@@ -87,6 +90,7 @@ pub fn read_items(path: &Path, kind: Kind) -> Result<Vec<Item>, Option<ConfigErr
                     pos: Some((lineno, e.column().max(1))),
                     field: String::new(),
                     message: e.to_string(),
+                    snippet: None,
                 },
             ),
         }

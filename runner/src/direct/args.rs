@@ -191,8 +191,8 @@ pub struct EngineArgs {
     /// A layer routing to more than this share of its experts gets the next layer read whole.
     #[arg(long, default_value_t = 0.85, value_parser = routed_full_arg)]
     pub prefill_routed_full: f64,
-    /// Print llama.cpp's log on stderr.
-    #[arg(short, long)]
+    /// Print llama.cpp's log on stderr: set from the global `-v`.
+    #[arg(skip)]
     pub verbose: bool,
     /// Print the record as JSON.
     #[arg(long)]

@@ -5,6 +5,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use serde::Serialize;
+
 use anyhow::{anyhow, bail, Context};
 use bmoe_engine::{EngineError, GenerateOptions, Model, Sampling};
 use sha2::{Digest, Sha256};
@@ -12,11 +14,13 @@ use sha2::{Digest, Sha256};
 use super::machine;
 use super::prepare::{Prepared, Unit};
 use super::progress::Progress;
+use super::select::{Filter, Shard};
 use super::signals::Stop;
 use crate::config::diag::display_path;
 use crate::config::job::{Kind, LoadedJob, Payload};
-use crate::sink::csv::{inspect, CsvSink};
-use crate::sink::row::{escape_text, logp_json, Row};
+use crate::ident::{self, Machine};
+use crate::sink::csv::{resolve, CsvSink, Target};
+use crate::sink::row::{escape_text, logp_json, Row, SCHEMA_VERSION};
 
 /// (job, sweep point, item id): what identifies a row within a run.
 type RowKey = (String, String, String);
@@ -28,26 +32,39 @@ pub struct RunOptions {
     pub run_id: Option<String>,
     /// Continue a run: skip the items it already wrote.
     pub resume: bool,
-    /// Print `BMOE_DECIDE` / `BMOE_DONE` lines on stdout.
+    /// Print each row as a JSON line on stdout.
     pub machine: bool,
-    /// No progress bars.
+    /// No progress bars or progress lines.
     pub quiet: bool,
+    /// Which items to take (shard, glob, limit).
+    pub filter: Filter,
+}
+
+/// Rows written to one CSV.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Written {
+    /// The file, as the user would name it.
+    pub csv: String,
+    /// Rows appended.
+    pub rows: u64,
 }
 
 /// What a run did.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize)]
 pub struct Summary {
     /// The run id.
     pub run_id: String,
+    /// This process's shard (`K/N`), when sharded.
+    pub shard: Option<String>,
     /// Rows written, per CSV.
-    pub written: Vec<(PathBuf, u64)>,
+    pub written: Vec<Written>,
     /// Items skipped because the run already had them.
     pub skipped: u64,
     /// Rows whose item the engine refused.
     pub failed: u64,
     /// Stopped by Ctrl-C.
     pub interrupted: bool,
-    /// Per decide unit: (job, point, decisions, best histogram) for the summary.
+    /// Decide rows that succeeded.
     pub decisions: u64,
     /// Sum of prefill seconds.
     pub prefill_s: f64,
@@ -55,27 +72,37 @@ pub struct Summary {
     pub prefill_tokens: u64,
 }
 
-fn run_id_default(prep: &Prepared) -> String {
-    let ts = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+/// The default run id: `<job>-<UTC timestamp>`; for a sharded run `<job>-<UTC date>`, so every
+/// shard started the same day derives the same id without being told.
+fn run_id_default(prep: &Prepared, shard: Option<Shard>) -> String {
+    let now = chrono::Utc::now();
+    let ts = match shard {
+        Some(_) => now.format("%Y%m%d").to_string(),
+        None => now.format("%Y%m%dT%H%M%SZ").to_string(),
+    };
     match prep.jobs.as_slice() {
         [one] => format!("{}-{ts}", one.job.name),
         _ => format!("run-{ts}"),
     }
 }
 
-/// Picks the run id and the (job, point, item) keys it already has, reading each CSV once; refuses
-/// a CSV with another header before anything is written.
-fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<(String, HashSet<RowKey>)> {
+/// Where each CSV's rows go, the run id, and the (job, point, item) keys the run already has;
+/// reads each CSV once and refuses a newer or foreign header before anything is written.
+type State = (String, HashSet<RowKey>, HashMap<PathBuf, Target>);
+
+fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
     let mut rows_by_csv: HashMap<PathBuf, Vec<Row>> = HashMap::new();
+    let mut targets: HashMap<PathBuf, Target> = HashMap::new();
     for j in &prep.jobs {
         if !rows_by_csv.contains_key(&j.csv) {
-            let e = inspect(&j.csv)?;
-            rows_by_csv.insert(j.csv.clone(), e.rows);
+            let (t, rows) = resolve(&j.csv)?;
+            rows_by_csv.insert(j.csv.clone(), rows);
+            targets.insert(j.csv.clone(), t);
         }
     }
     let run_id = match (&opts.run_id, opts.resume) {
         (Some(id), _) => id.clone(),
-        (None, false) => run_id_default(prep),
+        (None, false) => run_id_default(prep, opts.filter.shard),
         (None, true) => {
             // The latest run of the first job, in its CSV.
             let j = &prep.jobs[0];
@@ -104,7 +131,7 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<(String,
     if !opts.resume && !done.is_empty() {
         bail!("run id {run_id} already has rows; add --resume to continue it, or choose another --run-id");
     }
-    Ok((run_id, done))
+    Ok((run_id, done, targets))
 }
 
 /// SHA-256 of the GGUF header (everything before the first tensor's data), 16 hex digits.
@@ -120,11 +147,24 @@ pub fn model_hash(path: &Path, data_start: u64) -> anyhow::Result<String> {
 
 /// Runs every unit; returns what was done (an interrupted run is `Ok` with `interrupted`).
 pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Result<Summary> {
-    let (run_id, done) = existing_state(prep, opts)?;
+    let (run_id, done, targets) = existing_state(prep, opts)?;
+    for t in targets.values() {
+        if let Some(n) = &t.note {
+            eprintln!("{n}");
+        }
+    }
     let mut summary = Summary {
         run_id: run_id.clone(),
+        shard: opts.filter.shard.map(|s| s.label()),
         ..Summary::default()
     };
+    // Hashed before the bars start, so the hash's own bar does not fight them for the terminal.
+    let mut model_sha: HashMap<PathBuf, String> = HashMap::new();
+    for j in &prep.jobs {
+        if !model_sha.contains_key(&j.model) {
+            model_sha.insert(j.model.clone(), ident::model_sha256(&j.model, opts.quiet)?);
+        }
+    }
     let mut progress = Progress::new(prep.units.len() as u64, opts.quiet);
     let mut sinks: HashMap<PathBuf, CsvSink> = HashMap::new();
     let mut written: HashMap<PathBuf, u64> = HashMap::new();
@@ -133,15 +173,30 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         env!("CARGO_PKG_VERSION"),
         bmoe_engine::VERSION
     );
+    let machine_id = Machine::detect();
 
     for unit in &prep.units {
         let lj = &prep.jobs[unit.job];
-        let pending: Vec<_> = lj
+        let write_to = targets
+            .get(&lj.csv)
+            .map(|t| t.write.clone())
+            .unwrap_or_else(|| lj.csv.clone());
+        let chosen: HashSet<&str> = opts
+            .filter
+            .apply(lj.items.iter().map(|it| it.id.as_str()))
+            .into_iter()
+            .collect();
+        let taken: Vec<_> = lj
             .items
             .iter()
+            .filter(|it| chosen.contains(it.id.as_str()))
+            .collect();
+        let pending: Vec<_> = taken
+            .iter()
+            .copied()
             .filter(|it| !done.contains(&(lj.job.name.clone(), unit.point.clone(), it.id.clone())))
             .collect();
-        summary.skipped += (lj.items.len() - pending.len()) as u64;
+        summary.skipped += (taken.len() - pending.len()) as u64;
         let label = format!("{} on {} [{}]", lj.job.name, unit.profile.name, unit.point);
         if pending.is_empty() {
             progress.end_unit();
@@ -162,7 +217,13 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
             progress.println(&format!("bmoe: {w}"));
         }
         let mut session = model.session(&sess_opts).context("opening a session")?;
-        let base = base_row(&run_id, lj, unit, &model, load_s, &build)?;
+        let mut base = base_row(&run_id, lj, unit, &model, load_s, &build)?;
+        base.shard = opts.filter.shard.map(|s| s.label()).unwrap_or_default();
+        base.host = machine_id.host.clone();
+        base.cpu_model = machine_id.cpu_model.clone();
+        base.cpu_cores = machine_id.cpu_cores;
+        base.model_sha256 = model_sha.get(&lj.model).cloned().unwrap_or_default();
+        base.profile_hash = ident::file_hash16(&unit.profile_path)?;
         let gen_opts = generate_options(lj);
 
         for item in pending {
@@ -200,15 +261,20 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
                 }
             }
             row.time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-            if !sinks.contains_key(&lj.csv) {
-                sinks.insert(lj.csv.clone(), CsvSink::open(&lj.csv)?);
+            // The device column says who ran prefill, not who was planned to.
+            if row.prefill_dev_tokens == 0 {
+                row.prefill_device.clear();
             }
-            if let Some(s) = sinks.get_mut(&lj.csv) {
+            row.peak_rss_mib = ident::peak_rss_mib();
+            if !sinks.contains_key(&write_to) {
+                sinks.insert(write_to.clone(), CsvSink::open(&write_to)?);
+            }
+            if let Some(s) = sinks.get_mut(&write_to) {
                 s.append(&row)?;
             }
-            *written.entry(lj.csv.clone()).or_default() += 1;
+            *written.entry(write_to.clone()).or_default() += 1;
             if opts.machine {
-                machine::emit(lj.job.kind, &row);
+                machine::emit(&row)?;
             }
             if lj.job.kind == Kind::Decide && row.error.is_empty() {
                 summary.decisions += 1;
@@ -227,11 +293,21 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
     w.sort();
     // Name every CSV a job points at, even one that got no new rows (all skipped).
     for j in &prep.jobs {
-        if !w.iter().any(|(p, _)| p == &j.csv) {
-            w.push((j.csv.clone(), 0));
+        let to = targets
+            .get(&j.csv)
+            .map(|t| t.write.clone())
+            .unwrap_or_else(|| j.csv.clone());
+        if !w.iter().any(|(p, _)| p == &to) {
+            w.push((to, 0));
         }
     }
-    summary.written = w;
+    summary.written = w
+        .into_iter()
+        .map(|(p, rows)| Written {
+            csv: display_path(&p),
+            rows,
+        })
+        .collect();
     Ok(summary)
 }
 
@@ -283,6 +359,7 @@ fn base_row(
         io_threads: s.io_threads.or(crate::config::settings::AUTO_IO_THREADS),
         dense_weights: s.dense_weights.to_string(),
         prefill_device: u.placement.prefill.device.clone().unwrap_or_default(),
+        prefill_device_plan: u.placement.prefill.device.clone().unwrap_or_default(),
         device_ubatch: s.device_ubatch,
         cpu_ubatch: s.cpu_ubatch,
         min_tokens: s.min_tokens,
@@ -291,9 +368,35 @@ fn base_row(
         routed_full: s.routed_full,
         n_expert_used: info.n_expert_used,
         load_s,
-        cache_hit_pct: -1.0,
-        ..Row::default()
+        schema_version: Some(SCHEMA_VERSION),
+        git_commit: ident::GIT_COMMIT.to_string(),
+        llama_cpp: ident::LLAMA_CPP.to_string(),
+        ..sampling_columns(lj)
     })
+}
+
+/// The sampling columns of a generate row; empty on other kinds, and the seeded-only ones empty
+/// when greedy.
+fn sampling_columns(lj: &LoadedJob) -> Row {
+    if lj.job.kind != Kind::Generate {
+        return Row::default();
+    }
+    let s = &lj.job.sampling;
+    let seeded = s.temperature > 0.0;
+    Row {
+        temperature: Some(plain_f64(s.temperature)),
+        top_k: seeded.then(|| u32::try_from(s.top_k.max(0)).unwrap_or(0)),
+        top_p: seeded.then_some(plain_f64(s.top_p)),
+        seed: seeded.then_some(u64::from(s.seed)),
+        n_predict: Some(lj.job.n_predict),
+        chat: Some(lj.job.chat),
+        ..Row::default()
+    }
+}
+
+/// An f32 as the f64 a person wrote (0.8, not 0.800000011920929): through its shortest text.
+fn plain_f64(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
 }
 
 /// Runs one item into `row`; `Ok(false)` when it was abandoned (not complete).
@@ -354,7 +457,7 @@ fn fill_common(
     row.read_mib = s.read_mib();
     row.io_s = s.read_s;
     row.stall_s = s.stall_s;
-    row.cache_hit_pct = s.cache_hit_pct().unwrap_or(-1.0);
+    row.cache_hit_pct = s.cache_hit_pct();
     row.cache_resident_mib = s.resident_bytes as f64 / (1u64 << 20) as f64;
     row.evictions = s.evictions;
     row.prefill_dev_tokens = d.tokens;

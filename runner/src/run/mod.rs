@@ -3,4 +3,5 @@ pub mod exec;
 pub mod machine;
 pub mod prepare;
 pub mod progress;
+pub mod select;
 pub mod signals;

@@ -1,5 +1,7 @@
-//! Ctrl-C: the first finishes the row in flight and stops cleanly; a second abandons that row
-//! (a generate stops at the next token and is not written, so `--resume` runs it again).
+//! Ctrl-C, SIGTERM and SIGHUP (ctrlc's "termination" feature: what Kubernetes eviction and Slurm
+//! time limits send): the first finishes the row in flight and stops cleanly with the resume hint;
+//! a second abandons that row (a generate stops at the next token and is not written, so `--resume`
+//! runs it again).
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -14,7 +16,8 @@ pub struct Stop {
 }
 
 impl Stop {
-    /// Installs the Ctrl-C handler (once per process); without a handler the state never trips.
+    /// Installs the handler for SIGINT, SIGTERM and SIGHUP (once per process); without a handler
+    /// the state never trips.
     pub fn install() -> Self {
         let s = Stop::default();
         let h = s.clone();
@@ -23,11 +26,11 @@ impl Stop {
                 eprintln!("\nbmoe: second interrupt: abandoning the row in flight");
                 h.cancel.cancel();
             } else {
-                eprintln!("\nbmoe: interrupt: finishing the row in flight, then stopping (Ctrl-C again to abandon it)");
+                eprintln!("\nbmoe: interrupt or termination signal: finishing the row in flight, then stopping (a second signal abandons it)");
             }
         });
         if let Err(e) = res {
-            eprintln!("bmoe: cannot watch for Ctrl-C ({e}); an interrupt will kill the run (rows written stay complete)");
+            eprintln!("bmoe: cannot watch for Ctrl-C or SIGTERM ({e}); a signal will kill the run (rows written stay complete)");
         }
         s
     }

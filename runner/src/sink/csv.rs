@@ -1,20 +1,25 @@
-//! The append-only CSV sink: header written once, each row one `write` then flush and fsync, a
-//! different header refused, a torn last line (a kill mid-write) detected and cut before appending.
+//! The append-only CSV sink: header written once, each row one `write` then flush and fsync, a torn
+//! last line (a kill mid-write) detected and cut before appending. Files are read by column name:
+//! an older build's file (its header a prefix of ours) stays readable, and appending to it starts
+//! a new file next to it (`<stem>.v<schema>.csv`) rather than mixing two headers in one file.
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::row::Row;
+use super::row::{Row, SCHEMA_VERSION};
+
+/// The columns every readable file must have: what identifies a row.
+pub const KEY_COLUMNS: &[&str] = &["run_id", "job", "point", "item"];
 
 /// What can go wrong with the CSV file.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    /// The file was written by a build with other columns; rows are never mixed.
-    #[error("{path}: its header differs from this build's ({detail}); write to a new CSV (change `csv` in the job) or move the old file away")]
+    /// Not a bmoe telemetry file, or one this build cannot append to.
+    #[error("{path}: {detail}")]
     HeaderMismatch {
         /// The file.
         path: String,
-        /// The first difference.
+        /// What is wrong and what to do.
         detail: String,
     },
     /// A complete row that does not parse (edited by hand?).
@@ -45,10 +50,46 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> SinkError + '_ {
     }
 }
 
-/// An existing CSV as found: its complete rows and the size of a torn tail, if any.
+/// How a file's header relates to this build's columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderKind {
+    /// Exactly this build's columns.
+    Current,
+    /// A strict prefix of them: an older build (columns are only appended).
+    Older,
+    /// This build's columns and more: a newer build.
+    Newer,
+    /// Has the key columns but in another arrangement (edited, or exported by a tool): readable
+    /// by name, never appended to.
+    Other,
+}
+
+/// Classifies a header against this build's columns; `None` when it lacks a key column.
+pub fn classify(header: &[String]) -> Option<HeaderKind> {
+    let ours = Row::columns();
+    if header == ours.as_slice() {
+        return Some(HeaderKind::Current);
+    }
+    if header.len() < ours.len() && ours.starts_with(header) {
+        return Some(HeaderKind::Older);
+    }
+    if header.len() > ours.len() && header.starts_with(&ours) {
+        return Some(HeaderKind::Newer);
+    }
+    KEY_COLUMNS
+        .iter()
+        .all(|k| header.iter().any(|h| h == k))
+        .then_some(HeaderKind::Other)
+}
+
+/// An existing CSV as found: its header, complete rows and the size of a torn tail, if any.
 #[derive(Debug, Default)]
 pub struct Existing {
-    /// Complete rows, in file order.
+    /// The header's column names; empty when the file is absent or holds no complete line.
+    pub header: Vec<String>,
+    /// How the header relates to this build's; `None` when there is no header yet.
+    pub kind: Option<HeaderKind>,
+    /// Complete rows, in file order, read by column name (missing columns at their defaults).
     pub rows: Vec<Row>,
     /// Bytes after the last newline (a row cut by a kill); 0 when the file ends cleanly.
     pub torn_bytes: u64,
@@ -56,7 +97,28 @@ pub struct Existing {
     pub good_len: u64,
 }
 
-/// Reads `path` without changing it: header check, complete rows, torn tail.
+impl Existing {
+    /// The schema version that wrote the file: the largest `schema_version` of its rows, else 1
+    /// (the column appeared in version 2); `None` without a header.
+    pub fn schema_version(&self) -> Option<u32> {
+        if self.header.is_empty() {
+            return None;
+        }
+        if !self.header.iter().any(|h| h == "schema_version") {
+            return Some(1);
+        }
+        Some(
+            self.rows
+                .iter()
+                .filter_map(|r| r.schema_version)
+                .max()
+                .unwrap_or(SCHEMA_VERSION),
+        )
+    }
+}
+
+/// Reads `path` without changing it: header, complete rows (by column name), torn tail. An absent
+/// file is empty; a file without the key columns is refused.
 pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
@@ -70,51 +132,50 @@ pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
         .unwrap_or(0);
     let torn_bytes = (bytes.len() - good_len) as u64;
     let good = &bytes[..good_len];
-    let header = Row::header_line();
     if good.is_empty() {
         // Only a torn header (or nothing): it must be a prefix of ours to be cut safely.
-        if !header.as_bytes().starts_with(&bytes) {
+        if !Row::header_line().as_bytes().starts_with(&bytes) {
             return Err(SinkError::HeaderMismatch {
                 path: path.display().to_string(),
                 detail: "its first line is not a bmoe header".into(),
             });
         }
         return Ok(Existing {
-            rows: Vec::new(),
             torn_bytes,
-            good_len: 0,
-        });
-    }
-    let first_nl = good.iter().position(|&b| b == b'\n').unwrap_or(good.len());
-    let found = String::from_utf8_lossy(&good[..first_nl])
-        .trim_end_matches('\r')
-        .to_string();
-    let want = Row::columns();
-    if found != want.join(",") {
-        let have: Vec<&str> = found.split(',').collect();
-        let detail = match (0..want.len().max(have.len()))
-            .find(|&i| have.get(i).copied() != want.get(i).map(|s| s.as_str()))
-        {
-            Some(i) => format!(
-                "column {} is {} in the file, {} in this build",
-                i + 1,
-                have.get(i)
-                    .map(|s| format!("`{s}`"))
-                    .unwrap_or_else(|| "missing".into()),
-                want.get(i)
-                    .map(|s| format!("`{s}`"))
-                    .unwrap_or_else(|| "absent".into())
-            ),
-            None => "the header line differs".into(),
-        };
-        return Err(SinkError::HeaderMismatch {
-            path: path.display().to_string(),
-            detail,
+            ..Existing::default()
         });
     }
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(true)
         .from_reader(good);
+    let header: Vec<String> = rdr
+        .headers()
+        .map_err(|e| SinkError::BadRow {
+            path: path.display().to_string(),
+            line: 1,
+            reason: e.to_string(),
+        })?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let Some(kind) = classify(&header) else {
+        let missing: Vec<&str> = KEY_COLUMNS
+            .iter()
+            .copied()
+            .filter(|k| !header.iter().any(|h| h == k))
+            .collect();
+        return Err(SinkError::HeaderMismatch {
+            path: path.display().to_string(),
+            detail: format!(
+                "not a bmoe telemetry CSV: its header has no column {} (expected the columns of docs/telemetry.md, starting `run_id,time,job`)",
+                missing
+                    .iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    };
     let mut rows = Vec::new();
     for r in rdr.deserialize::<Row>() {
         match r {
@@ -129,10 +190,90 @@ pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
         }
     }
     Ok(Existing {
+        header,
+        kind: Some(kind),
         rows,
         torn_bytes,
         good_len: good_len as u64,
     })
+}
+
+/// Where the rows for a job's CSV go, and which files hold its earlier rows.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The file rows are appended to: the job's CSV, or the new file next to an older one.
+    pub write: PathBuf,
+    /// Said once on stderr when the rows go to a new file next to an older one.
+    pub note: Option<String>,
+}
+
+/// The file next to `path` for this build's schema: `runs/x.csv` -> `runs/x.v2.csv`.
+pub fn versioned(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}.v{SCHEMA_VERSION}.csv"))
+}
+
+/// Decides where rows for `path` go without writing anything: the file itself when it is new or
+/// has this build's header; the versioned file next to it when it was written by an older build
+/// (or holds the columns in another order); a refusal for a newer build's file.
+pub fn resolve(path: &Path) -> Result<(Target, Vec<Row>), SinkError> {
+    let e = inspect(path)?;
+    match e.kind {
+        None | Some(HeaderKind::Current) => Ok((
+            Target {
+                write: path.to_path_buf(),
+                note: None,
+            },
+            e.rows,
+        )),
+        Some(HeaderKind::Newer) => {
+            let extra = &e.header[Row::columns().len()..];
+            Err(SinkError::HeaderMismatch {
+                path: path.display().to_string(),
+                detail: format!(
+                    "written by a newer bmoe (columns this build does not know: {}); run that build, or give another CSV with --csv",
+                    extra.join(", ")
+                ),
+            })
+        }
+        Some(k @ (HeaderKind::Older | HeaderKind::Other)) => {
+            let next = versioned(path);
+            let n = inspect(&next)?;
+            if !matches!(n.kind, None | Some(HeaderKind::Current)) {
+                return Err(SinkError::HeaderMismatch {
+                    path: next.display().to_string(),
+                    detail: format!(
+                        "{} has another header, and so does this file: move one away",
+                        path.display()
+                    ),
+                });
+            }
+            let why = match k {
+                HeaderKind::Older => format!(
+                    "was written by an older bmoe (schema {})",
+                    e.schema_version().unwrap_or(1)
+                ),
+                _ => "holds the columns in another order".to_string(),
+            };
+            let note = format!(
+                "bmoe: {} {why}; this build writes schema {SCHEMA_VERSION}: appending to {} instead",
+                crate::config::diag::display_path(path),
+                crate::config::diag::display_path(&next)
+            );
+            let mut rows = e.rows;
+            rows.extend(n.rows);
+            Ok((
+                Target {
+                    write: next,
+                    note: Some(note),
+                },
+                rows,
+            ))
+        }
+    }
 }
 
 /// An open CSV, positioned at its end, ready for whole rows.
@@ -146,6 +287,14 @@ impl CsvSink {
     /// saying so on stderr, and writes the header when the file is new.
     pub fn open(path: &Path) -> Result<Self, SinkError> {
         let existing = inspect(path)?;
+        if !matches!(existing.kind, None | Some(HeaderKind::Current)) {
+            // resolve() sends rows elsewhere in this case; reaching here is a caller's mistake,
+            // refused rather than mixing two headers in one file.
+            return Err(SinkError::HeaderMismatch {
+                path: path.display().to_string(),
+                detail: "its header differs from this build's; rows are never mixed".into(),
+            });
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
         }
@@ -239,16 +388,73 @@ mod tests {
     }
 
     #[test]
-    fn other_header_is_refused() {
+    fn foreign_header_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("x.csv");
         std::fs::write(&p, "a,b,c\n1,2,3\n").unwrap();
         let e = CsvSink::open(&p).err().unwrap();
         assert!(
             e.to_string()
-                .contains("column 1 is `a` in the file, `run_id` in this build"),
+                .contains("not a bmoe telemetry CSV: its header has no column `run_id`"),
             "{e}"
         );
+        assert!(resolve(&p).is_err());
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "a,b,c\n1,2,3\n");
+    }
+
+    #[test]
+    fn older_header_reads_by_name_and_rotates() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.csv");
+        let cols = Row::columns();
+        let old = &cols[..cols.iter().position(|c| c == "schema_version").unwrap()];
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record(old).unwrap();
+        let mut rec: Vec<String> = old.iter().map(|_| String::new()).collect();
+        for (i, c) in old.iter().enumerate() {
+            rec[i] = match c.as_str() {
+                "run_id" => "r".into(),
+                "item" => "a".into(),
+                "cache_hit_pct" => "-1".into(),
+                "model_bytes" | "threads" | "context" | "cache_mb" | "io_threads"
+                | "device_ubatch" | "cpu_ubatch" | "min_tokens" | "loaders" | "n_expert_used"
+                | "n_prompt" | "tokens" | "evictions" | "prefill_dev_tokens"
+                | "prefill_dev_nodes" | "prefill_dev_routed" | "prefill_dev_demand" => "0".into(),
+                "routed_full"
+                | "load_s"
+                | "prefill_s"
+                | "prefill_tps"
+                | "decode_s"
+                | "tok_s"
+                | "read_mib"
+                | "io_s"
+                | "stall_s"
+                | "cache_resident_mib"
+                | "prefill_dev_read_mib"
+                | "prefill_dev_stall_s" => "0.0".into(),
+                "moe_stream" | "routed" | "cancelled" | "stopped_eog" => "false".into(),
+                _ => String::new(),
+            };
+        }
+        w.write_record(&rec).unwrap();
+        let text = w.into_inner().unwrap();
+        std::fs::write(&p, &text).unwrap();
+        let e = inspect(&p).unwrap();
+        assert_eq!(e.kind, Some(HeaderKind::Older));
+        assert_eq!(e.schema_version(), Some(1));
+        assert_eq!(e.rows[0].item, "a");
+        assert_eq!(e.rows[0].host, "");
+        let (t, rows) = resolve(&p).unwrap();
+        assert_eq!(t.write, d.path().join("x.v2.csv"));
+        assert!(t.note.unwrap().contains("older bmoe (schema 1)"));
+        assert_eq!(rows.len(), 1);
+        let mut s = CsvSink::open(&t.write).unwrap();
+        s.append(&row("b")).unwrap();
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            text,
+            "the older file is untouched"
+        );
+        assert!(CsvSink::open(&p).is_err(), "never appended to directly");
     }
 }

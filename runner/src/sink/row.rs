@@ -1,11 +1,20 @@
 //! One CSV row: identity, the resolved configuration that matters, and the telemetry of one
-//! decision, prompt or text. The field order is the column order; columns are only ever appended.
+//! decision, prompt or text. The field order is the column order; columns are only ever appended,
+//! and rows are read by column name, so a CSV written by an older build (fewer columns) reads with
+//! the missing columns at their defaults (empty).
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The version of the column set this build writes (the `schema_version` column). Bump it whenever
+/// a column is appended; a file without the column was written by version 1.
+pub const SCHEMA_VERSION: u32 = 2;
+
 /// One row of the telemetry CSV (see docs/telemetry.md).
+///
+/// No `deny_unknown_fields`: a newer build's extra columns are ignored when this build reads its
+/// file, and `default` fills the columns an older build did not write.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default)]
 pub struct Row {
     /// Run id: `--run-id`, or `<job>-<UTC timestamp>`; `--resume` continues one.
     pub run_id: String,
@@ -46,7 +55,8 @@ pub struct Row {
     pub io_threads: u32,
     /// Dense weights placement.
     pub dense_weights: String,
-    /// Prefill device placement kept, empty for the CPU.
+    /// The device that ran prefill pieces of this item (`prefill_dev_tokens > 0`); empty when the
+    /// CPU ran all of it (schema 1 wrote the planned device here; see `prefill_device_plan`).
     pub prefill_device: String,
     /// ubatch on the device.
     #[schemars(extend("x-unit" = "tokens"))]
@@ -96,9 +106,9 @@ pub struct Row {
     /// Time compute threads waited for experts.
     #[schemars(extend("x-unit" = "s"))]
     pub stall_s: f64,
-    /// Expert cache hit rate; -1 when nothing was looked up.
+    /// Expert cache hit rate; empty when nothing was looked up (schema 1 wrote -1).
     #[schemars(extend("x-unit" = "%"))]
-    pub cache_hit_pct: f64,
+    pub cache_hit_pct: Option<f64>,
     /// Experts resident in the cache at the end.
     #[schemars(extend("x-unit" = "MiB"))]
     pub cache_resident_mib: f64,
@@ -144,9 +154,64 @@ pub struct Row {
     pub error: String,
     /// generate: the text, with `\` `\n` `\r` escaped so every row is one line.
     pub text: String,
+    // ---- schema 2 (appended; an older file reads these as empty) ----
+    /// Version of the column set that wrote the row; empty in files written by schema 1.
+    #[schemars(extend("x-since" = 2))]
+    pub schema_version: Option<u32>,
+    /// Shard `K/N` of a sharded run (0-based K); empty when the run was not sharded.
+    #[schemars(extend("x-since" = 2))]
+    pub shard: String,
+    /// Git commit bmoe was built from (12 hex digits, `-dirty` when the tree had changes).
+    #[schemars(extend("x-since" = 2))]
+    pub git_commit: String,
+    /// The llama.cpp build: the pinned `llama-cpp-sys-2` crate version that vendors it.
+    #[schemars(extend("x-since" = 2))]
+    pub llama_cpp: String,
+    /// Host name of the machine that ran the item.
+    #[schemars(extend("x-since" = 2))]
+    pub host: String,
+    /// CPU model (`/proc/cpuinfo`: `model name`, else `Hardware`).
+    #[schemars(extend("x-since" = 2))]
+    pub cpu_model: String,
+    /// CPUs this process may use.
+    #[schemars(extend("x-since" = 2, "x-unit" = "count"))]
+    pub cpu_cores: Option<u32>,
+    /// SHA-256 of the profile file's bytes, first 16 hex digits.
+    #[schemars(extend("x-since" = 2))]
+    pub profile_hash: String,
+    /// SHA-256 of the whole model (every shard, in order), 64 hex digits.
+    #[schemars(extend("x-since" = 2))]
+    pub model_sha256: String,
+    /// The planned prefill device (`bmoe plan`), empty for the CPU; `prefill_device` says which
+    /// device really ran.
+    #[schemars(extend("x-since" = 2))]
+    pub prefill_device_plan: String,
+    /// generate: sampling temperature (0 = greedy); empty on other kinds.
+    #[schemars(extend("x-since" = 2))]
+    pub temperature: Option<f64>,
+    /// generate: top-k of seeded sampling (0 = off); empty when greedy or on other kinds.
+    #[schemars(extend("x-since" = 2))]
+    pub top_k: Option<u32>,
+    /// generate: top-p of seeded sampling; empty when greedy or on other kinds.
+    #[schemars(extend("x-since" = 2, "x-unit" = "fraction"))]
+    pub top_p: Option<f64>,
+    /// generate: RNG seed of seeded sampling; empty when greedy or on other kinds.
+    #[schemars(extend("x-since" = 2))]
+    pub seed: Option<u64>,
+    /// generate: token limit per prompt; empty on other kinds.
+    #[schemars(extend("x-since" = 2, "x-unit" = "tokens"))]
+    pub n_predict: Option<u32>,
+    /// generate: prompt rendered with the chat template; empty on other kinds.
+    #[schemars(extend("x-since" = 2))]
+    pub chat: Option<bool>,
+    /// Peak resident set of the bmoe process when the row was written (`VmHWM`).
+    #[schemars(extend("x-since" = 2, "x-unit" = "MiB"))]
+    pub peak_rss_mib: Option<f64>,
     /// The `threads` setting as configured (`auto` or a number); `threads` is what ran.
+    #[schemars(extend("x-since" = 2))]
     pub threads_setting: String,
     /// generate: why it stopped (`n_predict`, `eog`, `context_full`, `cancelled`); empty otherwise.
+    #[schemars(extend("x-since" = 2))]
     pub stopped: String,
 }
 
@@ -166,6 +231,39 @@ impl Row {
             .split(',')
             .map(str::to_string)
             .collect()
+    }
+
+    /// What an item produced, column by column: the columns a rerun of the same item on the same
+    /// model must reproduce (not timing, host or build identity).
+    fn outcome(&self) -> [(&'static str, String); 11] {
+        [
+            ("kind", self.kind.clone()),
+            ("model_hash", self.model_hash.clone()),
+            ("n_prompt", self.n_prompt.to_string()),
+            ("tokens", self.tokens.to_string()),
+            ("best", format!("{:?}", self.best)),
+            ("choice_logp", self.choice_logp.clone()),
+            ("ppl", format!("{:?}", self.ppl.map(f64::to_bits))),
+            ("nll_mean", format!("{:?}", self.nll_mean.map(f64::to_bits))),
+            ("n_scored", format!("{:?}", self.n_scored)),
+            ("error", self.error.clone()),
+            ("text", self.text.clone()),
+        ]
+    }
+
+    /// True when two rows of one key are the same result (a duplicate, not a conflict).
+    pub fn same_outcome(&self, other: &Row) -> bool {
+        self.outcome() == other.outcome()
+    }
+
+    /// The first outcome column where two rows differ, for messages.
+    pub fn outcome_difference(&self, other: &Row) -> String {
+        self.outcome()
+            .iter()
+            .zip(other.outcome().iter())
+            .find(|(a, b)| a.1 != b.1)
+            .map(|(a, b)| format!("`{}`: {:?} vs {:?}", a.0, a.1, b.1))
+            .unwrap_or_else(|| "no outcome column differs".into())
     }
 
     /// The header line, with its newline.
@@ -243,6 +341,28 @@ mod tests {
         assert_eq!(&c[..3], &["run_id", "time", "job"]);
         assert!(c.contains(&"prefill_dev_read_mib".to_string()));
         assert!(c.contains(&"text".to_string()));
-        assert_eq!(c.last().unwrap(), "stopped");
+    }
+
+    /// docs/telemetry.md lists every column with the version it appeared in.
+    #[test]
+    fn every_column_is_documented() {
+        let doc = include_str!("../../../docs/telemetry.md");
+        for c in Row::columns() {
+            assert!(
+                doc.lines().any(|l| l.starts_with(&format!("| `{c}` |"))),
+                "docs/telemetry.md does not list column {c}"
+            );
+        }
+    }
+
+    /// Columns are only appended: the header a schema-1 build wrote (the checked-in fixture) is a
+    /// prefix of this build's, and `schema_version` is the first column schema 2 added.
+    #[test]
+    fn columns_only_appended() {
+        let fixture = include_str!("../../tests/fixtures/schema1-demo.csv");
+        let old: Vec<&str> = fixture.lines().next().unwrap().split(',').collect();
+        let c = Row::columns();
+        assert_eq!(&c[..old.len()], old.as_slice());
+        assert_eq!(c[old.len()], "schema_version");
     }
 }

@@ -88,9 +88,19 @@ impl Project {
     /// RUST_BACKTRACE=1 so a panic would show.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_bmoe"));
+        // The model-hash cache goes into the project, not the user's ~/.cache.
         c.current_dir(self.dir.path())
             .args(args)
-            .env("RUST_BACKTRACE", "1");
+            .env("RUST_BACKTRACE", "1")
+            .env("XDG_CACHE_HOME", self.dir.path().join(".cache"));
+        for k in [
+            "JOB_COMPLETION_INDEX",
+            "SLURM_ARRAY_TASK_ID",
+            "SLURM_ARRAY_TASK_MIN",
+            "SLURM_ARRAY_TASK_COUNT",
+        ] {
+            c.env_remove(k);
+        }
         for (k, _) in std::env::vars() {
             if k.starts_with("BMOE_") {
                 c.env_remove(k);

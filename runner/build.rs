@@ -1,0 +1,62 @@
+//! Build identity for the telemetry rows: the git commit of the checkout (`BMOE_GIT_COMMIT`) and
+//! the llama.cpp pin from Cargo.lock (`BMOE_LLAMA_CPP`). Outside a git checkout (a source tarball)
+//! the commit is `unknown`, or whatever `BMOE_GIT_COMMIT` says in the build's environment.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let o = Command::new("git").args(args).output().ok()?;
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    println!("cargo:rerun-if-env-changed=BMOE_GIT_COMMIT");
+    let commit = match std::env::var("BMOE_GIT_COMMIT") {
+        Ok(c) if !c.is_empty() => c,
+        _ => match git(&["rev-parse", "--short=12", "HEAD"]) {
+            Some(c) => {
+                // Rebuild when HEAD moves (a commit, a checkout) or the index changes (git add).
+                if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+                    let d = Path::new(&dir);
+                    println!("cargo:rerun-if-changed={}", d.join("HEAD").display());
+                    println!("cargo:rerun-if-changed={}", d.join("index").display());
+                    if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
+                        println!("cargo:rerun-if-changed={}", d.join(&r).display());
+                    }
+                }
+                // `-dirty` is decided when this script runs (HEAD or the index changed, or a clean
+                // build): an edit that was never `git add`ed does not rerun it.
+                let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                    .map(|s| !s.is_empty())
+                    .unwrap_or(false);
+                if dirty {
+                    format!("{c}-dirty")
+                } else {
+                    c
+                }
+            }
+            None => "unknown".to_string(),
+        },
+    };
+    println!("cargo:rustc-env=BMOE_GIT_COMMIT={commit}");
+
+    let lock = manifest.join("../Cargo.lock");
+    println!("cargo:rerun-if-changed={}", lock.display());
+    let text = std::fs::read_to_string(&lock).unwrap_or_default();
+    let version = text
+        .split("[[package]]")
+        .find(|p| p.contains("name = \"llama-cpp-sys-2\""))
+        .and_then(|p| {
+            p.lines()
+                .find_map(|l| l.trim().strip_prefix("version = \""))
+                .map(|v| v.trim_end_matches('"').to_string())
+        });
+    let llama = match version {
+        Some(v) => format!("llama-cpp-sys-2 {v}"),
+        None => "llama-cpp-sys-2 (version unknown)".to_string(),
+    };
+    println!("cargo:rustc-env=BMOE_LLAMA_CPP={llama}");
+}

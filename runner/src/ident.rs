@@ -1,0 +1,290 @@
+//! What produced a row: the build (git commit, llama.cpp pin), the machine (host, CPU), the
+//! process's peak memory, and content hashes of the profile and the model. The model hash reads
+//! the whole file once and is cached by (path, size, mtime), since a model is gigabytes.
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sha2::{Digest, Sha256};
+
+/// The git commit bmoe was built from (set by build.rs; `unknown` outside a git checkout).
+pub const GIT_COMMIT: &str = env!("BMOE_GIT_COMMIT");
+
+/// The llama.cpp build: the pinned llama-cpp-sys-2 version that vendors it (set by build.rs).
+pub const LLAMA_CPP: &str = env!("BMOE_LLAMA_CPP");
+
+/// The machine a run is on, read once.
+#[derive(Debug, Clone, Default)]
+pub struct Machine {
+    /// Host name.
+    pub host: String,
+    /// CPU model, empty when /proc/cpuinfo does not say.
+    pub cpu_model: String,
+    /// CPUs this process may use.
+    pub cpu_cores: Option<u32>,
+}
+
+impl Machine {
+    /// Reads the host name and CPU description.
+    pub fn detect() -> Self {
+        Self {
+            host: host_name(),
+            cpu_model: std::fs::read_to_string("/proc/cpuinfo")
+                .map(|t| cpu_model(&t))
+                .unwrap_or_default(),
+            cpu_cores: std::thread::available_parallelism()
+                .ok()
+                .and_then(|n| u32::try_from(n.get()).ok()),
+        }
+    }
+}
+
+fn host_name() -> String {
+    // The kernel's own name for the host: present on Linux and Android without a libc call.
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default()
+}
+
+/// The CPU model in a /proc/cpuinfo text: x86's `model name`, else ARM's `Hardware` or
+/// `Processor` line (Android kernels put the SoC there).
+pub fn cpu_model(cpuinfo: &str) -> String {
+    for key in ["model name", "Hardware", "Processor", "cpu model"] {
+        let hit = cpuinfo.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == key && !v.trim().is_empty()).then(|| v.trim().to_string())
+        });
+        if let Some(v) = hit {
+            // A comma would need quoting in every tool downstream; keep the cell plain.
+            return v.replace(',', " ");
+        }
+    }
+    String::new()
+}
+
+/// The process's peak resident set (`VmHWM`), in MiB; `None` where /proc does not say.
+pub fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb as f64 / 1024.0)
+}
+
+/// SHA-256 of a small file's bytes (a profile), first 16 hex digits.
+pub fn file_hash16(path: &Path) -> anyhow::Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(hex(&Sha256::digest(&bytes))[..16].to_string())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The files of a model: the file itself, or every shard of a split GGUF
+/// (`name-00001-of-00003.gguf`) in order when the path names the first one and all exist.
+pub fn model_files(path: &Path) -> Vec<PathBuf> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let split = name
+        .strip_suffix(".gguf")
+        .and_then(|s| s.rsplit_once("-of-"))
+        .and_then(|(head, count)| {
+            let (stem, idx) = head.rsplit_once('-')?;
+            let n: u32 = count.parse().ok()?;
+            (idx.len() == 5 && count.len() == 5 && idx.parse::<u32>().ok()? == 1 && n > 1)
+                .then(|| (stem.to_string(), n))
+        });
+    if let Some((stem, n)) = split {
+        let files: Vec<PathBuf> = (1..=n)
+            .map(|i| path.with_file_name(format!("{stem}-{i:05}-of-{n:05}.gguf")))
+            .collect();
+        if files.iter().all(|f| f.exists()) {
+            return files;
+        }
+    }
+    vec![path.to_path_buf()]
+}
+
+/// Where the model-hash cache lives: `$XDG_CACHE_HOME/bmoe`, else `~/.cache/bmoe`.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
+        return Some(PathBuf::from(x).join("bmoe"));
+    }
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(".cache/bmoe"))
+}
+
+/// One cache line's key: absolute path, size and mtime (ns) of every file of the model.
+fn cache_key(files: &[PathBuf]) -> anyhow::Result<String> {
+    let mut parts = Vec::new();
+    for f in files {
+        let meta = std::fs::metadata(f).with_context(|| format!("reading {}", f.display()))?;
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let abs = std::fs::canonicalize(f).unwrap_or_else(|_| f.clone());
+        // Tabs separate fields; a path holding one (or a newline) is simply never cached.
+        parts.push(format!("{}|{}|{mtime}", abs.display(), meta.len()));
+    }
+    Ok(parts.join(";"))
+}
+
+const CACHE_FILE: &str = "model-sha256.tsv";
+
+fn cache_lookup(dir: &Path, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(CACHE_FILE)).ok()?;
+    text.lines().rev().find_map(|l| {
+        let (k, v) = l.split_once('\t')?;
+        (k == key && v.len() == 64).then(|| v.to_string())
+    })
+}
+
+fn cache_store(dir: &Path, key: &str, sha: &str) -> anyhow::Result<()> {
+    if key.contains(['\t', '\n', '\r']) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(CACHE_FILE);
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    // Keep the other entries (the newest per key), drop this key's stale ones.
+    let mut out: Vec<String> = old
+        .lines()
+        .filter(|l| l.split_once('\t').map(|(k, _)| k != key).unwrap_or(false))
+        .map(str::to_string)
+        .collect();
+    out.push(format!("{key}\t{sha}"));
+    // Written to a temporary file and renamed, so shards sharing a cache never see half a file.
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all((out.join("\n") + "\n").as_bytes())?;
+    tmp.persist(&path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// SHA-256 of the whole model (every shard, in order), 64 hex digits: from the cache when the
+/// files' paths, sizes and mtimes match, else read once (with a progress bar on a terminal) and
+/// stored. A cache that cannot be written costs a warning, not the run.
+pub fn model_sha256(path: &Path, quiet: bool) -> anyhow::Result<String> {
+    let files = model_files(path);
+    let key = cache_key(&files)?;
+    let dir = cache_dir();
+    if let Some(hit) = dir.as_deref().and_then(|d| cache_lookup(d, &key)) {
+        return Ok(hit);
+    }
+    let total: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    let bar = if !quiet && std::io::stderr().is_terminal() {
+        let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+        b.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>8} [{bar:20}] {bytes}/{total_bytes} {msg} ({bytes_per_sec}, ETA {eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b.set_prefix("sha256");
+        b.set_message(crate::config::diag::display_path(path));
+        b
+    } else {
+        if !quiet && total >= 1 << 30 {
+            eprintln!(
+                "bmoe: hashing {} ({:.1} GiB) once; the result is cached",
+                crate::config::diag::display_path(path),
+                total as f64 / f64::from(1u32 << 30)
+            );
+        }
+        ProgressBar::hidden()
+    };
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 4 << 20];
+    for f in &files {
+        let mut file =
+            std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?;
+        loop {
+            let n = file
+                .read(&mut buf)
+                .with_context(|| format!("reading {}", f.display()))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+            bar.inc(n as u64);
+        }
+    }
+    bar.finish_and_clear();
+    let sha = hex(&h.finalize());
+    if let Some(d) = dir {
+        if let Err(e) = cache_store(&d, &key, &sha) {
+            eprintln!(
+                "bmoe: cannot cache the model hash in {} ({e:#}); it will be computed again next run",
+                d.display()
+            );
+        }
+    }
+    Ok(sha)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_models() {
+        assert_eq!(
+            cpu_model("processor\t: 0\nmodel name\t: AMD EPYC 7B13, 64-Core\n"),
+            "AMD EPYC 7B13  64-Core"
+        );
+        assert_eq!(
+            cpu_model("processor\t: 0\nCPU part\t: 0xd44\nHardware\t: Qualcomm SM8650\n"),
+            "Qualcomm SM8650"
+        );
+        assert_eq!(cpu_model(""), "");
+    }
+
+    #[test]
+    fn split_models_hash_every_shard() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("m-00001-of-00002.gguf");
+        let b = d.path().join("m-00002-of-00002.gguf");
+        std::fs::write(&a, b"ab").unwrap();
+        assert_eq!(
+            model_files(&a),
+            vec![a.clone()],
+            "a missing shard: just the file"
+        );
+        std::fs::write(&b, b"c").unwrap();
+        assert_eq!(model_files(&a), vec![a.clone(), b.clone()]);
+        let one = d.path().join("x.gguf");
+        std::fs::write(&one, b"abc").unwrap();
+        assert_eq!(model_files(&one), vec![one.clone()]);
+        std::env::set_var("XDG_CACHE_HOME", d.path().join("cache"));
+        let whole = model_sha256(&one, true).unwrap();
+        assert_eq!(
+            whole,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(model_sha256(&a, true).unwrap(), whole, "ab + c = abc");
+        // Cached: the entry is found without reading (and survives a rewrite with other content
+        // only if size and mtime also match, which a rewrite changes).
+        let cached = std::fs::read_to_string(d.path().join("cache/bmoe").join(CACHE_FILE)).unwrap();
+        assert_eq!(cached.lines().count(), 2, "{cached}");
+        assert_eq!(model_sha256(&one, true).unwrap(), whole);
+    }
+}
