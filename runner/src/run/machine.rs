@@ -41,6 +41,7 @@ pub fn line(kind: Kind, r: &Row) -> String {
             "job": r.job,
             "profile": r.profile,
             "point": r.point,
+            "repeat": r.repeat,
         }),
         _ => json!({
             "id": r.item,
@@ -66,6 +67,7 @@ pub fn line(kind: Kind, r: &Row) -> String {
             "job": r.job,
             "profile": r.profile,
             "point": r.point,
+            "repeat": r.repeat,
             "text": r.text,
         }),
     };

@@ -144,6 +144,9 @@ pub struct Row {
     pub error: String,
     /// generate: the text, with `\` `\n` `\r` escaped so every row is one line.
     pub text: String,
+    /// Repeat index of this item at this point, from 0 (the job's `repeat`).
+    #[schemars(extend("x-unit" = "count"))]
+    pub repeat: u32,
 }
 
 impl Row {
@@ -238,6 +241,7 @@ mod tests {
         let c = Row::columns();
         assert_eq!(&c[..3], &["run_id", "time", "job"]);
         assert!(c.contains(&"prefill_dev_read_mib".to_string()));
-        assert_eq!(c.last().unwrap(), "text");
+        assert!(c.contains(&"text".to_string()));
+        assert_eq!(c.last().unwrap(), "repeat");
     }
 }
