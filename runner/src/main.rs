@@ -410,6 +410,14 @@ fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
         .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
     tmp.write_all(text.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
+    // A temporary file is private (0600); a report or overlay is an ordinary file.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
     tmp.persist(path)
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())

@@ -392,6 +392,8 @@ pub fn overlay_toml(b: &Best, how: &str) -> Result<String, ReportError> {
     for (r, v) in &b.requires {
         let _ = writeln!(s, "# Meets {r} ({}).", fmt_num(*v));
     }
+    // Only the swept values are the point: the job's own [overrides] stay in the job file.
+    s.push_str("# Only the swept values; the job's own [overrides] are not repeated here.\n");
     s.push_str("# Use it with: bmoe check|plan|run JOB --overrides THIS_FILE\n");
     s.push_str(&body);
     Ok(s)

@@ -220,6 +220,17 @@ pub fn build(opts: &Options) -> Result<Report, ReportError> {
 
     let ram = profile_ram(&data, &opts.ram);
     let groups = stats::groups(&data, opts.reference.as_deref())?;
+    for (m, h, _) in stats::METRICS {
+        if *m != "peak_rss_mib" && groups.iter().all(|g| !g.metrics.contains_key(*m)) {
+            let why = match *m {
+                "decode_tps" => "no row generated tokens (decide and perplexity rows do not decode)",
+                "dev_wait_share" => "no row ran prefill on a device",
+                "cache_hit_pct" => "no row looked up the expert cache (moe_stream off)",
+                _ => "no row measured it",
+            };
+            notes.push(format!("{h}: {why}, so the column is left out"));
+        }
+    }
     if groups.iter().all(|g| g.accuracy.is_none()) {
         notes.push(
             "accuracy: no row carries `correct` or `expected`, so accuracy is left out".into(),

@@ -31,7 +31,9 @@ pub fn render(r: &Report, f: Format) -> String {
 
 fn num(v: f64) -> String {
     let a = v.abs();
-    if a >= 1000.0 {
+    if v == 0.0 {
+        "0".into()
+    } else if a >= 1000.0 {
         format!("{v:.0}")
     } else if a >= 100.0 {
         format!("{v:.1}")
