@@ -406,6 +406,8 @@ fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    // Like a job's CSV, an output's folder is created on first use.
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut tmp = tempfile::NamedTempFile::new_in(&dir)
         .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
     tmp.write_all(text.as_bytes())
@@ -430,7 +432,8 @@ fn report_cmd(a: ReportArgs) -> anyhow::Result<ExitCode> {
         let (p, _) = config::profile::load_profile(f)?;
         ram.insert(p.name, p.ram_mb as f64);
     }
-    let want_best = a.best || a.objective.is_some() || !a.requires.is_empty() || a.write_overrides.is_some();
+    let want_best =
+        a.best || a.objective.is_some() || !a.requires.is_empty() || a.write_overrides.is_some();
     let mut requires = Vec::new();
     for r in &a.requires {
         requires.extend(report::best::parse_requires(r)?);
@@ -450,7 +453,11 @@ fn report_cmd(a: ReportArgs) -> anyhow::Result<ExitCode> {
             None => {
                 // Without --objective: decode speed where anything decoded, else prefill speed.
                 let probe = report::build(&opts)?;
-                if probe.groups.iter().any(|g| g.metrics.contains_key("decode_tps")) {
+                if probe
+                    .groups
+                    .iter()
+                    .any(|g| g.metrics.contains_key("decode_tps"))
+                {
                     "decode_tps".to_string()
                 } else {
                     "prefill_tps".to_string()

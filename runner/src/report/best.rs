@@ -280,8 +280,14 @@ pub fn choose(d: &Data, groups: &[Group], spec: &BestSpec) -> Result<Vec<Best>, 
                     } else {
                         0.0
                     };
-                    if v == wv {
-                        format!("{} {} ties; the earlier point wins", spec.objective, fmt_num(v))
+                    if wv == 0.0 && v != 0.0 {
+                        format!("{} {} vs {}", spec.objective, fmt_num(v), fmt_num(wv))
+                    } else if v == wv {
+                        format!(
+                            "{} {} ties; the earlier point wins",
+                            spec.objective,
+                            fmt_num(v)
+                        )
                     } else {
                         format!(
                             "{} {} vs {} ({pct:+.1}%)",

@@ -56,6 +56,8 @@ pub struct Rec {
     pub best: Option<i64>,
     /// Whether the decision was right: the `correct` column, else `best == expected`.
     pub correct: Option<bool>,
+    /// `moe_stream`, when the file has it (expert reads exist only with streaming).
+    pub moe_stream: Option<bool>,
     /// The engine refused the item (`error` non-empty).
     pub failed: bool,
     /// Every cell that parses as a number, by index into [`Data::columns`].
@@ -121,12 +123,7 @@ impl Data {
             .filter(|c| !header.iter().any(|h| h == c))
             .collect();
         if !missing.is_empty() {
-            let mut shown_header = header
-                .iter()
-                .take(8)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(",");
+            let mut shown_header = header.iter().take(8).cloned().collect::<Vec<_>>().join(",");
             if header.len() > 8 {
                 shown_header.push_str(",...");
             }
@@ -151,6 +148,7 @@ impl Data {
             at("error"),
             at("schema_version"),
         );
+        let i_stream = at("moe_stream");
         let mut info = FileInfo {
             path: path.to_path_buf(),
             columns: header.clone(),
@@ -201,6 +199,11 @@ impl Data {
                 repeat: cell(i_rep).parse().ok(),
                 best,
                 correct,
+                moe_stream: match cell(i_stream) {
+                    "true" | "1" => Some(true),
+                    "false" | "0" => Some(false),
+                    _ => None,
+                },
                 failed: !cell(i_err).is_empty(),
                 nums,
             });
@@ -264,10 +267,7 @@ mod tests {
         let e = write(d.path(), "e.csv", "");
         let f = write(d.path(), "f.csv", "name,value\nx,1\n");
         let mut data = Data::default();
-        assert!(matches!(
-            data.add_file(&e),
-            Err(ReportError::Empty { .. })
-        ));
+        assert!(matches!(data.add_file(&e), Err(ReportError::Empty { .. })));
         let err = data.add_file(&f).unwrap_err().to_string();
         assert!(err.contains("no column job, profile, point, item"), "{err}");
     }

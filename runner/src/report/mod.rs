@@ -223,9 +223,12 @@ pub fn build(opts: &Options) -> Result<Report, ReportError> {
     for (m, h, _) in stats::METRICS {
         if *m != "peak_rss_mib" && groups.iter().all(|g| !g.metrics.contains_key(*m)) {
             let why = match *m {
-                "decode_tps" => "no row generated tokens (decide and perplexity rows do not decode)",
+                "decode_tps" => {
+                    "no row generated tokens (decide and perplexity rows do not decode)"
+                }
                 "dev_wait_share" => "no row ran prefill on a device",
                 "cache_hit_pct" => "no row looked up the expert cache (moe_stream off)",
+                "read_mib_per_token" => "no row streamed experts (moe_stream off)",
                 _ => "no row measured it",
             };
             notes.push(format!("{h}: {why}, so the column is left out"));

@@ -64,7 +64,10 @@ fn range(vals: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
     } else {
         hi.abs().max(1.0) * 0.1
     };
-    (lo - if from_zero && lo == 0.0 { 0.0 } else { pad }, hi + pad)
+    (
+        lo - if from_zero && lo == 0.0 { 0.0 } else { pad },
+        hi + pad,
+    )
 }
 
 /// Draws one chart; `hlines` are horizontal reference lines (a profile's RAM).
@@ -92,7 +95,7 @@ fn chart(
             .chain(hlines.iter().map(|h| h.1));
         let (y0, y1) = range(ys, true);
         let mut ch = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
+            .caption(title, ("sans-serif", 20))
             .margin(12)
             .x_label_area_size(44)
             .y_label_area_size(64)
@@ -101,7 +104,8 @@ fn chart(
         ch.configure_mesh()
             .x_desc(x_desc)
             .y_desc(y_desc)
-            .label_style(("sans-serif", 12))
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
             .draw()
             .map_err(plot_err)?;
         for (i, s) in series.iter().enumerate() {
@@ -137,7 +141,7 @@ fn chart(
         ch.configure_series_labels()
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
-            .label_font(("sans-serif", 12))
+            .label_font(("sans-serif", 13))
             .position(SeriesLabelPosition::UpperRight)
             .draw()
             .map_err(plot_err)?;

@@ -161,6 +161,21 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// Escapes text for HTML and shows `code` spans (the notes' Markdown) as `<code>`.
+fn esc_code(s: &str) -> String {
+    esc(s)
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                format!("<code>{part}</code>")
+            } else {
+                part.to_string()
+            }
+        })
+        .collect()
+}
+
 fn html(r: &Report) -> String {
     let mut s = String::new();
     s.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
@@ -189,12 +204,7 @@ fn html(r: &Report) -> String {
     }
     s.push_str("</ul>\n<p>Cells: median (p10..p90) over the group's rows; - = not measured.</p>\n");
     for ((job, profile), gs) in tables(r) {
-        let _ = writeln!(
-            s,
-            "<h2>job {} on profile {}</h2>",
-            esc(&job),
-            esc(&profile)
-        );
+        let _ = writeln!(s, "<h2>job {} on profile {}</h2>", esc(&job), esc(&profile));
         let (head, rows) = table_rows(&gs);
         s.push_str("<table>\n<tr>");
         for h in head {
@@ -237,7 +247,7 @@ fn html(r: &Report) -> String {
     if !r.notes.is_empty() {
         s.push_str("<h2>Notes</h2>\n<ul>\n");
         for n in &r.notes {
-            let _ = writeln!(s, "<li>{}</li>", esc(n));
+            let _ = writeln!(s, "<li>{}</li>", esc_code(n));
         }
         s.push_str("</ul>\n");
     }
@@ -248,7 +258,7 @@ fn html(r: &Report) -> String {
             "<li>{} (<code>{}</code>): {}</li>",
             esc(h),
             esc(m),
-            esc(what)
+            esc_code(what)
         );
     }
     s.push_str("</ul>\n</body>\n</html>\n");

@@ -22,7 +22,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "read_mib_per_token",
         "MiB read/token",
-        "expert MiB read from flash per processed token: read_mib / (n_prompt + tokens)",
+        "expert MiB read from flash per processed token: read_mib / (n_prompt + tokens) (rows with moe_stream on)",
     ),
     (
         "cache_hit_pct",
@@ -155,6 +155,8 @@ pub fn row_metric(d: &Data, r: &Rec, name: &str) -> Option<f64> {
             let v = d.num(r, "decode_tps").or_else(|| d.num(r, "tok_s"))?;
             (tokens.unwrap_or(1.0) > 0.0 && v > 0.0).then_some(v)
         }
+        // Without streaming nothing is read from flash: not a measurement of zero.
+        "read_mib_per_token" if r.moe_stream == Some(false) => None,
         "read_mib_per_token" => {
             let t = n_prompt.unwrap_or(0.0) + tokens.unwrap_or(0.0);
             let v = d.num(r, "read_mib")?;
@@ -198,10 +200,7 @@ pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportErr
             .collect();
         let mut metrics = BTreeMap::new();
         for (name, _, _) in METRICS {
-            let v: Vec<f64> = ok
-                .iter()
-                .filter_map(|r| row_metric(d, r, name))
-                .collect();
+            let v: Vec<f64> = ok.iter().filter_map(|r| row_metric(d, r, name)).collect();
             if let Some(s) = Stat::of(v) {
                 metrics.insert(name.to_string(), s);
             }
