@@ -115,7 +115,8 @@ impl Data {
                 detail: format!("its first line is not a CSV header ({e})"),
             })?
             .iter()
-            .map(|c| c.trim().to_string())
+            // A spreadsheet's UTF-8 byte order mark would hide the first column's name.
+            .map(|c| c.trim().trim_start_matches('\u{feff}').to_string())
             .collect();
         let missing: Vec<&str> = REQUIRED
             .iter()
