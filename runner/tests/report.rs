@@ -72,6 +72,15 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
         assert!(r["repeat"] == "0" || r["repeat"] == "1", "{r:?}");
     }
 
+    // Warmup ran unwritten: the first measured row of the largest cache already finds experts
+    // resident (a cold session's first row hits nothing).
+    let first = all
+        .iter()
+        .find(|r| r["point"] == "cache_mb=2" && r["repeat"] == "0")
+        .unwrap();
+    let hit: f64 = first["cache_hit_pct"].parse().unwrap();
+    assert!(hit > 0.0, "no warm cache after warmup: {first:?}");
+
     // --resume after losing the last rows writes back exactly those, with their repeat index.
     let lines: Vec<&str> = csv.lines().collect();
     let keep = lines.len() - 3;

@@ -172,8 +172,10 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         let base = base_row(&run_id, lj, unit, &model, load_s, &build)?;
         let gen_opts = generate_options(lj);
 
-        // Warmup: the first `warmup` items (cycling through the list) run on the fresh session and
-        // are thrown away, so the measured rows start with a warm expert cache.
+        // Warmup: `warmup` items run on the fresh session and are thrown away, so the measured rows
+        // start with a warm expert cache. They are taken cycling through the list so that the last
+        // one is the list's last item: the first measured item then follows what it follows in
+        // every later pass, never itself (whose prompt would already be in the KV cache).
         let n_warm = if lj.items.is_empty() {
             0
         } else {
@@ -184,7 +186,8 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
                 summary.interrupted = true;
                 break;
             }
-            let item = &lj.items[i % lj.items.len()];
+            let len = lj.items.len();
+            let item = &lj.items[(i + len - n_warm % len) % len];
             let mut scratch = base.clone();
             match run_item(
                 &mut session,
