@@ -132,7 +132,7 @@ enum ReportFormat {
   bmoe report runs/sweep-cache.csv                       # Markdown tables on stdout
   bmoe report runs/sweep-cache.csv -o report.html        # one HTML page with plots
   bmoe report runs/sweep-cache.csv --best --objective prefill_tps \\
-      --require agreement>=0.99 --write-overrides best.toml
+      --require \"agreement>=0.99\" --write-overrides best.toml
   bmoe plan jobs/agent-replay.toml --overrides best.toml  # the winner as its own layer")]
 struct ReportArgs {
     /// Telemetry CSVs; read by column name, so files of different builds mix.
@@ -522,13 +522,31 @@ fn report_cmd(a: ReportArgs) -> anyhow::Result<ExitCode> {
                 .collect::<String>()
         );
         let toml = report::best::overlay_toml(b, &how)?;
+        // The values come from a CSV's point label: check them as `--overrides` will, so a file
+        // that `bmoe check` would refuse is never written.
+        let value = toml::from_str::<toml::Value>(&toml)
+            .map_err(anyhow::Error::from)
+            .and_then(|v| serde_json::to_value(v).map_err(anyhow::Error::from))
+            .context("--write-overrides: the overlay does not read back")?;
+        let schema = schema::item_schema::<config::settings::Overrides>();
+        let bad = config::validate::validate(&schema, &value);
+        if !bad.is_empty() {
+            anyhow::bail!(
+                "--write-overrides: point {} does not make a valid overlay: {}",
+                b.point,
+                bad.iter()
+                    .map(|v| format!("{}: {}", v.field, v.message))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
         write_atomic(path, &toml).context("--write-overrides")?;
         eprintln!("wrote {} (point {})", shown(path), b.point);
     }
     match &a.out {
         Some(p) => {
             write_atomic(p, &text)?;
-            eprintln!("wrote {} ({} plots)", shown(p), rep.plots.len());
+            eprintln!("wrote {} ({} plot(s))", shown(p), rep.plots.len());
             if !rep.best.is_empty() {
                 print!("{}", report::best::render(&rep.best));
             }

@@ -428,4 +428,15 @@ fn bad_input_is_refused_clearly() {
     assert!(!o.status.success());
     assert!(text(&o).contains("nothing was swept"), "{}", text(&o));
     assert!(!p.path("o.toml").exists());
+    // A point label that is no layered key (a hand-edited CSV) makes no overlay.
+    let odd = HEAD_V1.to_string() + "r1,j,p,colour=red,0,0,10,0.1,100,1,1\n";
+    p.write("odd.csv", &odd);
+    let o = p.bmoe(&["report", "odd.csv", "--best", "--write-overrides", "o.toml"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("point colour=red does not make a valid overlay"),
+        "{}",
+        text(&o)
+    );
+    assert!(!p.path("o.toml").exists());
 }
