@@ -236,7 +236,12 @@ fn run_rows(path: &Path, run: Option<&str>) -> anyhow::Result<(String, BTreeMap<
     let mut out = BTreeMap::new();
     for r in e.rows.into_iter().filter(|r| r.run_id == run_id) {
         // A resumed run may hold a row twice only if edited by hand; the last one wins.
-        out.insert(format!("{}/{}/{}", r.job, r.point, r.item), r);
+        // Repeats are separate rows; repeat 0 keeps the old key so runs without repeats match.
+        let key = match r.repeat {
+            0 => format!("{}/{}/{}", r.job, r.point, r.item),
+            n => format!("{}/{}/{}#{n}", r.job, r.point, r.item),
+        };
+        out.insert(key, r);
     }
     if out.is_empty() {
         return Err(anyhow!("{}: no rows of run {run_id}", path.display()));

@@ -10,6 +10,7 @@ mod direct;
 mod ident;
 mod merge;
 mod placement;
+mod report;
 mod run;
 mod schema;
 mod sink;
@@ -78,6 +79,8 @@ enum Command {
     Completions(CompletionsArgs),
     /// Print the man page (roff), or write one page per command into a folder.
     Man(ManArgs),
+    /// Summarise telemetry CSVs per (job, profile, sweep point): tables, plots, the best point.
+    Report(ReportArgs),
     /// Write the JSON Schemas (profile, job, telemetry) generated from the code.
     Schema(SchemaArgs),
     /// List the ggml backends and devices of this build.
@@ -104,6 +107,10 @@ struct Target {
     /// Override a profile value (highest layer), e.g. --set cache_mb=auto; repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
+    /// A TOML file of layered keys (e.g. from `bmoe report --best --write-overrides`): a layer
+    /// above each job's [overrides], below its [sweep].
+    #[arg(long, value_name = "FILE")]
+    overrides: Option<PathBuf>,
 }
 
 /// A target plus an output format.
@@ -121,6 +128,7 @@ impl Target {
         Selection {
             profile: self.profile.clone(),
             sets: self.sets.clone(),
+            overrides: self.overrides.clone(),
         }
     }
 }
@@ -208,6 +216,70 @@ struct ManArgs {
     /// Write bmoe.1 and one bmoe-<command>.1 per command into this folder instead of printing.
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+/// Report formats.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReportFormat {
+    /// One self-contained HTML page (inline SVG plots).
+    Html,
+    /// Markdown tables.
+    Md,
+    /// JSON, for dashboards.
+    Json,
+}
+
+#[derive(Args)]
+#[command(after_long_help = "Examples:
+  bmoe report runs/sweep-cache.csv                       # Markdown tables on stdout
+  bmoe report runs/sweep-cache.csv -o report.html        # one HTML page with plots
+  bmoe report runs/sweep-cache.csv --best --objective prefill_tps \\
+      --require \"agreement>=0.99\" --write-overrides best.toml
+  bmoe plan jobs/agent-replay.toml --overrides best.toml  # the winner as its own layer")]
+struct ReportArgs {
+    /// Telemetry CSVs; read by column name, so files of different builds mix.
+    #[arg(required = true)]
+    csvs: Vec<PathBuf>,
+    /// Write the report here (atomically) instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Output format (default: from the -o extension, else md).
+    #[arg(long, value_enum)]
+    format: Option<ReportFormat>,
+    /// Reference point for agreement on `best` (default: each job and profile's first point).
+    #[arg(long, value_name = "POINT")]
+    reference: Option<String>,
+    /// Only rows of this job.
+    #[arg(long)]
+    job: Option<String>,
+    /// Only rows of this profile (by name).
+    #[arg(long)]
+    profile: Option<String>,
+    /// Only rows of these runs; repeatable.
+    #[arg(long = "run-id", value_name = "ID")]
+    run_ids: Vec<String>,
+    /// Profile files whose ram_mb is drawn on the peak RSS plot; repeatable.
+    #[arg(long = "profile-file", value_name = "FILE")]
+    profile_files: Vec<PathBuf>,
+    /// Pick the best point of each job and profile (implied by --objective, --require,
+    /// --write-overrides).
+    #[arg(long)]
+    best: bool,
+    /// Metric or column to optimise (default: decode_tps where measured, else prefill_tps).
+    #[arg(long, value_name = "NAME")]
+    objective: Option<String>,
+    /// A requirement on a metric or column, e.g. "peak_rss_mib<=6000"; repeatable.
+    #[arg(long = "require", value_name = "NAME<=N")]
+    requires: Vec<String>,
+    /// Lower objective wins (default: lower for times, MiB and read per token).
+    #[arg(long, conflicts_with = "maximize")]
+    minimize: bool,
+    /// Higher objective wins.
+    #[arg(long)]
+    maximize: bool,
+    /// Write the best point as a TOML overlay for `--overrides` on check/plan/run.
+    #[arg(long, value_name = "FILE")]
+    write_overrides: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -361,6 +433,7 @@ fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode
             write_man(a.out.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Report(a) => report_cmd(a),
         Command::Compare(a) => {
             let rep = compare::compare(
                 &a.a,
@@ -735,6 +808,168 @@ fn run_cmd(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     }
     if s.failed > 0 {
         return Ok(ExitCode::from(EXIT_DIFF));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `text` to `path` through a temporary file in the same folder, so a failure leaves
+/// nothing half-written.
+fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    // Like a job's CSV, an output's folder is created on first use.
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir)
+        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+    tmp.write_all(text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    // A temporary file is private (0600); a report or overlay is an ordinary file.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    tmp.persist(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn report_cmd(a: ReportArgs) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    let mut ram = std::collections::BTreeMap::new();
+    for f in &a.profile_files {
+        let (p, _) = config::profile::load_profile(f)?;
+        ram.insert(p.name, p.ram_mb as f64);
+    }
+    let want_best =
+        a.best || a.objective.is_some() || !a.requires.is_empty() || a.write_overrides.is_some();
+    let mut requires = Vec::new();
+    for r in &a.requires {
+        requires.extend(report::best::parse_requires(r)?);
+    }
+    let mut opts = report::Options {
+        csvs: a.csvs.clone(),
+        reference: a.reference.clone(),
+        job: a.job.clone(),
+        profile: a.profile.clone(),
+        run_ids: a.run_ids.clone(),
+        ram,
+        best: None,
+    };
+    if want_best {
+        let objective = match &a.objective {
+            Some(o) => o.clone(),
+            None => {
+                // Without --objective: decode speed where anything decoded, else prefill speed.
+                let probe = report::build(&opts)?;
+                if probe
+                    .groups
+                    .iter()
+                    .any(|g| g.metrics.contains_key("decode_tps"))
+                {
+                    "decode_tps".to_string()
+                } else {
+                    "prefill_tps".to_string()
+                }
+            }
+        };
+        let minimize = if a.minimize {
+            true
+        } else if a.maximize {
+            false
+        } else {
+            report::best::default_minimize(&objective)
+        };
+        opts.best = Some(report::best::BestSpec {
+            objective,
+            minimize,
+            requires,
+        });
+    }
+    let rep = report::build(&opts)?;
+    for n in rep.notes.iter().filter(|n| n.starts_with("left out:")) {
+        eprintln!("warning: {n}");
+    }
+    let format = match (a.format, &a.out) {
+        (Some(f), _) => f,
+        (None, Some(p)) => match p.extension().and_then(|e| e.to_str()) {
+            Some("md") => ReportFormat::Md,
+            Some("json") => ReportFormat::Json,
+            _ => ReportFormat::Html,
+        },
+        (None, None) => ReportFormat::Md,
+    };
+    let text = report::render::render(
+        &rep,
+        match format {
+            ReportFormat::Html => report::render::Format::Html,
+            ReportFormat::Md => report::render::Format::Md,
+            ReportFormat::Json => report::render::Format::Json,
+        },
+    );
+    // The overlay first: a report naming a winner whose overlay failed would mislead.
+    if let Some(path) = &a.write_overrides {
+        let b = match rep.best.as_slice() {
+            [one] => one,
+            many => {
+                return Err(report::ReportError::SeveralPairs {
+                    pairs: many
+                        .iter()
+                        .map(|b| format!("{}/{}", b.job, b.profile))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+                .into())
+            }
+        };
+        let how = format!(
+            "bmoe report --best --objective {}{}",
+            b.objective,
+            a.requires
+                .iter()
+                .map(|r| format!(" --require \"{r}\""))
+                .collect::<String>()
+        );
+        let toml = report::best::overlay_toml(b, &how)?;
+        // The values come from a CSV's point label: check them as `--overrides` will, so a file
+        // that `bmoe check` would refuse is never written.
+        let value = toml::from_str::<toml::Value>(&toml)
+            .map_err(anyhow::Error::from)
+            .and_then(|v| serde_json::to_value(v).map_err(anyhow::Error::from))
+            .context("--write-overrides: the overlay does not read back")?;
+        let schema = schema::item_schema::<config::settings::Overrides>();
+        let bad = config::validate::validate(&schema, &value);
+        if !bad.is_empty() {
+            anyhow::bail!(
+                "--write-overrides: point {} does not make a valid overlay: {}",
+                b.point,
+                bad.iter()
+                    .map(|v| format!("{}: {}", v.field, v.message))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        write_atomic(path, &toml).context("--write-overrides")?;
+        eprintln!("wrote {} (point {})", shown(path), b.point);
+    }
+    match &a.out {
+        Some(p) => {
+            write_atomic(p, &text)?;
+            eprintln!("wrote {} ({} plot(s))", shown(p), rep.plots.len());
+            if !rep.best.is_empty() {
+                print!("{}", report::best::render(&rep.best));
+            }
+        }
+        None => {
+            print!("{text}");
+            // Markdown and JSON already carry the winner; say it on stderr only for md piping.
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

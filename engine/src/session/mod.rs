@@ -114,6 +114,7 @@ impl<'m> Session<'m> {
             opts.n_ctx
         };
         let n_ubatch = opts.n_ubatch.max(opts.n_ubatch_device).min(n_ctx);
+        let n_seq = SEQS.min(n_ubatch).max(1);
         let abort = Arc::new(AtomicBool::new(false));
         let hook_error = Arc::new(Mutex::new(None));
         let arena_active = match &model.arena {
@@ -142,11 +143,13 @@ impl<'m> Session<'m> {
                 n_ctx,
                 n_batch: n_ubatch,
                 n_ubatch,
-                n_outputs_max: opts.n_outputs_max.min(n_ubatch),
+                // llama.cpp reserves a decode graph with one token and one output per sequence:
+                // both the batch and the output cap must hold `n_seq` of them.
+                n_outputs_max: opts.n_outputs_max.min(n_ubatch).max(n_seq),
                 threads: threads.used,
                 // Only streamed models cut graphs at every routing node.
                 persistent_threads: false,
-                n_seq_max: SEQS,
+                n_seq_max: n_seq,
                 hook,
                 abort: abort.clone(),
             },

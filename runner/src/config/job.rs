@@ -181,10 +181,22 @@ pub struct Job {
     /// Profile values to sweep over.
     #[serde(default)]
     pub sweep: Sweep,
+    /// Item runs at the start of each (profile, point), before the measured rows, to warm the
+    /// expert cache and the prefix; their results are not written.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100000))]
+    pub warmup: u32,
+    /// Times each item runs per point; rows carry the `repeat` index (from 0).
+    #[serde(default = "default_repeat")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub repeat: u32,
 }
 
 fn default_n_predict() -> u32 {
     32
+}
+fn default_repeat() -> u32 {
+    1
 }
 fn default_true() -> bool {
     true

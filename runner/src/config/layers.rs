@@ -1,5 +1,5 @@
-//! Layering with figment: defaults < profile < job `[overrides]` < sweep point < `BMOE_*`
-//! environment < `--set key=value`; each resolved value remembers which layer gave it.
+//! Layering with figment: defaults < profile < job `[overrides]` < `--overrides FILE` < sweep
+//! point < `BMOE_*` environment < `--set key=value`; each resolved value remembers which layer gave it.
 use std::path::Path;
 
 use figment::providers::{Env, Serialized};
@@ -52,6 +52,9 @@ impl Provider for Layer {
 pub struct LayerInputs {
     /// `--set key=value` pairs, in order (the last wins).
     pub sets: Vec<(String, String)>,
+    /// `--overrides FILE` (e.g. written by `bmoe report --best --write-overrides`): the layer's
+    /// name as plan shows it, and its values.
+    pub overlay: Option<(String, serde_json::Map<String, Value>)>,
 }
 
 /// Parses one `--set` argument.
@@ -120,6 +123,18 @@ pub fn resolve(
     .merge(Layer {
         name: format!("job {} [overrides]", display_path(job_path)),
         values: overrides.clone(),
+    })
+    .merge(Layer {
+        name: inputs
+            .overlay
+            .as_ref()
+            .map(|(n, _)| n.clone())
+            .unwrap_or_else(|| "--overrides".into()),
+        values: inputs
+            .overlay
+            .as_ref()
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default(),
     })
     .merge(Layer {
         name: format!("job {} [sweep]", display_path(job_path)),

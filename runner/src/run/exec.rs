@@ -22,8 +22,8 @@ use crate::ident::{self, Machine};
 use crate::sink::csv::{resolve, CsvSink, Target};
 use crate::sink::row::{escape_text, logp_json, Row, SCHEMA_VERSION};
 
-/// (job, sweep point, item id): what identifies a row within a run.
-type RowKey = (String, String, String);
+/// (job, sweep point, item id, repeat index): what identifies a row within a run.
+type RowKey = (String, String, String, u32);
 
 /// How to run.
 #[derive(Debug, Clone, Default)]
@@ -125,7 +125,7 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
     let mut done = HashSet::new();
     for rows in rows_by_csv.values() {
         for r in rows.iter().filter(|r| r.run_id == run_id) {
-            done.insert((r.job.clone(), r.point.clone(), r.item.clone()));
+            done.insert((r.job.clone(), r.point.clone(), r.item.clone(), r.repeat));
         }
     }
     if !opts.resume && !done.is_empty() {
@@ -191,12 +191,19 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
             .iter()
             .filter(|it| chosen.contains(it.id.as_str()))
             .collect();
-        let pending: Vec<_> = taken
-            .iter()
-            .copied()
-            .filter(|it| !done.contains(&(lj.job.name.clone(), unit.point.clone(), it.id.clone())))
-            .collect();
-        summary.skipped += (taken.len() - pending.len()) as u64;
+        // Repeat-major: the whole list once, then again, so a repeat never follows its own item
+        // (which would find the prompt already in the KV cache and the experts already read).
+        let mut pending = Vec::new();
+        for r in 0..lj.job.repeat.max(1) {
+            for &it in &taken {
+                let key = (lj.job.name.clone(), unit.point.clone(), it.id.clone(), r);
+                if done.contains(&key) {
+                    summary.skipped += 1;
+                } else {
+                    pending.push((it, r));
+                }
+            }
+        }
         let label = format!("{} on {} [{}]", lj.job.name, unit.profile.name, unit.point);
         if pending.is_empty() {
             progress.end_unit();
@@ -226,13 +233,53 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         base.profile_hash = ident::file_hash16(&unit.profile_path)?;
         let gen_opts = generate_options(lj);
 
-        for item in pending {
+        // Warmup: `warmup` items run on the fresh session and are thrown away, so the measured rows
+        // start with a warm expert cache. They are taken cycling through the list so that the last
+        // one is the list's last item: the first measured item then follows what it follows in
+        // every later pass, never itself (whose prompt would already be in the KV cache).
+        let n_warm = if lj.items.is_empty() {
+            0
+        } else {
+            lj.job.warmup as usize
+        };
+        for i in 0..n_warm {
+            if stop.requested() {
+                summary.interrupted = true;
+                break;
+            }
+            let len = lj.items.len();
+            let item = &lj.items[(i + len - n_warm % len) % len];
+            let mut scratch = base.clone();
+            match run_item(
+                &mut session,
+                lj.job.kind,
+                &item.payload,
+                &gen_opts,
+                stop,
+                &mut scratch,
+            ) {
+                Ok(true) => {}
+                Ok(false) | Err(EngineError::Cancelled) => {
+                    summary.interrupted = true;
+                    break;
+                }
+                // A refused item is reported on its measured run; warmup only warms.
+                Err(_) => {}
+            }
+        }
+        if summary.interrupted {
+            progress.end_unit();
+            break;
+        }
+
+        for (item, rep) in pending {
             if stop.requested() {
                 summary.interrupted = true;
                 break;
             }
             let mut row = Row {
                 item: item.id.clone(),
+                repeat: rep,
                 ..base.clone()
             };
             let outcome = run_item(

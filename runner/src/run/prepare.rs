@@ -8,7 +8,7 @@ use crate::config::diag::{display_path, ConfigErrors, Diagnostic};
 use crate::config::job::{load_job, LoadedJob};
 use crate::config::layers::{parse_set, resolve, LayerInputs, Resolved};
 use crate::config::profile::{load_profile, Profile};
-use crate::config::settings::point_label;
+use crate::config::settings::{point_label, Overrides};
 use crate::placement::{place, Placement};
 
 /// One engine session's worth of work: a job on a profile at one sweep point.
@@ -44,6 +44,9 @@ pub struct Selection {
     pub profile: Option<PathBuf>,
     /// `--set key=value`.
     pub sets: Vec<String>,
+    /// `--overrides FILE`: a TOML overlay of layered keys, above the job's `[overrides]` and below
+    /// its sweep.
+    pub overrides: Option<PathBuf>,
 }
 
 /// Loads, checks, layers and places everything; the error lists every problem found.
@@ -54,6 +57,18 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
         match parse_set(s) {
             Ok(kv) => inputs.sets.push(kv),
             Err(d) => diags.push(d),
+        }
+    }
+    if let Some(path) = &sel.overrides {
+        match crate::config::load::load::<Overrides>(
+            path,
+            "overrides",
+            &crate::schema::item_schema::<Overrides>(),
+        ) {
+            Ok((o, _)) => {
+                inputs.overlay = Some((format!("overrides {}", display_path(path)), o.0));
+            }
+            Err(mut e) => diags.append(&mut e.0),
         }
     }
     // A --profile is checked even when a job fails, so one pass shows the errors of both.
@@ -126,6 +141,17 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
                 }
             };
             for (k, _) in point {
+                if let Some((name, vals)) = &inputs.overlay {
+                    if vals.contains_key(k) {
+                        let w = format!(
+                            "{}: the sweep over {k} wins over {name}: each point runs its own {k}",
+                            display_path(&j.src.path)
+                        );
+                        if !warnings.contains(&w) {
+                            warnings.push(w);
+                        }
+                    }
+                }
                 let o = resolved.origin(k);
                 if !o.contains("[sweep]") && points.len() > 1 {
                     let w = format!("{}: sweep over {k} is overridden by {o}: every point runs with the same {k}", display_path(&j.src.path));

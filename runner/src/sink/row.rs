@@ -213,6 +213,9 @@ pub struct Row {
     /// generate: why it stopped (`n_predict`, `eog`, `context_full`, `cancelled`); empty otherwise.
     #[schemars(extend("x-since" = 2))]
     pub stopped: String,
+    /// Repeat index of this item at this point, from 0 (the job's `repeat`).
+    #[schemars(extend("x-since" = 2, "x-unit" = "count"))]
+    pub repeat: u32,
 }
 
 impl Row {

@@ -1,0 +1,425 @@
+//! `--best`: the winning point under an objective and requirements, why every other point lost,
+//! and the winner written back as a TOML overlay (`--write-overrides`).
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::input::Data;
+use super::stats::{known_name, known_names, lower_is_better, scalar, Group};
+use super::ReportError;
+
+/// A comparison in a `--require`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Op {
+    /// `<=`
+    Le,
+    /// `>=`
+    Ge,
+    /// `<`
+    Lt,
+    /// `>`
+    Gt,
+    /// `==` or `=`
+    Eq,
+}
+
+impl Op {
+    fn text(self) -> &'static str {
+        match self {
+            Op::Le => "<=",
+            Op::Ge => ">=",
+            Op::Lt => "<",
+            Op::Gt => ">",
+            Op::Eq => "==",
+        }
+    }
+    fn holds(self, v: f64, bound: f64) -> bool {
+        match self {
+            Op::Le => v <= bound,
+            Op::Ge => v >= bound,
+            Op::Lt => v < bound,
+            Op::Gt => v > bound,
+            Op::Eq => (v - bound).abs() <= 1e-9 * bound.abs().max(1.0),
+        }
+    }
+}
+
+/// One `--require NAME OP NUMBER`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Require {
+    /// Metric or column.
+    pub name: String,
+    /// Comparison.
+    pub op: Op,
+    /// Bound.
+    pub bound: f64,
+}
+
+impl std::fmt::Display for Require {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}{}", self.name, self.op.text(), fmt_num(self.bound))
+    }
+}
+
+/// Parses `peak_rss_mib<=6000` (several may be joined by commas).
+pub fn parse_requires(arg: &str) -> Result<Vec<Require>, ReportError> {
+    let mut out = Vec::new();
+    for part in arg.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        // Two-character operators first, so `<=` is not read as `<`.
+        let ops = [
+            ("<=", Op::Le),
+            (">=", Op::Ge),
+            ("==", Op::Eq),
+            ("<", Op::Lt),
+            (">", Op::Gt),
+            ("=", Op::Eq),
+        ];
+        let found = ops
+            .iter()
+            .filter_map(|(t, op)| part.find(t).map(|i| (i, *t, *op)))
+            .min_by_key(|(i, t, _)| (*i, usize::MAX - t.len()));
+        let Some((i, t, op)) = found else {
+            return Err(ReportError::BadRequire {
+                arg: part.to_string(),
+                detail: "expected NAME<=N, NAME>=N, NAME<N, NAME>N or NAME==N".into(),
+            });
+        };
+        let name = part[..i].trim();
+        let value = part[i + t.len()..].trim();
+        let bound: f64 = value.parse().map_err(|_| ReportError::BadRequire {
+            arg: part.to_string(),
+            detail: format!("expected a number after {t}, found {value:?}"),
+        })?;
+        if name.is_empty() {
+            return Err(ReportError::BadRequire {
+                arg: part.to_string(),
+                detail: "expected a metric or column name before the comparison".into(),
+            });
+        }
+        out.push(Require {
+            name: name.to_string(),
+            op,
+            bound,
+        });
+    }
+    Ok(out)
+}
+
+/// How the best point is chosen.
+#[derive(Debug, Clone)]
+pub struct BestSpec {
+    /// The metric or column to optimise.
+    pub objective: String,
+    /// Lower wins (default from the name: times, MiB, read per token).
+    pub minimize: bool,
+    /// Every requirement a point must meet.
+    pub requires: Vec<Require>,
+}
+
+/// Why a point lost.
+#[derive(Debug, Clone, Serialize)]
+pub struct Loser {
+    /// Job.
+    pub job: String,
+    /// Profile.
+    pub profile: String,
+    /// Point.
+    pub point: String,
+    /// Its objective value, if measured.
+    pub objective: Option<f64>,
+    /// Human reason.
+    pub reason: String,
+}
+
+/// The winner of one (job, profile).
+#[derive(Debug, Clone, Serialize)]
+pub struct Best {
+    /// Job.
+    pub job: String,
+    /// Profile.
+    pub profile: String,
+    /// Winning point label.
+    pub point: String,
+    /// Its swept values (what `--write-overrides` writes).
+    pub params: std::collections::BTreeMap<String, String>,
+    /// Objective name.
+    pub objective: String,
+    /// `max` or `min`.
+    pub direction: &'static str,
+    /// The winner's objective value.
+    pub value: f64,
+    /// Each requirement with the winner's value.
+    pub requires: Vec<(String, f64)>,
+    /// Every other point of the (job, profile), and why it lost.
+    pub others: Vec<Loser>,
+}
+
+/// Checks names against the inputs before choosing.
+pub fn validate(d: &Data, spec: &BestSpec) -> Result<(), ReportError> {
+    if !known_name(d, &spec.objective) {
+        return Err(ReportError::UnknownName {
+            flag: "--objective",
+            name: spec.objective.clone(),
+            known: known_names(d),
+        });
+    }
+    for r in &spec.requires {
+        if !known_name(d, &r.name) {
+            return Err(ReportError::UnknownName {
+                flag: "--require",
+                name: r.name.clone(),
+                known: known_names(d),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The default direction for an objective name.
+pub fn default_minimize(name: &str) -> bool {
+    lower_is_better(name)
+}
+
+fn fmt_num(v: f64) -> String {
+    if v == v.trunc() && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else if v.abs() >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.4}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}
+
+/// Picks the best point of each (job, profile); an error naming the closest point when no point
+/// of some pair meets every requirement.
+pub fn choose(d: &Data, groups: &[Group], spec: &BestSpec) -> Result<Vec<Best>, ReportError> {
+    validate(d, spec)?;
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for g in groups {
+        let p = (g.job.clone(), g.profile.clone());
+        if !pairs.contains(&p) {
+            pairs.push(p);
+        }
+    }
+    let mut out = Vec::new();
+    for (job, profile) in pairs {
+        let gs: Vec<&Group> = groups
+            .iter()
+            .filter(|g| g.job == job && g.profile == profile)
+            .collect();
+        // Per point: objective value, failed requirements (text), total relative shortfall.
+        let mut judged = Vec::new();
+        for g in &gs {
+            let obj = scalar(d, g, &spec.objective);
+            let mut fails = Vec::new();
+            let mut shortfall = 0.0;
+            for r in &spec.requires {
+                match scalar(d, g, &r.name) {
+                    Some(v) if r.op.holds(v, r.bound) => {}
+                    Some(v) => {
+                        fails.push(format!("{} is {} (needs {r})", r.name, fmt_num(v)));
+                        shortfall += (v - r.bound).abs() / r.bound.abs().max(1e-9);
+                    }
+                    None => {
+                        fails.push(format!("{} not measured (needs {r})", r.name));
+                        shortfall += f64::INFINITY;
+                    }
+                }
+            }
+            if obj.is_none() {
+                fails.push(format!("{} not measured", spec.objective));
+            }
+            judged.push((*g, obj, fails, shortfall));
+        }
+        let better = |a: f64, b: f64| if spec.minimize { a < b } else { a > b };
+        let mut win: Option<usize> = None;
+        for (i, (_, obj, fails, _)) in judged.iter().enumerate() {
+            let (Some(v), true) = (obj, fails.is_empty()) else {
+                continue;
+            };
+            match win {
+                Some(w) if !better(*v, judged[w].1.unwrap_or(f64::NAN)) => {}
+                _ => win = Some(i),
+            }
+        }
+        let Some(w) = win else {
+            // No point qualifies: name the one that came closest.
+            let closest = judged
+                .iter()
+                .min_by(|a, b| a.3.total_cmp(&b.3))
+                .map(|(g, _, fails, _)| format!("{} ({})", g.point, fails.join("; ")))
+                .unwrap_or_default();
+            return Err(ReportError::NoPointMeets {
+                job,
+                profile,
+                requires: spec
+                    .requires
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                closest,
+            });
+        };
+        let (wg, wv, _, _) = &judged[w];
+        let wv = wv.unwrap_or(f64::NAN);
+        let others = judged
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != w)
+            .map(|(_, (g, obj, fails, _))| {
+                let reason = if !fails.is_empty() {
+                    fails.join("; ")
+                } else {
+                    let v = obj.unwrap_or(f64::NAN);
+                    let pct = if wv != 0.0 {
+                        (v - wv) / wv.abs() * 100.0
+                    } else {
+                        0.0
+                    };
+                    if wv == 0.0 && v != 0.0 {
+                        format!("{} {} vs {}", spec.objective, fmt_num(v), fmt_num(wv))
+                    } else if v == wv {
+                        format!(
+                            "{} {} ties; the earlier point wins",
+                            spec.objective,
+                            fmt_num(v)
+                        )
+                    } else {
+                        format!(
+                            "{} {} vs {} ({pct:+.1}%)",
+                            spec.objective,
+                            fmt_num(v),
+                            fmt_num(wv)
+                        )
+                    }
+                };
+                Loser {
+                    job: g.job.clone(),
+                    profile: g.profile.clone(),
+                    point: g.point.clone(),
+                    objective: *obj,
+                    reason,
+                }
+            })
+            .collect();
+        out.push(Best {
+            job: wg.job.clone(),
+            profile: wg.profile.clone(),
+            point: wg.point.clone(),
+            params: wg.params.clone(),
+            objective: spec.objective.clone(),
+            direction: if spec.minimize { "min" } else { "max" },
+            value: wv,
+            requires: spec
+                .requires
+                .iter()
+                .map(|r| (r.to_string(), scalar(d, wg, &r.name).unwrap_or(f64::NAN)))
+                .collect(),
+            others,
+        });
+    }
+    Ok(out)
+}
+
+/// The winners as text for the terminal.
+pub fn render(bests: &[Best]) -> String {
+    let mut s = String::new();
+    for b in bests {
+        let _ = writeln!(
+            s,
+            "best point for job {} on profile {}: {}",
+            b.job, b.profile, b.point
+        );
+        let _ = writeln!(
+            s,
+            "  {} = {} ({} is better)",
+            b.objective,
+            fmt_num(b.value),
+            if b.direction == "min" {
+                "lower"
+            } else {
+                "higher"
+            }
+        );
+        for (r, v) in &b.requires {
+            let _ = writeln!(s, "  meets {r}: {}", fmt_num(*v));
+        }
+        for o in &b.others {
+            let _ = writeln!(s, "  lost: {}: {}", o.point, o.reason);
+        }
+    }
+    s
+}
+
+/// The winner as a TOML overlay of layered keys, for `--overrides FILE` on check/plan/run.
+pub fn overlay_toml(b: &Best, how: &str) -> Result<String, ReportError> {
+    if b.params.is_empty() {
+        return Err(ReportError::NothingSwept {
+            point: b.point.clone(),
+        });
+    }
+    let mut table = toml::Table::new();
+    for (k, v) in &b.params {
+        // The label wrote numbers and booleans bare and strings unquoted: read back the same way.
+        let val = match serde_json::from_str::<serde_json::Value>(v) {
+            Ok(serde_json::Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => toml::Value::Integer(i),
+                (None, Some(f)) => toml::Value::Float(f),
+                _ => toml::Value::String(v.clone()),
+            },
+            Ok(serde_json::Value::Bool(x)) => toml::Value::Boolean(x),
+            _ => toml::Value::String(v.clone()),
+        };
+        table.insert(k.clone(), val);
+    }
+    let body = toml::to_string(&table).map_err(|e| ReportError::Overlay(e.to_string()))?;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# Written by `{how}`: the best point of job {} on profile {}.",
+        b.job, b.profile
+    );
+    let _ = writeln!(
+        s,
+        "# Point {}: {} = {} ({}).",
+        b.point,
+        b.objective,
+        fmt_num(b.value),
+        if b.direction == "min" {
+            "lowest"
+        } else {
+            "highest"
+        }
+    );
+    for (r, v) in &b.requires {
+        let _ = writeln!(s, "# Meets {r} ({}).", fmt_num(*v));
+    }
+    // Only the swept values are the point: the job's own [overrides] stay in the job file.
+    s.push_str("# Only the swept values; the job's own [overrides] are not repeated here.\n");
+    s.push_str("# Use it with: bmoe check|plan|run JOB --overrides THIS_FILE\n");
+    s.push_str(&body);
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requires_parse() {
+        let r = parse_requires("peak_rss_mib<=6000, agreement>=0.99").unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].op, Op::Le);
+        assert_eq!(r[0].bound, 6000.0);
+        assert_eq!(r[1].name, "agreement");
+        assert_eq!(r[1].op, Op::Ge);
+        assert_eq!(parse_requires("rows=3").unwrap()[0].op, Op::Eq);
+        assert!(parse_requires("agreement").is_err());
+        assert!(parse_requires("agreement>=lots").is_err());
+        assert!(parse_requires(">=1").is_err());
+    }
+}

@@ -1,0 +1,284 @@
+//! The report as Markdown (terminals, pull requests), one self-contained HTML page (inline SVG, no
+//! script, no font or anything else from the network) or JSON (dashboards).
+use std::fmt::Write as _;
+
+use comfy_table::{presets::ASCII_MARKDOWN, Table};
+use serde_json::json;
+
+use super::best::render as render_best;
+use super::stats::{Group, Stat, METRICS};
+use super::Report;
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// One HTML file.
+    Html,
+    /// Markdown.
+    Md,
+    /// JSON.
+    Json,
+}
+
+/// Renders `r` in `f`.
+pub fn render(r: &Report, f: Format) -> String {
+    match f {
+        Format::Html => html(r),
+        Format::Md => markdown(r),
+        Format::Json => json_text(r),
+    }
+}
+
+fn num(v: f64) -> String {
+    let a = v.abs();
+    if v == 0.0 {
+        "0".into()
+    } else if a >= 1000.0 {
+        format!("{v:.0}")
+    } else if a >= 100.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+fn stat_cell(s: Option<&Stat>) -> String {
+    match s {
+        Some(s) if s.n > 1 => format!("{} ({}..{})", num(s.median), num(s.p10), num(s.p90)),
+        Some(s) => num(s.median),
+        None => "-".into(),
+    }
+}
+
+/// (job, profile) pairs in first-seen order, each with its groups.
+fn tables(r: &Report) -> Vec<((String, String), Vec<&Group>)> {
+    let mut out: Vec<((String, String), Vec<&Group>)> = Vec::new();
+    for g in &r.groups {
+        let k = (g.job.clone(), g.profile.clone());
+        match out.iter_mut().find(|(kk, _)| *kk == k) {
+            Some((_, v)) => v.push(g),
+            None => out.push((k, vec![g])),
+        }
+    }
+    out
+}
+
+/// Header and cells of one (job, profile) table: metric columns no group measured are left out.
+fn table_rows(gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
+    let metrics: Vec<&(&str, &str, &str)> = METRICS
+        .iter()
+        .filter(|(m, _, _)| gs.iter().any(|g| g.metrics.contains_key(*m)))
+        .collect();
+    let acc = gs.iter().any(|g| g.accuracy.is_some());
+    let agr = gs.iter().any(|g| g.agreement.is_some());
+    let mut head = vec!["point".to_string(), "rows".to_string()];
+    head.extend(metrics.iter().map(|(_, h, _)| h.to_string()));
+    if acc {
+        head.push("accuracy".into());
+    }
+    if agr {
+        head.push(format!(
+            "agreement vs {}",
+            gs.iter()
+                .find_map(|g| g.agreement.as_ref().map(|a| a.reference.clone()))
+                .unwrap_or_default()
+        ));
+    }
+    let mut rows = Vec::new();
+    for g in gs {
+        let mut rowtxt = format!("{}", g.rows);
+        if g.errors > 0 {
+            let _ = write!(rowtxt, " ({} refused)", g.errors);
+        }
+        if let Some(n) = g.repeats {
+            if n > 1 {
+                let _ = write!(rowtxt, " x{n} repeats");
+            }
+        }
+        let mut cells = vec![g.point.clone(), rowtxt];
+        cells.extend(metrics.iter().map(|(m, _, _)| stat_cell(g.metrics.get(*m))));
+        if acc {
+            cells.push(
+                g.accuracy
+                    .as_ref()
+                    .map(|a| format!("{:.3} (n={})", a.value, a.n))
+                    .unwrap_or("-".into()),
+            );
+        }
+        if agr {
+            cells.push(
+                g.agreement
+                    .as_ref()
+                    .map(|a| format!("{:.3} (n={})", a.value, a.n))
+                    .unwrap_or("-".into()),
+            );
+        }
+        rows.push(cells);
+    }
+    (head, rows)
+}
+
+fn markdown(r: &Report) -> String {
+    let mut s = String::from("# bmoe report\n\n");
+    for i in &r.inputs {
+        let _ = writeln!(s, "- input `{}`: {} rows", i.path, i.rows);
+    }
+    s.push_str("\nCells: median (p10..p90) over the group's rows; `-` = not measured.\n");
+    for ((job, profile), gs) in tables(r) {
+        let _ = writeln!(s, "\n## job {job} on profile {profile}\n");
+        let (head, rows) = table_rows(&gs);
+        let mut t = Table::new();
+        t.load_style(ASCII_MARKDOWN).set_header(head);
+        for row in rows {
+            t.add_row(row);
+        }
+        let _ = writeln!(s, "{t}");
+    }
+    if !r.best.is_empty() {
+        s.push_str("\n## Best point\n\n```\n");
+        s.push_str(&render_best(&r.best));
+        s.push_str("```\n");
+    }
+    if !r.notes.is_empty() {
+        s.push_str("\n## Notes\n\n");
+        for n in &r.notes {
+            let _ = writeln!(s, "- {n}");
+        }
+    }
+    s.push_str("\n## Metrics\n\n");
+    for (m, h, what) in METRICS {
+        let _ = writeln!(s, "- {h} (`{m}`): {what}");
+    }
+    s
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Escapes text for HTML and shows `code` spans (the notes' Markdown) as `<code>`.
+fn esc_code(s: &str) -> String {
+    esc(s)
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                format!("<code>{part}</code>")
+            } else {
+                part.to_string()
+            }
+        })
+        .collect()
+}
+
+fn html(r: &Report) -> String {
+    let mut s = String::new();
+    s.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    // Nothing may load from anywhere: the page is read offline and attached to e-mails.
+    s.push_str("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n");
+    let _ = writeln!(
+        s,
+        "<meta name=\"bmoe-plots\" content=\"{}\">",
+        r.plots.len()
+    );
+    s.push_str("<title>bmoe report</title>\n<style>\n");
+    s.push_str("body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1100px}\n");
+    s.push_str("table{border-collapse:collapse;margin:.5em 0 1.5em}\n");
+    s.push_str("th,td{border:1px solid #bbb;padding:3px 8px;text-align:right;font-size:14px}\n");
+    s.push_str("th{background:#eee}td:first-child{text-align:left}\n");
+    s.push_str("figure{margin:1em 0}figcaption{font-size:14px;color:#555}\n");
+    s.push_str("pre{background:#f6f6f6;padding:.6em}\n</style>\n</head>\n<body>\n");
+    s.push_str("<h1>bmoe report</h1>\n<ul>\n");
+    for i in &r.inputs {
+        let _ = writeln!(
+            s,
+            "<li>input <code>{}</code>: {} rows</li>",
+            esc(&i.path),
+            i.rows
+        );
+    }
+    s.push_str("</ul>\n<p>Cells: median (p10..p90) over the group's rows; - = not measured.</p>\n");
+    for ((job, profile), gs) in tables(r) {
+        let _ = writeln!(s, "<h2>job {} on profile {}</h2>", esc(&job), esc(&profile));
+        let (head, rows) = table_rows(&gs);
+        s.push_str("<table>\n<tr>");
+        for h in head {
+            let _ = write!(s, "<th>{}</th>", esc(&h));
+        }
+        s.push_str("</tr>\n");
+        for row in rows {
+            s.push_str("<tr>");
+            for c in row {
+                let _ = write!(s, "<td>{}</td>", esc(&c));
+            }
+            s.push_str("</tr>\n");
+        }
+        s.push_str("</table>\n");
+    }
+    if !r.best.is_empty() {
+        let _ = writeln!(
+            s,
+            "<h2>Best point</h2>\n<pre>{}</pre>",
+            esc(&render_best(&r.best))
+        );
+    }
+    if !r.plots.is_empty() {
+        s.push_str("<h2>Plots</h2>\n");
+    }
+    for p in &r.plots {
+        // plotters writes a standalone document: drop its XML prolog to inline it.
+        let svg = match p.svg.find("<svg") {
+            Some(i) => &p.svg[i..],
+            None => p.svg.as_str(),
+        };
+        let _ = writeln!(
+            s,
+            "<figure id=\"plot-{}\">\n{}\n<figcaption>{}</figcaption>\n</figure>",
+            p.id,
+            svg,
+            esc(&p.title)
+        );
+    }
+    if !r.notes.is_empty() {
+        s.push_str("<h2>Notes</h2>\n<ul>\n");
+        for n in &r.notes {
+            let _ = writeln!(s, "<li>{}</li>", esc_code(n));
+        }
+        s.push_str("</ul>\n");
+    }
+    s.push_str("<h2>Metrics</h2>\n<ul>\n");
+    for (m, h, what) in METRICS {
+        let _ = writeln!(
+            s,
+            "<li>{} (<code>{}</code>): {}</li>",
+            esc(h),
+            esc(m),
+            esc_code(what)
+        );
+    }
+    s.push_str("</ul>\n</body>\n</html>\n");
+    s
+}
+
+fn json_text(r: &Report) -> String {
+    let v = json!({
+        "format": "bmoe-report",
+        "version": 1,
+        "inputs": r.inputs,
+        "notes": r.notes,
+        "metrics": METRICS.iter().map(|(m, h, what)| json!({"name": m, "heading": h, "meaning": what})).collect::<Vec<_>>(),
+        "groups": r.groups,
+        "plots": r.plots,
+        "profile_ram_mib": r.ram,
+        "best": r.best,
+    });
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(&v).unwrap_or_else(|_| "{}".into())
+    )
+}

@@ -1,0 +1,452 @@
+//! `bmoe report`: the example sweep with repeats, reported in three formats (the JSON checked
+//! against medians recomputed here from the CSV), the best point written back and planned, and
+//! bad input refused clearly.
+mod common;
+use std::collections::BTreeMap;
+
+use common::{text, Project};
+
+/// The repository's profiles/ and jobs/ beside the tiny model, the sweep given repeats.
+fn sweep_project(warmup: u32, repeat: u32) -> Project {
+    let p = Project::new();
+    for dir in ["profiles", "jobs"] {
+        std::fs::create_dir_all(p.path(dir)).unwrap();
+        for e in std::fs::read_dir(common::repo_root().join(dir)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(
+                e.path(),
+                p.path(&format!("{dir}/{}", e.file_name().to_string_lossy())),
+            )
+            .unwrap();
+        }
+    }
+    let job = p.read("jobs/sweep-cache.toml").replacen(
+        "[overrides]",
+        &format!("warmup = {warmup}\nrepeat = {repeat}\n\n[overrides]"),
+        1,
+    );
+    p.write("jobs/sweep-cache.toml", &job);
+    p
+}
+
+/// The CSV as maps from column name to cell.
+fn rows(csv: &str) -> Vec<BTreeMap<String, String>> {
+    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
+    let h: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
+    rdr.records()
+        .map(|r| {
+            let r = r.unwrap();
+            h.iter().cloned().zip(r.iter().map(String::from)).collect()
+        })
+        .collect()
+}
+
+/// The median, computed independently of the report's quantile code.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() {
+    let p = sweep_project(1, 2);
+    let o = p.bmoe(&["run", "jobs/sweep-cache.toml", "--quiet", "--run-id", "r1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = p.read("runs/sweep-cache.csv");
+    let all = rows(&csv);
+    let items = p.read("jobs/agent-replay.jsonl").lines().count();
+    // Every (point, item) twice, repeat 0 and 1; warmup rows are not written.
+    assert_eq!(all.len(), 3 * items * 2, "{csv}");
+    let mut keys = std::collections::BTreeSet::new();
+    for r in &all {
+        assert!(keys.insert((r["point"].clone(), r["item"].clone(), r["repeat"].clone())));
+        assert!(r["repeat"] == "0" || r["repeat"] == "1", "{r:?}");
+    }
+
+    // Warmup ran unwritten: the first measured row of the largest cache already finds experts
+    // resident (a cold session's first row hits nothing).
+    let first = all
+        .iter()
+        .find(|r| r["point"] == "cache_mb=2" && r["repeat"] == "0")
+        .unwrap();
+    let hit: f64 = first["cache_hit_pct"].parse().unwrap();
+    assert!(hit > 0.0, "no warm cache after warmup: {first:?}");
+
+    // --resume after losing the last rows writes back exactly those, with their repeat index.
+    let lines: Vec<&str> = csv.lines().collect();
+    let keep = lines.len() - 3;
+    p.write("runs/sweep-cache.csv", &(lines[..keep].join("\n") + "\n"));
+    let o = p.bmoe(&[
+        "run",
+        "jobs/sweep-cache.toml",
+        "--quiet",
+        "--resume",
+        "--run-id",
+        "r1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("3 rows appended"), "{}", text(&o));
+    let csv = p.read("runs/sweep-cache.csv");
+    let after = rows(&csv);
+    assert_eq!(after.len(), all.len());
+    let mut again = std::collections::BTreeSet::new();
+    for r in &after {
+        again.insert((r["point"].clone(), r["item"].clone(), r["repeat"].clone()));
+    }
+    assert_eq!(again, keys);
+
+    // Markdown on stdout.
+    let o = p.bmoe(&["report", "runs/sweep-cache.csv"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let md = String::from_utf8_lossy(&o.stdout).to_string();
+    for want in [
+        "| point",
+        "cache_mb=0",
+        "cache_mb=2",
+        "prefill tok/s",
+        "agreement vs cache_mb=0",
+    ] {
+        assert!(md.contains(want), "{want}: {md}");
+    }
+
+    // JSON: the medians match the CSV.
+    let o = p.bmoe(&["report", "runs/sweep-cache.csv", "-o", "out/report.json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_str(&p.read("out/report.json")).unwrap();
+    let groups = j["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 3);
+    for g in groups {
+        let point = g["point"].as_str().unwrap();
+        let mine: Vec<&BTreeMap<String, String>> =
+            after.iter().filter(|r| r["point"] == point).collect();
+        assert_eq!(g["rows"].as_u64().unwrap() as usize, mine.len());
+        assert_eq!(g["repeats"].as_u64(), Some(2));
+        let col = |r: &BTreeMap<String, String>, c: &str| r[c].parse::<f64>().unwrap();
+        let tps = median(mine.iter().map(|r| col(r, "prefill_tps")).collect());
+        let got = g["metrics"]["prefill_tps"]["median"].as_f64().unwrap();
+        assert!(
+            close(tps, got),
+            "{point}: prefill_tps median {got}, CSV says {tps}"
+        );
+        let per_tok = median(
+            mine.iter()
+                .map(|r| col(r, "read_mib") / (col(r, "n_prompt") + col(r, "tokens")))
+                .collect(),
+        );
+        let got = g["metrics"]["read_mib_per_token"]["median"]
+            .as_f64()
+            .unwrap();
+        assert!(
+            close(per_tok, got),
+            "{point}: read/token {got} vs {per_tok}"
+        );
+        let hits: Vec<f64> = mine
+            .iter()
+            .map(|r| col(r, "cache_hit_pct"))
+            .filter(|v| *v >= 0.0)
+            .collect();
+        if !hits.is_empty() {
+            let got = g["metrics"]["cache_hit_pct"]["median"].as_f64().unwrap();
+            assert!(close(median(hits), got), "{point}: cache hit");
+        }
+        // Greedy decisions do not depend on the cache size: full agreement with cache_mb=0.
+        assert_eq!(g["agreement"]["reference"], "cache_mb=0");
+        assert_eq!(g["agreement"]["value"].as_f64(), Some(1.0));
+    }
+    // Rows carry peak_rss_mib (schema 2), but no profile RAM was given: no RSS plot, and a note.
+    let notes = j["notes"].to_string();
+    assert!(notes.contains("no profile RAM known"), "{notes}");
+    for g in groups {
+        assert!(
+            g["metrics"]["peak_rss_mib"]["median"]
+                .as_f64()
+                .unwrap_or(0.0)
+                > 0.0,
+            "{g}"
+        );
+    }
+
+    // HTML: self-contained, four plots (peak RSS drawn, without a RAM line).
+    let o = p.bmoe(&["report", "runs/sweep-cache.csv", "-o", "out/report.html"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let html = p.read("out/report.html");
+    assert_eq!(html.matches("<svg").count(), 4, "{html}");
+    assert!(html.contains("<meta name=\"bmoe-plots\" content=\"4\">"));
+    for banned in ["<script", "<link", "url(", "@import", "@font-face"] {
+        assert!(!html.contains(banned), "{banned}");
+    }
+    for id in ["plot-speed", "plot-prefill", "plot-read"] {
+        assert!(html.contains(id), "{id}");
+    }
+
+    // The best point, written back, checks and shows as its own layer in plan.
+    let o = p.bmoe(&[
+        "report",
+        "runs/sweep-cache.csv",
+        "--best",
+        "--objective",
+        "read_mib_per_token",
+        "--require",
+        "agreement>=0.99",
+        "--write-overrides",
+        "best.toml",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let best = &j["best"][0];
+    // Reading less per token is better, and the largest cache reads least.
+    assert_eq!(best["direction"], "min");
+    assert_eq!(best["point"], "cache_mb=2", "{best}");
+    assert_eq!(best["others"].as_array().unwrap().len(), 2);
+    let overlay = p.read("best.toml");
+    assert!(overlay.contains("\ncache_mb = 2\n"), "{overlay}");
+    let job = p
+        .read("jobs/sweep-cache.toml")
+        .replace("[sweep]\ncache_mb = [0, 1, 2]", "")
+        .replace("name = \"sweep-cache\"", "name = \"tuned\"");
+    p.write("jobs/tuned.toml", &job);
+    let o = p.bmoe(&["check", "jobs/tuned.toml", "--overrides", "best.toml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = p.bmoe(&["plan", "jobs/tuned.toml", "--overrides", "best.toml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let plan = text(&o);
+    let line = plan
+        .lines()
+        .find(|l| l.trim_start().starts_with("cache_mb"))
+        .unwrap();
+    assert!(
+        line.contains(" 2 ") && line.contains("overrides best.toml"),
+        "{plan}"
+    );
+    // A sweep over the same key still sweeps, and says so.
+    let o = p.bmoe(&["plan", "jobs/sweep-cache.toml", "--overrides", "best.toml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("the sweep over cache_mb wins over overrides best.toml"));
+}
+
+const HEAD_V1: &str =
+    "run_id,job,profile,point,item,cache_mb,n_prompt,prefill_s,prefill_tps,best,schema_version\n";
+const HEAD_V2: &str = "schema_version,run_id,job,profile,point,item,cache_mb,n_prompt,prefill_s,prefill_tps,best,peak_rss_mib,correct\n";
+
+/// Two CSVs of different schema versions (columns in another order, some only in the newer).
+fn two_versions(p: &Project) {
+    let mut a = String::from(HEAD_V1);
+    let mut b = String::from(HEAD_V2);
+    for (cache, tps, rss) in [(100, 50.0, 5000), (200, 80.0, 6100), (300, 90.0, 7000)] {
+        for item in 0..4 {
+            let t = tps + item as f64;
+            a.push_str(&format!(
+                "r1,tune,phone,cache_mb={cache},{item},{cache},100,{},{t},{},1\n",
+                100.0 / t,
+                item % 2
+            ));
+            b.push_str(&format!(
+                "2,r2,tune,phone,cache_mb={cache},{item},{cache},100,{},{t},{},{},{}\n",
+                100.0 / t,
+                item % 2,
+                rss + item,
+                if cache == 300 && item == 0 {
+                    "false"
+                } else {
+                    "true"
+                }
+            ));
+        }
+    }
+    p.write("a.csv", &a);
+    p.write("b.csv", &b);
+    p.write(
+        "phone.toml",
+        "name = \"phone\"\nram_mb = 8192\n[engine]\nthreads = 2\n",
+    );
+}
+
+#[test]
+fn csvs_of_different_schema_versions_are_read_by_name() {
+    let p = Project::new();
+    two_versions(&p);
+    let o = p.bmoe(&[
+        "report",
+        "a.csv",
+        "b.csv",
+        "--profile-file",
+        "phone.toml",
+        "-o",
+        "r.json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_str(&p.read("r.json")).unwrap();
+    let notes = j["notes"].to_string();
+    assert!(notes.contains("different schema versions"), "{notes}");
+    assert!(
+        notes.contains("a.csv: 1") && notes.contains("b.csv: 2"),
+        "{notes}"
+    );
+    let g = &j["groups"][0];
+    assert_eq!(g["rows"], 8);
+    // peak RSS only from b.csv's rows: 5000..5003.
+    assert_eq!(g["metrics"]["peak_rss_mib"]["n"], 4);
+    assert_eq!(
+        g["metrics"]["peak_rss_mib"]["median"].as_f64(),
+        Some(5001.5)
+    );
+    assert_eq!(j["groups"][2]["accuracy"]["value"].as_f64(), Some(0.75));
+    assert_eq!(j["profile_ram_mib"]["phone"].as_f64(), Some(8192.0));
+    // With peak RSS present, its plot is drawn, with the profile's RAM as a line.
+    let o = p.bmoe(&[
+        "report",
+        "a.csv",
+        "b.csv",
+        "--profile-file",
+        "phone.toml",
+        "-o",
+        "r.html",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let html = p.read("r.html");
+    // Speed, prefill and peak RSS; no read_mib column, so no read plot (and a note says so).
+    assert_eq!(html.matches("<svg").count(), 3);
+    assert!(html.contains("plot-rss") && html.contains("phone RAM"));
+    assert!(html.contains("read plot left out: no row measured read_mib_per_token"));
+
+    // --require that a point meets picks it; one that none meets names the closest.
+    let o = p.bmoe(&[
+        "report",
+        "a.csv",
+        "b.csv",
+        "--objective",
+        "prefill_tps",
+        "--require",
+        "peak_rss_mib<=6500",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(
+        out.contains("best point for job tune on profile phone: cache_mb=200"),
+        "{out}"
+    );
+    assert!(
+        out.contains("lost: cache_mb=300: peak_rss_mib is 7001.5 (needs peak_rss_mib<=6500)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("lost: cache_mb=100: prefill_tps 51.5 vs 81.5"),
+        "{out}"
+    );
+}
+
+/// Runs `bmoe report` expecting failure, nothing written, and every `want` in the message.
+fn refused(p: &Project, args: &[&str], want: &[&str]) {
+    let mut all = vec!["report"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", "out.html"]);
+    let o = p.bmoe(&all);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+    for w in want {
+        assert!(t.contains(w), "{w}: {t}");
+    }
+    assert!(
+        !p.path("out.html").exists(),
+        "a refused report wrote its output"
+    );
+}
+
+#[test]
+fn bad_input_is_refused_clearly() {
+    let p = Project::new();
+    two_versions(&p);
+    p.write("empty.csv", "");
+    p.write("header-only.csv", HEAD_V1);
+    p.write("other.csv", "name,score\nalice,3\n");
+    refused(&p, &["empty.csv"], &["empty.csv: empty file"]);
+    refused(
+        &p,
+        &["other.csv"],
+        &[
+            "other.csv: not a bmoe telemetry CSV",
+            "no column job, profile, point, item",
+            "name,score",
+        ],
+    );
+    refused(&p, &["missing.csv"], &["missing.csv"]);
+    refused(&p, &["header-only.csv"], &["header but no rows"]);
+    refused(
+        &p,
+        &["empty.csv", "other.csv"],
+        &["nothing to report", "empty.csv", "other.csv"],
+    );
+    refused(
+        &p,
+        &["a.csv", "--objective", "speed"],
+        &["--objective speed: no such metric or column", "prefill_tps"],
+    );
+    refused(
+        &p,
+        &["a.csv", "b.csv", "--require", "peak_rss_mib<=4000"],
+        &[
+            "no point meets peak_rss_mib<=4000",
+            "the closest is cache_mb=100",
+            "peak_rss_mib is 5001.5",
+        ],
+    );
+    refused(
+        &p,
+        &["a.csv", "--require", "peak_rss_mib"],
+        &["--require", "expected NAME<=N"],
+    );
+    refused(
+        &p,
+        &["a.csv", "--reference", "cache_mb=5"],
+        &["--reference cache_mb=5", "cache_mb=100"],
+    );
+    refused(
+        &p,
+        &["a.csv", "--job", "nope"],
+        &["no rows of --job nope", "tune"],
+    );
+    // A foreign file among good ones is left out with a warning; the report still comes out.
+    let o = p.bmoe(&["report", "a.csv", "other.csv"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("warning: left out: other.csv"),
+        "{}",
+        text(&o)
+    );
+    // --write-overrides with nothing swept has no values to write.
+    let base = HEAD_V1.to_string() + "r1,j,p,base,0,0,10,0.1,100,1,1\n";
+    p.write("base.csv", &base);
+    let o = p.bmoe(&[
+        "report",
+        "base.csv",
+        "--best",
+        "--write-overrides",
+        "o.toml",
+    ]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("nothing was swept"), "{}", text(&o));
+    assert!(!p.path("o.toml").exists());
+    // A point label that is no layered key (a hand-edited CSV) makes no overlay.
+    let odd = HEAD_V1.to_string() + "r1,j,p,colour=red,0,0,10,0.1,100,1,1\n";
+    p.write("odd.csv", &odd);
+    let o = p.bmoe(&["report", "odd.csv", "--best", "--write-overrides", "o.toml"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("point colour=red does not make a valid overlay"),
+        "{}",
+        text(&o)
+    );
+    assert!(!p.path("o.toml").exists());
+}
