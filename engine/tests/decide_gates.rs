@@ -8,6 +8,8 @@
 //! choice.
 mod common;
 
+use common::{req, trace, PREFIX};
+
 use bmoe_engine::{
     CancelToken, DecideRecord, DecideRequest, GenerateOptions, LoadOptions, Model, PrefixReuse,
     ReuseOutcome, Scoring, SessionOptions, StreamOptions,
@@ -23,15 +25,6 @@ fn opts(reuse: PrefixReuse) -> SessionOptions {
     }
 }
 
-fn req(prefix: &str, suffix: &str) -> DecideRequest {
-    DecideRequest {
-        prefix: prefix.into(),
-        suffix: suffix.into(),
-        choices: vec!["A".into(), "B".into(), "C".into()],
-        ..Default::default()
-    }
-}
-
 fn bits(r: &DecideRecord) -> Vec<u64> {
     r.choice_logp.iter().map(|v| v.to_bits()).collect()
 }
@@ -43,8 +36,6 @@ fn max_delta(a: &DecideRecord, b: &DecideRecord) -> f64 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f64::max)
 }
-
-const PREFIX: &str = "System: you operate a phone for the user. Task: book a table for two at an Italian place tonight. History: opened the maps app; searched for restaurants; ";
 
 #[test]
 fn g18a_reuse_equals_the_same_two_pieces_and_keeps_best() {
@@ -96,48 +87,6 @@ fn g18a_reuse_equals_the_same_two_pieces_and_keeps_best() {
     let again = w.decide(&b).unwrap();
     assert_eq!((again.reuse, again.n_prefilled), (ReuseOutcome::Hit, 0));
     assert_eq!(bits(&again), bits(&auto));
-}
-
-/// Fifty decisions shaped like an agent trace: the history grows, repeats, shrinks, and is edited
-/// in the middle of a word; a generate after the 20th and a perplexity after the 35th.
-fn trace() -> Vec<DecideRequest> {
-    let steps = [
-        "tapped Search; ",
-        "typed pizza; ",
-        "scrolled down; ",
-        "opened Luigi's; ",
-        "read reviews; ",
-        "went back; ",
-        "opened Marco's; ",
-    ];
-    let mut history: Vec<String> = Vec::new();
-    let mut out = Vec::new();
-    for i in 0..50 {
-        match i % 7 {
-            // Shrink: the agent undid a step.
-            5 if !history.is_empty() => {
-                history.pop();
-            }
-            // Repeat: the same decision again (the agent retried).
-            3 if !out.is_empty() => {
-                let last: DecideRequest = out.last().cloned().unwrap();
-                out.push(last);
-                continue;
-            }
-            _ => history.push(steps[i % steps.len()].to_string()),
-        }
-        let mut h = history.concat();
-        if i % 11 == 4 && h.len() > 20 {
-            // Diverge in the middle of a word.
-            let mid = h.len() / 2;
-            h.replace_range(mid..mid + 1, "x");
-        }
-        out.push(req(
-            &format!("{PREFIX}{h}"),
-            &format!("Screen {}: which button? A, B or C.", i % 4),
-        ));
-    }
-    out
 }
 
 /// Runs the trace in one session; returns each decision's record.

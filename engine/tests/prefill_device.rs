@@ -471,3 +471,46 @@ fn a_refused_weight_type_is_converted_for_the_device_copy_only() {
         "the short prompt stayed on the CPU"
     );
 }
+
+/// G18b on the loopback prefill device: fifty decisions (repeat, extend, shrink, mid-word edits)
+/// with reuse, wide pieces through the arena. `auto` equals the all-CPU run without reuse bit
+/// for bit; `on` keeps every `best`.
+#[test]
+fn g18b_prefix_reuse_on_the_loopback_device() {
+    use bmoe_engine::{PrefixReuse, SessionOptions};
+    let name = loopback();
+    let replay = |m: &Model, reuse: PrefixReuse| -> Vec<bmoe_engine::DecideRecord> {
+        let mut s = m
+            .session(&SessionOptions {
+                prefix_reuse: reuse,
+                ..narrow()
+            })
+            .unwrap();
+        common::trace()
+            .iter()
+            .map(|r| s.decide(r).unwrap())
+            .collect()
+    };
+    let cpu = Model::load(&LoadOptions::new(common::tiny())).unwrap();
+    let off = replay(&cpu, PrefixReuse::Off);
+    drop(cpu);
+    let m = load(&common::tiny(), None, Some(device(&name, true)));
+    let auto = replay(&m, PrefixReuse::Auto);
+    let on = replay(&m, PrefixReuse::On);
+    assert!(
+        m.prefill_dev_counters().tokens > 0,
+        "wide pieces must run on the device"
+    );
+    for (i, ((a, b), c)) in off.iter().zip(&on).zip(&auto).enumerate() {
+        let bits = |r: &bmoe_engine::DecideRecord| -> Vec<u64> {
+            r.choice_logp.iter().map(|v| v.to_bits()).collect()
+        };
+        assert_eq!(
+            bits(a),
+            bits(c),
+            "decision {i}: auto on the device != cpu off"
+        );
+        assert_eq!(a.best, b.best, "decision {i}: best differs with reuse on");
+    }
+    assert!(on.iter().map(|r| r.n_reused).sum::<u32>() > 0);
+}

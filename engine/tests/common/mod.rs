@@ -52,3 +52,58 @@ pub fn session_opts() -> bmoe_engine::SessionOptions {
         ..Default::default()
     }
 }
+
+/// An agent-like prefix: instructions, a task, the start of a history.
+pub const PREFIX: &str = "System: you operate a phone for the user. Task: book a table for two at an Italian place tonight. History: opened the maps app; searched for restaurants; ";
+
+/// A decision over the choices A, B, C.
+pub fn req(prefix: &str, suffix: &str) -> bmoe_engine::DecideRequest {
+    bmoe_engine::DecideRequest {
+        prefix: prefix.into(),
+        suffix: suffix.into(),
+        choices: vec!["A".into(), "B".into(), "C".into()],
+        ..Default::default()
+    }
+}
+
+/// Fifty decisions shaped like an agent trace: the history grows, repeats, shrinks, and is edited
+/// in the middle of a word; a generate after the 20th and a perplexity after the 35th.
+pub fn trace() -> Vec<bmoe_engine::DecideRequest> {
+    let steps = [
+        "tapped Search; ",
+        "typed pizza; ",
+        "scrolled down; ",
+        "opened Luigi's; ",
+        "read reviews; ",
+        "went back; ",
+        "opened Marco's; ",
+    ];
+    let mut history: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    for i in 0..50 {
+        match i % 7 {
+            // Shrink: the agent undid a step.
+            5 if !history.is_empty() => {
+                history.pop();
+            }
+            // Repeat: the same decision again (the agent retried).
+            3 if !out.is_empty() => {
+                let last: bmoe_engine::DecideRequest = out.last().cloned().unwrap();
+                out.push(last);
+                continue;
+            }
+            _ => history.push(steps[i % steps.len()].to_string()),
+        }
+        let mut h = history.concat();
+        if i % 11 == 4 && h.len() > 20 {
+            // Diverge in the middle of a word.
+            let mid = h.len() / 2;
+            h.replace_range(mid..mid + 1, "x");
+        }
+        out.push(req(
+            &format!("{PREFIX}{h}"),
+            &format!("Screen {}: which button? A, B or C.", i % 4),
+        ));
+    }
+    out
+}
