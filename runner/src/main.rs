@@ -4,6 +4,7 @@ mod compare;
 mod config;
 mod direct;
 mod placement;
+mod probe;
 mod run;
 mod schema;
 mod sink;
@@ -25,8 +26,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Check job and profile files (schema, then semantics, then placement); loads no model.
-    Check(Target),
+    /// Check job and profile files (schema, then semantics, then placement), then load each model
+    /// once in a child process (the probe; --no-probe skips it).
+    Check(CheckArgs),
     /// Print each resolved value and where it came from, the placement and the memory budget.
     Plan(Target),
     /// Run jobs: one CSV row per decision, prompt or text.
@@ -45,6 +47,21 @@ enum Command {
     Decide(direct::DecideArgs),
     /// Perplexity of a text file.
     Ppl(direct::PplArgs),
+    /// The probe's child process: load a model, generate one token (used by check and run).
+    #[command(name = "__probe", hide = true)]
+    Probe {
+        /// The GGUF model.
+        model: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Do not load the models in a child process (trusted files); only their headers are checked.
+    #[arg(long)]
+    no_probe: bool,
 }
 
 /// Jobs and how to configure them.
@@ -86,6 +103,10 @@ struct RunArgs {
     /// No progress bars (they are drawn only on a terminal anyway).
     #[arg(long, short = 'q')]
     quiet: bool,
+    /// Do not load each model once in a child process first (trusted files): a model that makes
+    /// llama.cpp abort then ends the whole run instead of writing error rows.
+    #[arg(long)]
+    no_probe: bool,
 }
 
 #[derive(Args)]
@@ -139,10 +160,17 @@ fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Generate(a) => done(direct::run_generate(a)),
         Command::Decide(a) => done(direct::run_decide(a)),
         Command::Ppl(a) => done(direct::run_ppl(a)),
-        Command::Check(t) => {
+        Command::Probe { model } => done(probe::run_child(&model)),
+        Command::Check(a) => {
+            let t = &a.target;
             let p = prepare(&t.jobs, &t.selection())?;
             print_warnings(&p);
+            let bad = check_models(&p, !a.no_probe)?;
             for j in &p.jobs {
+                if let Some(why) = bad.get(&j.model) {
+                    eprintln!("error: {why}");
+                    continue;
+                }
                 let units: Vec<_> = p
                     .units
                     .iter()
@@ -162,7 +190,11 @@ fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
                     shown(&j.csv)
                 );
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(if bad.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Plan(t) => {
             let p = prepare(&t.jobs, &t.selection())?;
@@ -207,6 +239,41 @@ fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Each distinct model of the jobs, checked: its header against what llama.cpp asserts on, then
+/// (with `probe`) loaded once in a child process. Returns the models that failed, with why.
+fn check_models(
+    p: &Prepared,
+    probe: bool,
+) -> anyhow::Result<std::collections::HashMap<PathBuf, String>> {
+    let mut bad = std::collections::HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for j in &p.jobs {
+        if !seen.insert(j.model.clone()) {
+            continue;
+        }
+        if let Err(e) = bmoe_engine::gguf_check::check_file(&j.model) {
+            bad.insert(j.model.clone(), e.to_string());
+            continue;
+        }
+        if probe {
+            let r = probe::probe(&j.model)?;
+            match (&r, r.error()) {
+                (_, Some(why)) => {
+                    bad.insert(j.model.clone(), why.to_string());
+                }
+                (probe::ProbeResult::Ok { seconds }, None) => {
+                    eprintln!(
+                        "probe: {} loaded in a child process in {seconds:.2} s",
+                        shown(&j.model)
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(bad)
 }
 
 fn print_warnings(p: &Prepared) {
@@ -270,6 +337,7 @@ fn run_cmd(a: RunArgs) -> anyhow::Result<ExitCode> {
         resume: a.resume,
         machine: a.machine,
         quiet: a.quiet,
+        probe: !a.no_probe,
     };
     let s = run::exec::execute(&p, &opts, &stop)?;
     let mut out = String::new();

@@ -53,7 +53,7 @@ impl Session<'_> {
         if user.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
-        let text = self.model.render_user_message(&user);
+        let text = self.model.render_user_message(&user)?;
         let tokens = self.model.tokenize(&text, true)?;
         if tokens.len() > self.n_ctx {
             return Err(EngineError::PromptTooLong {
@@ -63,7 +63,7 @@ impl Session<'_> {
             });
         }
         let (_exec, before) = self.begin();
-        self.ctx.clear_memory();
+        self.ctx.clear_memory()?;
         let prefill_s = self.prefill(&tokens, 0, Outputs::Last, |_, _, _| Ok(()))?;
         let logits = self
             .ctx
