@@ -285,6 +285,24 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
             ));
         }
     }
+    // Float hyper-parameters: a NaN or an infinity is never meant, and the norms assert
+    // `eps >= 0` when the first graph computes.
+    let prefix = format!("{arch}.");
+    for key in g.keys().iter().filter(|key| key.starts_with(&prefix)) {
+        let Some(v) = g.get_f64(key) else { continue };
+        if !v.is_finite() {
+            return Err(invalid(
+                path,
+                format!("{key} = {v}: expected a finite number"),
+            ));
+        }
+        if key.contains("epsilon") && v < 0.0 {
+            return Err(invalid(
+                path,
+                format!("{key} = {v}: expected a non-negative epsilon"),
+            ));
+        }
+    }
     if let Some(t) = g.kv_type(&k("rope.scaling.type")) {
         let v = match t {
             KvType::Scalar(t) if t == sys::GGUF_TYPE_STRING => g.get_str(&k("rope.scaling.type")),

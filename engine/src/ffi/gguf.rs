@@ -447,3 +447,40 @@ impl GgufFile {
         }
     }
 }
+
+impl GgufFile {
+    /// Every metadata key, in file order.
+    pub fn keys(&self) -> Vec<String> {
+        let c = self.gguf.as_ptr();
+        // SAFETY: read-only queries with ids below the count; keys are NUL-terminated strings
+        // owned by the context, copied out.
+        unsafe {
+            (0..sys::gguf_get_n_kv(c))
+                .map(|i| {
+                    CStr::from_ptr(sys::gguf_get_key(c, i))
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect()
+        }
+    }
+
+    /// A float value (f32 or f64), `None` when absent or not a float.
+    pub fn get_f64(&self, key: &str) -> Option<f64> {
+        let k = CString::new(key).ok()?;
+        // SAFETY: read-only queries with a key id returned by gguf itself, each getter called for
+        // the type gguf reports (gguf asserts the type).
+        unsafe {
+            let c = self.gguf.as_ptr();
+            let id = sys::gguf_find_key(c, k.as_ptr());
+            if id < 0 {
+                return None;
+            }
+            match sys::gguf_get_kv_type(c, id) {
+                sys::GGUF_TYPE_FLOAT32 => Some(f64::from(sys::gguf_get_val_f32(c, id))),
+                sys::GGUF_TYPE_FLOAT64 => Some(sys::gguf_get_val_f64(c, id)),
+                _ => None,
+            }
+        }
+    }
+}
