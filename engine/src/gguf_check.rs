@@ -451,6 +451,25 @@ fn check_tensors(path: &Path, g: &GgufFile, hp: &Hparams, n_vocab: Option<usize>
                 ));
             }
         }
+        // ggml's CPU kernels take no weight in an integer or f64 type: an i32 norm weight, say,
+        // stops the first decode on "binary_op: unsupported types" (an abort).
+        if matches!(
+            t.ty,
+            sys::GGML_TYPE_I8
+                | sys::GGML_TYPE_I16
+                | sys::GGML_TYPE_I32
+                | sys::GGML_TYPE_I64
+                | sys::GGML_TYPE_F64
+        ) {
+            return Err(invalid(
+                path,
+                format!(
+                    "tensor {} has type {}: expected a float or quantized weight type",
+                    t.name,
+                    crate::ffi::quant::type_name(t.ty)
+                ),
+            ));
+        }
         let base = t.name.strip_suffix(".weight").unwrap_or(&t.name);
         let suffix = base.rsplit('.').next().unwrap_or(base);
         // Embedding rows and vocabulary: llama.cpp creates these tensors at [n_embd, n_vocab].

@@ -138,6 +138,13 @@ pub fn run_child(model: &Path) -> anyhow::Result<()> {
         sampling: Sampling::Greedy,
     };
     s.generate("hi", &opts, &bmoe_engine::CancelToken::new())?;
+    // Test hook (the probe's own tests; see docs/robustness.md): die the way llama.cpp's asserts
+    // do, after the model loaded, so the parent's handling of an abort can be exercised without a
+    // model that still crashes llama.cpp (every one found so far is refused before loading).
+    if std::env::var_os("BMOE_PROBE_SELFTEST").is_some_and(|v| v == "abort") {
+        eprintln!("bmoe probe self-test: aborting as llama.cpp's GGML_ASSERT would");
+        std::process::abort();
+    }
     Ok(())
 }
 

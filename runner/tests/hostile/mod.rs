@@ -230,7 +230,18 @@ pub fn mutate(b: &[u8], fields: &[Field], header_end: usize, rng: &mut Rng) -> V
     let n = 1 + rng.below(4);
     let mut out = Vec::new();
     for _ in 0..n {
-        let patch = match rng.below(10) {
+        let patch = match rng.below(12) {
+            // A type field set to any ggml/gguf type number (a tensor typed i32, an array of
+            // bools): types are small enums, rarely hit by the integer values below.
+            10 | 11 => {
+                let types: Vec<&Field> = fields.iter().filter(|f| f.kind == Kind::Type).collect();
+                let f = types[rng.below(types.len())];
+                let v = rng.below(42) as u64;
+                Patch {
+                    off: f.off,
+                    bytes: v.to_le_bytes()[..f.width].to_vec(),
+                }
+            }
             // A random byte anywhere in the header (metadata and tensor infos).
             0 | 1 => {
                 let off = rng.below(header_end);
