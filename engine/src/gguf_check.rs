@@ -367,14 +367,13 @@ fn check_vocab(path: &Path, g: &GgufFile) -> Result<Option<usize>> {
     ] {
         match g.kv_type(key) {
             None => {}
-            Some(KvType::Array(t, len)) if ok_types.contains(&t) => {
-                if len < n {
-                    return Err(invalid(
-                        path,
-                        format!("{key} has {len} entries: expected one per token ({n}, the length of tokenizer.ggml.tokens)"),
-                    ));
-                }
+            Some(KvType::Array(t, len)) if ok_types.contains(&t) && len < n => {
+                return Err(invalid(
+                    path,
+                    format!("{key} has {len} entries: expected one per token ({n}, the length of tokenizer.ggml.tokens)"),
+                ));
             }
+            Some(KvType::Array(t, _)) if ok_types.contains(&t) => {}
             Some(_) => {
                 return Err(invalid(
                     path,
