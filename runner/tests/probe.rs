@@ -82,3 +82,62 @@ fn run_writes_error_rows_for_an_aborting_model_and_goes_on() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+#[test]
+fn run_writes_error_rows_for_a_refused_model_and_goes_on() {
+    let p = project();
+    let mut b = std::fs::read(p.path("models/tiny.gguf")).unwrap();
+    let i = b.windows(6).position(|w| w == b"<0x41>").unwrap();
+    b[i..i + 6].copy_from_slice(b"<0x42>");
+    std::fs::write(p.path("models/bad.gguf"), b).unwrap();
+    p.write(
+        "jobs/bad.toml",
+        &DECIDE_JOB
+            .replace("name = \"decide\"", "name = \"bad\"")
+            .replace("tiny.gguf", "bad.gguf"),
+    );
+    for probe in [true, false] {
+        let run_id = if probe { "probed" } else { "unprobed" };
+        let mut args = vec![
+            "run",
+            "jobs/bad.toml",
+            "jobs/job.toml",
+            "-q",
+            "--run-id",
+            run_id,
+        ];
+        if !probe {
+            args.push("--no-probe");
+        }
+        let o = p.bmoe(&args);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}");
+        assert!(
+            out.contains("error: ") && out.contains("tokens 68 and 69 are both"),
+            "{out}"
+        );
+        let csv = p.read("runs/decide.csv");
+        let rows: Vec<&str> = data_lines(&csv)
+            .into_iter()
+            .filter(|r| r.contains(run_id))
+            .collect();
+        assert_eq!(rows.len(), 4, "{csv}");
+        let bad = rows
+            .iter()
+            .filter(|r| r.contains("tokens 68 and 69"))
+            .count();
+        assert_eq!(bad, 2, "the bad model's two items are error rows: {csv}");
+    }
+    // check names the model too, with or without the probe.
+    for extra in [None, Some("--no-probe")] {
+        let mut args = vec!["check", "jobs/bad.toml"];
+        args.extend(extra);
+        let o = p.bmoe(&args);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}");
+        assert!(
+            out.contains("bad.gguf: tokenizer.ggml.tokens: tokens 68 and 69"),
+            "{out}"
+        );
+    }
+}

@@ -172,8 +172,15 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         let t0 = Instant::now();
         let loaded = match probe_error {
             Some(why) => Err(why),
-            None => Model::load(&load_opts)
-                .map_err(|e| format!("loading {}: {e}", display_path(&lj.model))),
+            // Most load errors name the file already; the others get it in front.
+            None => Model::load(&load_opts).map_err(|e| {
+                let msg = e.to_string();
+                if msg.contains(&lj.model.display().to_string()) {
+                    msg
+                } else {
+                    format!("loading {}: {msg}", display_path(&lj.model))
+                }
+            }),
         };
         let load_s = t0.elapsed().as_secs_f64();
         let model = match loaded {
