@@ -319,3 +319,31 @@ fn fuzz_damaged_configs_never_crash() {
     assert!(crashes.is_empty(), "{}", crashes.join("\n---\n"));
     assert!(counts[1] > 0);
 }
+
+/// Half-copied files: the tiny model cut short in the magic, the counts, the metadata, the tensor
+/// infos and the data; each must be refused (never loaded, never a crash).
+#[test]
+fn truncated_copies_are_refused() {
+    let b = tiny_bytes();
+    let (_, header_end) = walk(&b).expect("walk");
+    let dir = tempfile::tempdir().unwrap();
+    let cuts = [
+        0,
+        3,
+        4,
+        8,
+        16,
+        23,
+        header_end / 3,
+        header_end / 2,
+        header_end - 1,
+        header_end,
+        header_end + 1,
+        b.len() / 2,
+        b.len() - 1,
+    ];
+    for cut in cuts {
+        let (v, out) = judge_model(&b[..cut], dir.path(), "cut.gguf");
+        assert_eq!(v, Verdict::Refused, "cut at {cut} of {}: {out}", b.len());
+    }
+}
