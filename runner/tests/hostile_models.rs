@@ -119,10 +119,20 @@ fn regression_fixtures_fail_cleanly() {
         .collect();
     entries.sort();
     for p in entries {
-        let patches = parse_patches(&std::fs::read_to_string(&p).unwrap());
+        let fixture = std::fs::read_to_string(&p).unwrap();
+        let patches = parse_patches(&fixture);
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         let (v, out) = judge_model(&apply(&b, &patches), dir.path(), &format!("{name}.gguf"));
         assert!(!matches!(v, Verdict::Crash(_)), "{name}: {v:?}\n{out}");
+        // `# expect: <text>`: the refusal must say this, which also proves the patch still hits
+        // the field it was written for (the tiny model is deterministic).
+        for want in fixture.lines().filter_map(|l| l.strip_prefix("# expect: ")) {
+            assert_eq!(v, Verdict::Refused, "{name}: {out}");
+            assert!(
+                out.contains(want.trim()),
+                "{name}: expected {want:?} in:\n{out}"
+            );
+        }
         n += 1;
     }
     assert!(n > 0, "no fixtures found in {}", fixtures.display());
