@@ -1,4 +1,5 @@
-//! Binds the one header the pinned sys crate does not: `ggml-rpc.h`.
+//! Binds the one header the pinned sys crate does not: `ggml-rpc.h`, and compiles the C++ shim
+//! (`shim/bmoe_shim.cpp`) that keeps llama.cpp's exceptions from unwinding into Rust.
 //!
 //! The headers are installed under the sys crate's OUT_DIR; it exports `<OUT_DIR>/lib/cmake` as
 //! `DEP_LLAMA_GGML_CMAKE_DIR`, from which the include folder is two levels up.
@@ -25,6 +26,17 @@ fn main() {
     );
     println!("cargo:rerun-if-changed={}", header.display());
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
+    // The shim compiles against the headers the sys crate installed, the same ones its libraries
+    // were built from; nothing here touches the sys crate's own build (no llama.cpp rebuild).
+    let shim = PathBuf::from("shim/bmoe_shim.cpp");
+    println!("cargo:rerun-if-changed={}", shim.display());
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .include(&include)
+        .warnings(true)
+        .file(&shim)
+        .compile("bmoe_shim");
     bindgen::Builder::default()
         .header(header.to_string_lossy())
         .clang_arg(format!("-I{}", include.display()))

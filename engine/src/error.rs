@@ -84,6 +84,16 @@ pub enum EngineError {
     /// A synthetic model specification is invalid.
     #[error("synthetic model: {0}")]
     Synth(String),
+    /// llama.cpp threw a C++ exception, caught at the boundary (a damaged vocabulary, say).
+    #[error(transparent)]
+    Thrown(#[from] crate::ffi::guard::Thrown),
+    /// The file fails a check made before llama.cpp sees it: `what` names the key or tensor and
+    /// what was expected.
+    #[error("{path}: {what}")]
+    Invalid { path: PathBuf, what: String },
+    /// The probe (a load in a child process) died: llama.cpp aborted, or the child was killed.
+    #[error("{path}: llama.cpp aborted while loading: {log}")]
+    ProbeAborted { path: PathBuf, log: String },
     /// An invalid option value.
     #[error("invalid option: {0}")]
     InvalidOption(String),

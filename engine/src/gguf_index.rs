@@ -48,7 +48,17 @@ impl GgufIndex {
             path: path.to_path_buf(),
             reason: format!("unreadable GGUF header: {reason}"),
         })?;
-        let count = first.get_u64("split.count").unwrap_or(1) as u32;
+        let count = match first.get_i64("split.count") {
+            None => 1,
+            // The shard names carry the count in five digits (`-00001-of-00003`).
+            Some(c @ 1..=99_999) => c as u32,
+            Some(c) => {
+                return Err(EngineError::Invalid {
+                    path: path.to_path_buf(),
+                    what: format!("split.count = {c}: expected 1..=99999 shards"),
+                })
+            }
+        };
         let mut paths = vec![path.to_path_buf()];
         if count > 1 {
             paths = split_paths(path, count).ok_or_else(|| EngineError::ModelLoad {
@@ -82,9 +92,24 @@ impl GgufIndex {
                 (len, Some(g))
             };
             let g = header.as_ref().unwrap_or(&first);
+            if count > 1 {
+                let no = g.get_i64("split.count");
+                let idx = g.get_i64("split.no");
+                if no != Some(i64::from(count)) || idx != Some(i as i64) {
+                    return Err(EngineError::Invalid {
+                        path: p.clone(),
+                        what: format!(
+                            "shard {} of {count}: split.no = {}, split.count = {}: expected split.no = {i} and split.count = {count}",
+                            i + 1,
+                            idx.map(|v| v.to_string()).unwrap_or_else(|| "(absent)".into()),
+                            no.map(|v| v.to_string()).unwrap_or_else(|| "(absent)".into()),
+                        ),
+                    });
+                }
+            }
             let base = g.data_offset();
             for (name, off, size) in g.tensors() {
-                let end = base + off + size;
+                let end = base.saturating_add(off).saturating_add(size);
                 if end > len {
                     return Err(EngineError::ModelLoad {
                         path: p.clone(),
@@ -103,6 +128,19 @@ impl GgufIndex {
                 );
             }
             files.push((p.clone(), len));
+        }
+        if count > 1 {
+            if let Some(want) = first.get_i64("split.tensors.count") {
+                if want != tensors.len() as i64 {
+                    return Err(EngineError::Invalid {
+                        path: path.to_path_buf(),
+                        what: format!(
+                            "split.tensors.count = {want}: the {count} shards hold {} tensors",
+                            tensors.len()
+                        ),
+                    });
+                }
+            }
         }
         Ok(Self {
             files,
@@ -139,6 +177,11 @@ impl GgufIndex {
     /// `general.architecture`.
     pub fn arch(&self) -> Option<String> {
         self.first.get_str("general.architecture")
+    }
+
+    /// The first shard's header.
+    pub fn header(&self) -> &GgufFile {
+        &self.first
     }
 
     /// An integer metadata value of the first shard.

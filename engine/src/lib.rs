@@ -6,6 +6,7 @@
 pub mod device;
 pub mod error;
 pub mod ffi;
+pub mod gguf_check;
 pub mod gguf_index;
 pub mod hook;
 pub mod io;

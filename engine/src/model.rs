@@ -138,6 +138,8 @@ impl Model {
         opts.validate()?;
         let path = &opts.path;
         let index = crate::gguf_index::GgufIndex::open(path)?;
+        // What llama.cpp would assert on (abort the process) is refused here, with a reason.
+        crate::gguf_check::check(path, index.header())?;
         let file_bytes = index.total_file_bytes();
         let arch = index.arch().unwrap_or_default();
         let cpu = Device::cpu().ok_or_else(|| EngineError::ModelLoad {
@@ -329,8 +331,8 @@ impl Model {
     }
 
     /// The bytes a token sequence stands for.
-    pub fn detokenize(&self, tokens: &[i32]) -> Vec<u8> {
-        self.raw.vocab().detokenize(tokens, false)
+    pub fn detokenize(&self, tokens: &[i32]) -> Result<Vec<u8>> {
+        Ok(self.raw.vocab().detokenize(tokens, false)?)
     }
 
     /// The chat template, if the model carries one.
@@ -340,11 +342,11 @@ impl Model {
 
     /// Renders `user` as one user message with the model's template, reasoning off where the
     /// template has a thinking block; the text unchanged when the model has no usable template.
-    pub fn render_user_message(&self, user: &str) -> String {
+    pub fn render_user_message(&self, user: &str) -> Result<String> {
         let Some(t) = self.template.as_deref() else {
-            return user.to_string();
+            return Ok(user.to_string());
         };
-        match crate::ffi::model::apply_chat_template(t, user) {
+        Ok(match crate::ffi::model::apply_chat_template(t, user)? {
             Some(mut s) => {
                 // Reasoning off, as Qwen3's own template does with enable_thinking=false.
                 if t.contains("<think>") && !s.trim_end().ends_with("</think>") {
@@ -353,6 +355,6 @@ impl Model {
                 s
             }
             None => user.to_string(),
-        }
+        })
     }
 }

@@ -54,7 +54,8 @@ fn g18a_reuse_equals_the_same_two_pieces_and_keeps_best() {
     // A fresh session fed the same two pieces: the kept prefix, then the rest.
     let tokens = m
         .tokenize(
-            &m.render_user_message(&format!("{}{}", b.prefix, b.suffix)),
+            &m.render_user_message(&format!("{}{}", b.prefix, b.suffix))
+                .unwrap(),
             true,
         )
         .unwrap();
@@ -216,7 +217,9 @@ fn g18c_sum_scoring_equals_first_token_and_teacher_forcing() {
             ..multi.clone()
         })
         .unwrap();
-    let text = m.render_user_message(&format!("{}{}", multi.prefix, multi.suffix));
+    let text = m
+        .render_user_message(&format!("{}{}", multi.prefix, multi.suffix))
+        .unwrap();
     let ctx_len = m.tokenize(&text, true).unwrap().len();
     for (i, c) in multi.choices.iter().enumerate() {
         // Teacher forcing: the logits of every position of prompt + choice in one window.

@@ -21,6 +21,119 @@ pub mod rpc {
     include!(concat!(env!("OUT_DIR"), "/rpc.rs"));
 }
 
+/// The C++ shim (`shim/bmoe_shim.cpp`): llama.cpp entry points that can throw, wrapped so that no
+/// C++ exception unwinds into Rust. Each returns [`shim::BMOE_OK`] or [`shim::BMOE_THREW`]; on a
+/// throw the exception's message is in `err` (NUL-terminated, truncated to `err_len`) and the
+/// out-parameters hold nothing useful (pointers are set to NULL first).
+pub mod shim {
+    use super::*;
+    use std::os::raw::c_char;
+
+    /// The call returned normally; its result is in the out-parameter.
+    pub const BMOE_OK: i32 = 0;
+    /// The call threw; the message is in `err`.
+    pub const BMOE_THREW: i32 = 1;
+
+    extern "C" {
+        /// `llama_model_load_from_file`, guarded.
+        pub fn bmoe_model_load_from_file(
+            path: *const c_char,
+            params: llama_model_params,
+            out: *mut *mut llama_model,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_init_from_model`, guarded.
+        pub fn bmoe_init_from_model(
+            model: *mut llama_model,
+            params: llama_context_params,
+            out: *mut *mut llama_context,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_decode`, guarded; its return code goes to `out`.
+        pub fn bmoe_decode(
+            ctx: *mut llama_context,
+            batch: llama_batch,
+            out: *mut i32,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_tokenize`, guarded; its return value goes to `out`.
+        pub fn bmoe_tokenize(
+            vocab: *const llama_vocab,
+            text: *const c_char,
+            text_len: i32,
+            tokens: *mut llama_token,
+            n_tokens_max: i32,
+            add_special: bool,
+            parse_special: bool,
+            out: *mut i32,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_token_to_piece`, guarded; its return value goes to `out`.
+        pub fn bmoe_token_to_piece(
+            vocab: *const llama_vocab,
+            token: llama_token,
+            buf: *mut c_char,
+            length: i32,
+            lstrip: i32,
+            special: bool,
+            out: *mut i32,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_chat_apply_template`, guarded; its return value goes to `out`.
+        pub fn bmoe_chat_apply_template(
+            tmpl: *const c_char,
+            chat: *const llama_chat_message,
+            n_msg: usize,
+            add_ass: bool,
+            buf: *mut c_char,
+            length: i32,
+            out: *mut i32,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_model_chat_template(model, NULL)`, guarded.
+        pub fn bmoe_model_chat_template(
+            model: *const llama_model,
+            out: *mut *const c_char,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// A sampler chain built in one guarded call: greedy, or top-k/top-p/temp/dist.
+        pub fn bmoe_sampler_chain_new(
+            greedy: bool,
+            seed: u32,
+            temperature: f32,
+            top_k: i32,
+            top_p: f32,
+            out: *mut *mut llama_sampler,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_sampler_sample`, guarded.
+        pub fn bmoe_sampler_sample(
+            smpl: *mut llama_sampler,
+            ctx: *mut llama_context,
+            idx: i32,
+            out: *mut llama_token,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_model_free`, guarded.
+        pub fn bmoe_model_free(model: *mut llama_model, err: *mut c_char, err_len: usize) -> i32;
+        /// `llama_free`, guarded.
+        pub fn bmoe_free(ctx: *mut llama_context, err: *mut c_char, err_len: usize) -> i32;
+        /// `llama_memory_clear(llama_get_memory(ctx), true)`, guarded.
+        pub fn bmoe_memory_clear(ctx: *mut llama_context, err: *mut c_char, err_len: usize) -> i32;
+        /// Throws `std::out_of_range("bmoe shim self-test")` through the guard (tests only).
+        pub fn bmoe_shim_selftest(err: *mut c_char, err_len: usize) -> i32;
+    }
+}
+
 /// `GGML_MAX_DIMS` from ggml.h.
 pub const GGML_MAX_DIMS: usize = 4;
 /// `GGML_MAX_NAME` from ggml.h: a tensor name's buffer, terminator included.
@@ -113,6 +226,23 @@ mod tests {
         assert_eq!(t.name.len(), GGML_MAX_NAME);
         assert_eq!(t.src.len(), GGML_MAX_SRC);
         assert_eq!(t.ne.len(), GGML_MAX_DIMS);
+    }
+
+    #[test]
+    fn shim_turns_a_cpp_exception_into_an_error_code() {
+        let mut err = [0 as std::os::raw::c_char; 128];
+        // SAFETY: the buffer is valid for its length; the shim writes a NUL-terminated message.
+        let (rc, msg) = unsafe {
+            let rc = shim::bmoe_shim_selftest(err.as_mut_ptr(), err.len());
+            (
+                rc,
+                std::ffi::CStr::from_ptr(err.as_ptr())
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        };
+        assert_eq!(rc, shim::BMOE_THREW);
+        assert_eq!(msg, "bmoe shim self-test");
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod direct;
 mod ident;
 mod merge;
 mod placement;
+mod probe;
 mod report;
 mod run;
 mod schema;
@@ -65,8 +66,9 @@ enum Format {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Check job and profile files (schema, then semantics, then placement); loads no model.
-    Check(FormattedTarget),
+    /// Check job and profile files (schema, then semantics, then placement), then load each model
+    /// once in a child process (the probe; --no-probe skips it).
+    Check(CheckArgs),
     /// Print each resolved value and where it came from, the placement and the memory budget.
     Plan(FormattedTarget),
     /// Run jobs: one CSV row per decision, prompt or text.
@@ -93,6 +95,12 @@ enum Command {
     Decide(direct::DecideArgs),
     /// Perplexity of a text file.
     Ppl(direct::PplArgs),
+    /// The probe's child process: load a model, generate one token (used by check and run).
+    #[command(name = "__probe", hide = true)]
+    Probe {
+        /// The GGUF model.
+        model: PathBuf,
+    },
 }
 
 /// Jobs and how to configure them.
@@ -111,6 +119,16 @@ struct Target {
     /// above each job's [overrides], below its [sweep].
     #[arg(long, value_name = "FILE")]
     overrides: Option<PathBuf>,
+}
+
+/// `bmoe check`: a target, an output format, and whether to probe the models.
+#[derive(Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    t: FormattedTarget,
+    /// Do not load the models in a child process (trusted files); only their headers are checked.
+    #[arg(long)]
+    no_probe: bool,
 }
 
 /// A target plus an output format.
@@ -164,6 +182,10 @@ struct RunArgs {
     /// Format of the summary printed at the end (rows always go to the CSV).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Do not load each model once in a child process first (trusted files): a model that makes
+    /// llama.cpp abort then ends the whole run instead of writing error rows.
+    #[arg(long)]
+    no_probe: bool,
 }
 
 #[derive(Args)]
@@ -378,21 +400,36 @@ fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode
             a.engine.verbose = verbose;
             done(direct::run_ppl(a))
         }
-        Command::Check(t) => {
+        Command::Probe { model } => done(probe::run_child(&model)),
+        Command::Check(a) => {
+            let t = &a.t;
             let p = prepare(&t.target.jobs, &t.target.selection())?;
+            let bad = check_models(&p, !a.no_probe)?;
+            // A model that cannot load is a broken setup (2), like a configuration error.
+            let code = if bad.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
+            for why in bad.values() {
+                eprintln!("error: {why}");
+            }
             let rep = check_report(&p);
             if t.format == Format::Json {
                 print_json(&rep)?;
-                return Ok(ExitCode::SUCCESS);
+                return Ok(code);
             }
             print_warnings(&p);
-            for j in &rep.jobs {
+            for (j, lj) in rep.jobs.iter().zip(&p.jobs) {
+                if bad.contains_key(&lj.model) {
+                    continue;
+                }
                 println!(
                     "ok: {} ({} {} items, {} point(s), profile {}, csv {})",
                     j.file, j.items, j.kind, j.points, j.profile, j.csv
                 );
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(code)
         }
         Command::Plan(t) => {
             let p = prepare(&t.target.jobs, &t.target.selection())?;
@@ -475,6 +512,41 @@ fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Each distinct model of the jobs, checked: its header against what llama.cpp asserts on, then
+/// (with `probe`) loaded once in a child process. Returns the models that failed, with why.
+fn check_models(
+    p: &Prepared,
+    probe: bool,
+) -> anyhow::Result<std::collections::HashMap<PathBuf, String>> {
+    let mut bad = std::collections::HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for j in &p.jobs {
+        if !seen.insert(j.model.clone()) {
+            continue;
+        }
+        if let Err(e) = bmoe_engine::gguf_check::check_file(&j.model) {
+            bad.insert(j.model.clone(), e.to_string());
+            continue;
+        }
+        if probe {
+            let r = probe::probe(&j.model)?;
+            match (&r, r.error()) {
+                (_, Some(why)) => {
+                    bad.insert(j.model.clone(), why.to_string());
+                }
+                (probe::ProbeResult::Ok { seconds }, None) => {
+                    eprintln!(
+                        "probe: {} loaded in a child process in {seconds:.2} s",
+                        shown(&j.model)
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(bad)
 }
 
 fn print_warnings(p: &Prepared) {
@@ -736,6 +808,7 @@ fn run_cmd(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         machine: a.machine,
         quiet,
         filter,
+        probe: !a.no_probe,
     };
     let s = run::exec::execute(&p, &opts, &stop)?;
     // With --machine, stdout belongs to the row lines.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use ggml_sys as sys;
 
 use super::batch::Batch;
+use super::guard::{ErrBuf, Thrown};
 use super::model::LlamaModel;
 
 /// The one graph seam: llama.cpp's `cb_eval`, split into its two phases.
@@ -66,10 +67,12 @@ unsafe impl Send for LlamaContext<'_> {}
 
 impl Drop for LlamaContext<'_> {
     fn drop(&mut self) {
+        let mut e = ErrBuf::new();
         // SAFETY: we own the context and the threadpool; the context is freed first, so nothing
-        // computes on the pool when it goes; callbacks outlive both (dropped after this).
+        // computes on the pool when it goes; callbacks outlive both (dropped after this). A throw
+        // from a destructor is caught by the shim; there is nothing to do about it but go on.
         unsafe {
-            sys::llama_free(self.raw.as_ptr());
+            let _ = sys::shim::bmoe_free(self.raw.as_ptr(), e.ptr(), e.len());
             if !self.threadpool.is_null() {
                 sys::ggml_threadpool_free(self.threadpool);
             }
@@ -120,9 +123,12 @@ impl<'m> LlamaContext<'m> {
             abort: p.abort,
         });
         super::log::clear_recent();
+        let mut raw: *mut sys::llama_context = std::ptr::null_mut();
+        let mut err = ErrBuf::new();
         // SAFETY: default params are plain data; the callback user data points into `callbacks`,
-        // which this struct owns and drops after the context.
-        let raw = unsafe {
+        // which this struct owns and drops after the context. The shim writes `raw` and the
+        // message.
+        let rc = unsafe {
             let mut cp = sys::llama_context_default_params();
             cp.n_ctx = p.n_ctx;
             cp.n_batch = p.n_batch;
@@ -141,8 +147,10 @@ impl<'m> LlamaContext<'m> {
             }
             cp.abort_callback = Some(abort_trampoline);
             cp.abort_callback_data = Arc::as_ptr(&callbacks.abort) as *mut c_void;
-            sys::llama_init_from_model(model.raw(), cp)
+            sys::shim::bmoe_init_from_model(model.raw(), cp, &mut raw, err.ptr(), err.len())
         };
+        err.check("llama_init_from_model", rc)
+            .map_err(|t| t.to_string())?;
         let raw = NonNull::new(raw).ok_or_else(|| {
             super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
         })?;
@@ -198,9 +206,13 @@ impl<'m> LlamaContext<'m> {
     /// Runs the batch. Errors carry llama.cpp's return code and logged reason.
     pub fn decode(&mut self, batch: &Batch) -> Result<DecodeStatus, String> {
         super::log::clear_recent();
+        let mut rc = 0i32;
+        let mut e = ErrBuf::new();
         // SAFETY: the batch is valid and sized for its token count; the context is live and
-        // exclusively borrowed.
-        let rc = unsafe { sys::llama_decode(self.raw(), batch.raw()) };
+        // exclusively borrowed; the shim writes `rc` and the message.
+        let status =
+            unsafe { sys::shim::bmoe_decode(self.raw(), batch.raw(), &mut rc, e.ptr(), e.len()) };
+        e.check("llama_decode", status).map_err(|t| t.to_string())?;
         match rc {
             0 => Ok(DecodeStatus::Ok),
             2 => Ok(DecodeStatus::Aborted),
@@ -256,8 +268,10 @@ impl<'m> LlamaContext<'m> {
     }
 
     /// Empties the KV cache.
-    pub fn clear_memory(&mut self) {
-        // SAFETY: live context; the memory handle is owned by it.
-        unsafe { sys::llama_memory_clear(sys::llama_get_memory(self.raw()), true) }
+    pub fn clear_memory(&mut self) -> Result<(), Thrown> {
+        let mut e = ErrBuf::new();
+        // SAFETY: live context, exclusively borrowed; the memory handle is owned by it.
+        let rc = unsafe { sys::shim::bmoe_memory_clear(self.raw(), e.ptr(), e.len()) };
+        e.check("llama_memory_clear", rc)
     }
 }

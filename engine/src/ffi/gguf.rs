@@ -275,3 +275,212 @@ impl GgufBuilder {
         unsafe { sys::gguf_set_val_i32(self.gguf.as_ptr(), k.as_ptr(), v) }
     }
 }
+
+/// The type of a metadata value: a scalar type, or an array with its element type and length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvType {
+    /// A single value of this gguf type.
+    Scalar(sys::gguf_type),
+    /// An array of `n` values of this gguf type.
+    Array(sys::gguf_type, usize),
+}
+
+/// One tensor's header entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// Its name.
+    pub name: String,
+    /// Its ggml type.
+    pub ty: GgmlType,
+    /// Its shape in ggml order (ne0 first); unused dimensions are 1.
+    pub ne: [i64; 4],
+}
+
+impl GgufFile {
+    /// The type of `key`'s value, `None` when absent.
+    pub fn kv_type(&self, key: &str) -> Option<KvType> {
+        let k = CString::new(key).ok()?;
+        let c = self.gguf.as_ptr();
+        // SAFETY: read-only queries with a key id returned by gguf itself; the array queries are
+        // made only for a key whose type is ARRAY (gguf asserts that).
+        unsafe {
+            let id = sys::gguf_find_key(c, k.as_ptr());
+            if id < 0 {
+                return None;
+            }
+            let t = sys::gguf_get_kv_type(c, id);
+            Some(if t == sys::GGUF_TYPE_ARRAY {
+                KvType::Array(sys::gguf_get_arr_type(c, id), sys::gguf_get_arr_n(c, id))
+            } else {
+                KvType::Scalar(t)
+            })
+        }
+    }
+
+    /// The strings of a string array, as bytes (a token need not be valid UTF-8); `None` when
+    /// absent or not an array of strings.
+    pub fn get_str_array(&self, key: &str) -> Option<Vec<Vec<u8>>> {
+        match self.kv_type(key)? {
+            KvType::Array(t, _) if t == sys::GGUF_TYPE_STRING => {}
+            _ => return None,
+        }
+        let k = CString::new(key).ok()?;
+        let c = self.gguf.as_ptr();
+        // SAFETY: the key is an array of strings (checked above, as gguf_get_arr_str asserts);
+        // indices stay below its length; each string is NUL-terminated and owned by the context.
+        unsafe {
+            let id = sys::gguf_find_key(c, k.as_ptr());
+            let n = sys::gguf_get_arr_n(c, id);
+            Some(
+                (0..n)
+                    .map(|i| {
+                        CStr::from_ptr(sys::gguf_get_arr_str(c, id, i))
+                            .to_bytes()
+                            .to_vec()
+                    })
+                    .collect(),
+            )
+        }
+    }
+
+    /// The values of an integer array (u8..i64 elements widened), `None` when absent or not an
+    /// integer array.
+    pub fn get_int_array(&self, key: &str) -> Option<Vec<i64>> {
+        let (t, n) = match self.kv_type(key)? {
+            KvType::Array(t, n) => (t, n),
+            KvType::Scalar(_) => return None,
+        };
+        let width = match t {
+            sys::GGUF_TYPE_UINT8 | sys::GGUF_TYPE_INT8 => 1,
+            sys::GGUF_TYPE_UINT16 | sys::GGUF_TYPE_INT16 => 2,
+            sys::GGUF_TYPE_UINT32 | sys::GGUF_TYPE_INT32 => 4,
+            sys::GGUF_TYPE_UINT64 | sys::GGUF_TYPE_INT64 => 8,
+            _ => return None,
+        };
+        let k = CString::new(key).ok()?;
+        let c = self.gguf.as_ptr();
+        // SAFETY: the key is a non-string array (checked above, as gguf_get_arr_data asserts) of
+        // `n` elements of `width` bytes, owned by the context; copied out before it can go.
+        let bytes = unsafe {
+            let id = sys::gguf_find_key(c, k.as_ptr());
+            let p = sys::gguf_get_arr_data(c, id) as *const u8;
+            if p.is_null() {
+                return None;
+            }
+            std::slice::from_raw_parts(p, n.checked_mul(width)?).to_vec()
+        };
+        Some(
+            bytes
+                .chunks_exact(width)
+                .map(|b| match (t, b) {
+                    (sys::GGUF_TYPE_UINT8, [a]) => i64::from(*a),
+                    (sys::GGUF_TYPE_INT8, [a]) => i64::from(*a as i8),
+                    (sys::GGUF_TYPE_UINT16, &[a, b]) => i64::from(u16::from_le_bytes([a, b])),
+                    (sys::GGUF_TYPE_INT16, &[a, b]) => i64::from(i16::from_le_bytes([a, b])),
+                    (sys::GGUF_TYPE_UINT32, &[a, b, c, d]) => {
+                        i64::from(u32::from_le_bytes([a, b, c, d]))
+                    }
+                    (sys::GGUF_TYPE_INT32, &[a, b, c, d]) => {
+                        i64::from(i32::from_le_bytes([a, b, c, d]))
+                    }
+                    (sys::GGUF_TYPE_UINT64, w) => {
+                        let v = u64::from_le_bytes(w.try_into().unwrap_or([0xff; 8]));
+                        i64::try_from(v).unwrap_or(i64::MAX)
+                    }
+                    (_, w) => i64::from_le_bytes(w.try_into().unwrap_or([0; 8])),
+                })
+                .collect(),
+        )
+    }
+
+    /// A signed integer value (any integer type; u64 above i64::MAX saturates), `None` when
+    /// absent or not an integer.
+    pub fn get_i64(&self, key: &str) -> Option<i64> {
+        let k = CString::new(key).ok()?;
+        // SAFETY: read-only queries with a key id returned by gguf itself, each getter called for
+        // the type gguf reports (gguf asserts the type).
+        unsafe {
+            let c = self.gguf.as_ptr();
+            let id = sys::gguf_find_key(c, k.as_ptr());
+            if id < 0 {
+                return None;
+            }
+            Some(match sys::gguf_get_kv_type(c, id) {
+                sys::GGUF_TYPE_UINT8 => i64::from(sys::gguf_get_val_u8(c, id)),
+                sys::GGUF_TYPE_UINT16 => i64::from(sys::gguf_get_val_u16(c, id)),
+                sys::GGUF_TYPE_UINT32 => i64::from(sys::gguf_get_val_u32(c, id)),
+                sys::GGUF_TYPE_UINT64 => {
+                    i64::try_from(sys::gguf_get_val_u64(c, id)).unwrap_or(i64::MAX)
+                }
+                sys::GGUF_TYPE_INT8 => i64::from(sys::gguf_get_val_i8(c, id)),
+                sys::GGUF_TYPE_INT16 => i64::from(sys::gguf_get_val_i16(c, id)),
+                sys::GGUF_TYPE_INT32 => i64::from(sys::gguf_get_val_i32(c, id)),
+                sys::GGUF_TYPE_INT64 => sys::gguf_get_val_i64(c, id),
+                _ => return None,
+            })
+        }
+    }
+
+    /// Every tensor's name, type and shape, in file order.
+    pub fn tensor_infos(&self) -> Vec<TensorInfo> {
+        let c = self.gguf.as_ptr();
+        // SAFETY: read-only queries on a live context with ids below the count; the name is a
+        // NUL-terminated string and `ne` points at GGML_MAX_DIMS values, both owned by the context.
+        unsafe {
+            let n = sys::gguf_get_n_tensors(c);
+            (0..n)
+                .map(|i| {
+                    let ne_p = sys::gguf_get_tensor_ne(c, i);
+                    let mut ne = [1i64; 4];
+                    if !ne_p.is_null() {
+                        ne.copy_from_slice(std::slice::from_raw_parts(ne_p, 4));
+                    }
+                    TensorInfo {
+                        name: CStr::from_ptr(sys::gguf_get_tensor_name(c, i))
+                            .to_string_lossy()
+                            .into_owned(),
+                        ty: sys::gguf_get_tensor_type(c, i),
+                        ne,
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+impl GgufFile {
+    /// Every metadata key, in file order.
+    pub fn keys(&self) -> Vec<String> {
+        let c = self.gguf.as_ptr();
+        // SAFETY: read-only queries with ids below the count; keys are NUL-terminated strings
+        // owned by the context, copied out.
+        unsafe {
+            (0..sys::gguf_get_n_kv(c))
+                .map(|i| {
+                    CStr::from_ptr(sys::gguf_get_key(c, i))
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect()
+        }
+    }
+
+    /// A float value (f32 or f64), `None` when absent or not a float.
+    pub fn get_f64(&self, key: &str) -> Option<f64> {
+        let k = CString::new(key).ok()?;
+        // SAFETY: read-only queries with a key id returned by gguf itself, each getter called for
+        // the type gguf reports (gguf asserts the type).
+        unsafe {
+            let c = self.gguf.as_ptr();
+            let id = sys::gguf_find_key(c, k.as_ptr());
+            if id < 0 {
+                return None;
+            }
+            match sys::gguf_get_kv_type(c, id) {
+                sys::GGUF_TYPE_FLOAT32 => Some(f64::from(sys::gguf_get_val_f32(c, id))),
+                sys::GGUF_TYPE_FLOAT64 => Some(sys::gguf_get_val_f64(c, id)),
+                _ => None,
+            }
+        }
+    }
+}

@@ -4,6 +4,7 @@ pub mod batch;
 pub mod buffer;
 pub mod context;
 pub mod gguf;
+pub mod guard;
 pub mod log;
 pub mod model;
 pub mod probe;

@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 
 use ggml_sys as sys;
 
+use super::guard::{ErrBuf, Thrown};
 use super::registry::Device;
 
 /// A metadata override applied at load (`llama_model_kv_override`).
@@ -36,8 +37,10 @@ unsafe impl Sync for LlamaModel {}
 
 impl Drop for LlamaModel {
     fn drop(&mut self) {
-        // SAFETY: we own the pointer; every context borrowing it has been dropped (lifetimes).
-        unsafe { sys::llama_model_free(self.0.as_ptr()) }
+        let mut e = ErrBuf::new();
+        // SAFETY: we own the pointer; every context borrowing it has been dropped (lifetimes). The
+        // shim catches a throw from a destructor; there is nothing to do about one but go on.
+        let _ = unsafe { sys::shim::bmoe_model_free(self.0.as_ptr(), e.ptr(), e.len()) };
     }
 }
 
@@ -76,9 +79,12 @@ impl LlamaModel {
         // SAFETY: a zeroed override (empty key) terminates the list, as llama.cpp expects.
         kvs.push(unsafe { std::mem::zeroed() });
         super::log::clear_recent();
+        let mut err = ErrBuf::new();
+        let mut raw: *mut sys::llama_model = std::ptr::null_mut();
         // SAFETY: default params are plain data; the pointers we store (devices, overrides) outlive
-        // the load call, which copies what it keeps.
-        let raw = unsafe {
+        // the load call, which copies what it keeps. The shim writes `raw` and at most `err.len()`
+        // bytes of message.
+        let rc = unsafe {
             let mut mp = sys::llama_model_default_params();
             mp.devices = devs.as_mut_ptr();
             mp.load_mode = if p.mmap {
@@ -94,8 +100,10 @@ impl LlamaModel {
             } else {
                 kvs.as_ptr()
             };
-            sys::llama_model_load_from_file(cpath.as_ptr(), mp)
+            sys::shim::bmoe_model_load_from_file(cpath.as_ptr(), mp, &mut raw, err.ptr(), err.len())
         };
+        err.check("llama_model_load_from_file", rc)
+            .map_err(|t| t.to_string())?;
         NonNull::new(raw).map(LlamaModel).ok_or_else(|| {
             super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
         })
@@ -200,8 +208,15 @@ impl LlamaModel {
 
     /// The model's default chat template, if it carries one.
     pub fn chat_template(&self) -> Option<String> {
-        // SAFETY: read-only query; the returned string is owned by the model.
-        let p = unsafe { sys::llama_model_chat_template(self.raw(), std::ptr::null()) };
+        let mut e = ErrBuf::new();
+        let mut p: *const std::os::raw::c_char = std::ptr::null();
+        // SAFETY: read-only query; the returned string is owned by the model. A throw (an
+        // allocation failure building the key) leaves `p` NULL: no template.
+        let rc =
+            unsafe { sys::shim::bmoe_model_chat_template(self.raw(), &mut p, e.ptr(), e.len()) };
+        if e.check("llama_model_chat_template", rc).is_err() {
+            return None;
+        }
         // SAFETY: non-null pointers are NUL-terminated strings living as long as the model.
         (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
     }
@@ -213,34 +228,44 @@ impl LlamaModel {
     }
 }
 
-/// Renders one user message with a chat template; `None` when llama.cpp does not know the template.
-pub fn apply_chat_template(template: &str, user: &str) -> Option<String> {
-    let tmpl = CString::new(template).ok()?;
+/// Renders one user message with a chat template; `Ok(None)` when llama.cpp does not know the
+/// template (or the text holds a NUL byte), an error when llama.cpp threw.
+pub fn apply_chat_template(template: &str, user: &str) -> Result<Option<String>, Thrown> {
+    let (Ok(tmpl), Ok(content)) = (CString::new(template), CString::new(user)) else {
+        return Ok(None);
+    };
     let role = c"user";
-    let content = CString::new(user).ok()?;
     let msg = sys::llama_chat_message {
         role: role.as_ptr(),
         content: content.as_ptr(),
     };
     let mut buf = vec![0u8; user.len() * 2 + 256];
     loop {
-        // SAFETY: all pointers are valid NUL-terminated strings for the call; buffer valid for len.
-        let n = unsafe {
-            sys::llama_chat_apply_template(
+        let len = i32::try_from(buf.len()).unwrap_or(i32::MAX);
+        let mut n = 0i32;
+        let mut e = ErrBuf::new();
+        // SAFETY: all pointers are valid NUL-terminated strings for the call; buffer valid for
+        // `len` bytes (never more than its length); the shim writes `n` and the message.
+        let rc = unsafe {
+            sys::shim::bmoe_chat_apply_template(
                 tmpl.as_ptr(),
                 &msg,
                 1,
                 true,
                 buf.as_mut_ptr().cast(),
-                buf.len() as i32,
+                len,
+                &mut n,
+                e.ptr(),
+                e.len(),
             )
         };
+        e.check("llama_chat_apply_template", rc)?;
         if n < 0 {
-            return None;
+            return Ok(None);
         }
         if (n as usize) <= buf.len() {
             buf.truncate(n as usize);
-            return Some(String::from_utf8_lossy(&buf).into_owned());
+            return Ok(Some(String::from_utf8_lossy(&buf).into_owned()));
         }
         buf.resize(n as usize, 0);
     }

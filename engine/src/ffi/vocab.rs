@@ -3,6 +3,8 @@ use std::marker::PhantomData;
 
 use ggml_sys as sys;
 
+use super::guard::{ErrBuf, Thrown};
+
 /// A token id.
 pub type Token = sys::llama_token;
 
@@ -44,18 +46,26 @@ impl<'m> Vocab<'m> {
         let len = i32::try_from(text.len()).map_err(|_| "text longer than 2 GiB".to_string())?;
         let mut out = vec![0 as Token; text.len() + 8];
         loop {
-            // SAFETY: `text` is valid for `len` bytes (no NUL needed), `out` for its length.
-            let n = unsafe {
-                sys::llama_tokenize(
+            let cap = i32::try_from(out.len()).map_err(|_| "text longer than 2 GiB".to_string())?;
+            let mut n = 0i32;
+            let mut e = ErrBuf::new();
+            // SAFETY: `text` is valid for `len` bytes (no NUL needed), `out` for `cap` tokens; the
+            // shim writes `n` and the message.
+            let rc = unsafe {
+                sys::shim::bmoe_tokenize(
                     self.raw,
                     text.as_ptr().cast(),
                     len,
                     out.as_mut_ptr(),
-                    out.len() as i32,
+                    cap,
                     add_special,
                     parse_special,
+                    &mut n,
+                    e.ptr(),
+                    e.len(),
                 )
             };
+            e.check("llama_tokenize", rc).map_err(|t| t.to_string())?;
             if n == i32::MIN {
                 return Err("tokenization overflowed".into());
             }
@@ -63,38 +73,47 @@ impl<'m> Vocab<'m> {
                 out.truncate(n as usize);
                 return Ok(out);
             }
-            out.resize((-n) as usize, 0);
+            out.resize(n.unsigned_abs() as usize, 0);
         }
     }
 
     /// The bytes one token stands for (special tokens rendered when `special`).
-    pub fn piece(&self, t: Token, special: bool) -> Vec<u8> {
+    pub fn piece(&self, t: Token, special: bool) -> Result<Vec<u8>, Thrown> {
         let mut buf = vec![0u8; 64];
         loop {
-            // SAFETY: buffer valid for its length; llama writes at most that many bytes.
-            let n = unsafe {
-                sys::llama_token_to_piece(
+            let cap = i32::try_from(buf.len()).unwrap_or(i32::MAX);
+            let mut n = 0i32;
+            let mut e = ErrBuf::new();
+            // SAFETY: buffer valid for `cap` bytes; llama writes at most that many; the shim
+            // writes `n` and the message.
+            let rc = unsafe {
+                sys::shim::bmoe_token_to_piece(
                     self.raw,
                     t,
                     buf.as_mut_ptr().cast(),
-                    buf.len() as i32,
+                    cap,
                     0,
                     special,
+                    &mut n,
+                    e.ptr(),
+                    e.len(),
                 )
             };
+            e.check("llama_token_to_piece", rc)?;
             if n >= 0 {
                 buf.truncate(n as usize);
-                return buf;
+                return Ok(buf);
             }
-            buf.resize((-n) as usize, 0);
+            buf.resize(n.unsigned_abs() as usize, 0);
         }
     }
 
     /// The bytes a token sequence stands for.
-    pub fn detokenize(&self, tokens: &[Token], special: bool) -> Vec<u8> {
-        tokens
-            .iter()
-            .flat_map(|&t| self.piece(t, special))
-            .collect()
+    pub fn detokenize(&self, tokens: &[Token], special: bool) -> Result<Vec<u8>, Thrown> {
+        let mut out = Vec::new();
+        for &t in tokens {
+            out.extend(self.piece(t, special)?);
+        }
+        Ok(out)
     }
 }

@@ -67,7 +67,7 @@ impl Session<'_> {
         let text = if req.raw {
             user
         } else {
-            self.model.render_user_message(&user)
+            self.model.render_user_message(&user)?
         };
         let tokens = self.model.tokenize(&text, true)?;
         if tokens.len() > self.n_ctx {
@@ -79,7 +79,7 @@ impl Session<'_> {
         }
         let choices = self.plan_choices(req, &text, &tokens)?;
         let (_exec, before) = self.begin();
-        let reuse = self.reuse_prefix(&tokens);
+        let reuse = self.reuse_prefix(&tokens)?;
         let mut prefill_s = 0.0;
         if reuse.kept < tokens.len() {
             // Until the prefill succeeds the cache's content is not known.
@@ -268,8 +268,9 @@ impl Session<'_> {
             Ok(())
         })();
         if result.is_err() {
-            // Whatever the choice sequences left behind, the cache no longer matches `kv`.
-            self.forget();
+            // Whatever the choice sequences left behind, the cache no longer matches `kv`; the
+            // first error is the one reported.
+            let _ = self.forget();
         }
         result
     }

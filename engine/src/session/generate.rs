@@ -22,7 +22,7 @@ impl Session<'_> {
     ) -> Result<GenerateRecord> {
         opts.validate()?;
         let text = if opts.chat {
-            self.model.render_user_message(prompt)
+            self.model.render_user_message(prompt)?
         } else {
             prompt.to_string()
         };
@@ -38,16 +38,16 @@ impl Session<'_> {
             });
         }
         let mut sampler = match opts.sampling {
-            Sampling::Greedy => Sampler::greedy(),
+            Sampling::Greedy => Sampler::greedy()?,
             Sampling::Seeded {
                 seed,
                 temperature,
                 top_k,
                 top_p,
-            } => Sampler::seeded(seed, temperature, top_k, top_p),
+            } => Sampler::seeded(seed, temperature, top_k, top_p)?,
         };
         let (_exec, before) = self.begin();
-        self.forget();
+        self.forget()?;
         let mut rec = GenerateRecord::default();
         let prefill_s = self.prefill(&tokens, 0, Outputs::Last, |_, _, _| Ok(()))?;
         rec.timing = Timing {
@@ -65,14 +65,14 @@ impl Session<'_> {
                 rec.stopped = StopReason::Cancelled;
                 break;
             }
-            let tok = sampler.sample(&self.ctx, -1);
+            let tok = sampler.sample(&self.ctx, -1)?;
             if vocab.is_eog(tok) {
                 rec.stopped_eog = true;
                 rec.stopped = StopReason::Eog;
                 break;
             }
             rec.tokens.push(tok);
-            rec.bytes.extend(vocab.piece(tok, false));
+            rec.bytes.extend(vocab.piece(tok, false)?);
             if rec.tokens.len() == opts.n_predict as usize {
                 break;
             }

@@ -233,7 +233,7 @@ impl<'m> Session<'m> {
     /// left them in the cache (a warm-up, and how gate G18a feeds a prompt in two pieces).
     pub fn prime(&mut self, tokens: &[i32]) -> Result<()> {
         let (_exec, _) = self.begin();
-        self.forget();
+        self.forget()?;
         if tokens.is_empty() {
             return Ok(());
         }

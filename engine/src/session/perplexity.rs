@@ -18,7 +18,7 @@ impl Session<'_> {
             });
         }
         let (_exec, _) = self.begin();
-        self.forget();
+        self.forget()?;
         let n_vocab = self.n_vocab;
         let mut rows = Vec::with_capacity(tokens.len());
         self.prefill(tokens, 0, Outputs::All, |s, start, end| {
@@ -52,7 +52,7 @@ impl Session<'_> {
             if window.len() < 2 {
                 continue;
             }
-            self.forget();
+            self.forget()?;
             let mut next = 1usize;
             prefill_s += self.prefill(window, 0, Outputs::All, |s, start, end| {
                 for i in start..end {

@@ -1,5 +1,6 @@
 //! Prefix reuse: the session remembers which tokens its KV cache holds (sequence 0, positions
 //! 0..n), and a decision keeps the longest common prefix with its own prompt instead of clearing.
+use crate::error::Result;
 use crate::options::PrefixReuse;
 use crate::telemetry::ReuseOutcome;
 
@@ -23,10 +24,10 @@ fn common_prefix(a: &[i32], b: &[i32]) -> usize {
 
 impl Session<'_> {
     /// Empties the cache and what the session remembers of it.
-    pub(crate) fn forget(&mut self) {
-        self.ctx.clear_memory();
+    pub(crate) fn forget(&mut self) -> Result<()> {
         self.kv.clear();
         self.last_logits.clear();
+        Ok(self.ctx.clear_memory()?)
     }
 
     /// Prepares sequence 0 for `tokens`: keeps the longest prefix the cache already holds, drops
@@ -34,14 +35,14 @@ impl Session<'_> {
     /// exactly this prompt and its last logits were kept (a `hit`: nothing to prefill); otherwise
     /// at most all but the last token, whose logits the caller needs. Anything the memory cannot
     /// keep exactly is cleared instead.
-    pub(crate) fn reuse_prefix(&mut self, tokens: &[i32]) -> Reuse {
+    pub(crate) fn reuse_prefix(&mut self, tokens: &[i32]) -> Result<Reuse> {
         let miss = |s: &mut Self, reason| {
-            s.forget();
-            Reuse {
+            s.forget()?;
+            Ok(Reuse {
                 kept: 0,
                 outcome: ReuseOutcome::Miss,
                 reason,
-            }
+            })
         };
         if self.prefix_reuse == PrefixReuse::Off {
             return miss(self, "off");
@@ -50,11 +51,11 @@ impl Session<'_> {
             return miss(self, "empty");
         }
         if self.kv == tokens && !self.last_logits.is_empty() {
-            return Reuse {
+            return Ok(Reuse {
                 kept: tokens.len(),
                 outcome: ReuseOutcome::Hit,
                 reason: "",
-            };
+            });
         }
         self.last_logits.clear();
         let mut keep = common_prefix(&self.kv, tokens).min(tokens.len().saturating_sub(1));
@@ -79,11 +80,11 @@ impl Session<'_> {
             return miss(self, "the memory cannot drop part of a sequence");
         }
         self.kv.truncate(keep);
-        Reuse {
+        Ok(Reuse {
             kept: keep,
             outcome: ReuseOutcome::Extend,
             reason: "",
-        }
+        })
     }
 }
 

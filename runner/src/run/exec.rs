@@ -38,6 +38,8 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Which items to take (shard, glob, limit).
     pub filter: Filter,
+    /// Load each model once in a child process before the first load here (the probe).
+    pub probe: bool,
 }
 
 /// Rows written to one CSV.
@@ -168,6 +170,8 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
     let mut progress = Progress::new(prep.units.len() as u64, opts.quiet);
     let mut sinks: HashMap<PathBuf, CsvSink> = HashMap::new();
     let mut written: HashMap<PathBuf, u64> = HashMap::new();
+    // Model -> the probe's error, `None` when it passed.
+    let mut probed: HashMap<PathBuf, Option<String>> = HashMap::new();
     let build = format!(
         "bmoe {} (engine {})",
         env!("CARGO_PKG_VERSION"),
@@ -216,21 +220,70 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         progress.start_unit(&label, pending.len() as u64);
         let (load_opts, sess_opts) =
             crate::placement::engine_options(&unit.placement, &unit.resolved.settings, &lj.model);
+        // The probe runs once per model, before its first load here; its verdict is kept for the
+        // model's other units.
+        let probe_error = if opts.probe {
+            if !probed.contains_key(&lj.model) {
+                let r = crate::probe::probe(&lj.model)?;
+                probed.insert(lj.model.clone(), r.error().map(str::to_string));
+            }
+            probed.get(&lj.model).cloned().flatten()
+        } else {
+            None
+        };
         let t0 = Instant::now();
-        let model = Model::load(&load_opts)
-            .with_context(|| format!("loading {}", display_path(&lj.model)))?;
+        let loaded = match probe_error {
+            Some(why) => Err(why),
+            // Most load errors name the file already; the others get it in front.
+            None => Model::load(&load_opts).map_err(|e| {
+                let msg = e.to_string();
+                if msg.contains(&lj.model.display().to_string()) {
+                    msg
+                } else {
+                    format!("loading {}: {msg}", display_path(&lj.model))
+                }
+            }),
+        };
         let load_s = t0.elapsed().as_secs_f64();
-        for w in model.warnings() {
-            progress.println(&format!("bmoe: {w}"));
-        }
-        let mut session = model.session(&sess_opts).context("opening a session")?;
-        let mut base = base_row(&run_id, lj, unit, &model, load_s, &build)?;
+        let mut base = base_row(&run_id, lj, unit, loaded.as_ref().ok(), load_s, &build);
         base.shard = opts.filter.shard.map(|s| s.label()).unwrap_or_default();
         base.host = machine_id.host.clone();
         base.cpu_model = machine_id.cpu_model.clone();
         base.cpu_cores = machine_id.cpu_cores;
         base.model_sha256 = model_sha.get(&lj.model).cloned().unwrap_or_default();
         base.profile_hash = ident::file_hash16(&unit.profile_path)?;
+        let model = match loaded {
+            Ok(m) => m,
+            Err(why) => {
+                // The model cannot run: every pending item gets an error row, and the run goes on
+                // with the next unit.
+                progress.println(&format!("error: {why}"));
+                for (item, rep) in pending {
+                    let row = Row {
+                        item: item.id.clone(),
+                        repeat: rep,
+                        error: why.clone(),
+                        prefill_device: String::new(),
+                        peak_rss_mib: ident::peak_rss_mib(),
+                        time: chrono::Utc::now()
+                            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                        ..base.clone()
+                    };
+                    append_row(&mut sinks, &mut written, &write_to, &row)?;
+                    if opts.machine {
+                        machine::emit(&row)?;
+                    }
+                    summary.failed += 1;
+                    progress.item_done(0);
+                }
+                progress.end_unit();
+                continue;
+            }
+        };
+        for w in model.warnings() {
+            progress.println(&format!("bmoe: {w}"));
+        }
+        let mut session = model.session(&sess_opts).context("opening a session")?;
         let gen_opts = generate_options(lj);
 
         // Warmup: `warmup` items run on the fresh session and are thrown away, so the measured rows
@@ -313,13 +366,7 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
                 row.prefill_device.clear();
             }
             row.peak_rss_mib = ident::peak_rss_mib();
-            if !sinks.contains_key(&write_to) {
-                sinks.insert(write_to.clone(), CsvSink::open(&write_to)?);
-            }
-            if let Some(s) = sinks.get_mut(&write_to) {
-                s.append(&row)?;
-            }
-            *written.entry(write_to.clone()).or_default() += 1;
+            append_row(&mut sinks, &mut written, &write_to, &row)?;
             if opts.machine {
                 machine::emit(&row)?;
             }
@@ -376,28 +423,60 @@ fn generate_options(lj: &LoadedJob) -> GenerateOptions {
     }
 }
 
-/// The columns every row of a unit shares.
+/// Appends `row` to `csv` (opening the sink on first use) and counts it.
+fn append_row(
+    sinks: &mut HashMap<PathBuf, CsvSink>,
+    written: &mut HashMap<PathBuf, u64>,
+    csv: &Path,
+    row: &Row,
+) -> anyhow::Result<()> {
+    if !sinks.contains_key(csv) {
+        sinks.insert(csv.to_path_buf(), CsvSink::open(csv)?);
+    }
+    if let Some(s) = sinks.get_mut(csv) {
+        s.append(row)?;
+    }
+    *written.entry(csv.to_path_buf()).or_default() += 1;
+    Ok(())
+}
+
+/// The columns every row of a unit shares; without a model (it failed to load) the model's
+/// columns come from the header read at placement.
 fn base_row(
     run_id: &str,
     lj: &LoadedJob,
     u: &Unit,
-    model: &Model,
+    model: Option<&Model>,
     load_s: f64,
     build: &str,
-) -> anyhow::Result<Row> {
+) -> Row {
     let s = &u.resolved.settings;
-    let info = model.info();
-    Ok(Row {
+    let d = &u.placement.dims;
+    let (file_bytes, arch, n_expert_used) = match model {
+        Some(m) => {
+            let i = m.info();
+            (i.file_bytes, i.arch.clone(), i.n_expert_used)
+        }
+        None => (
+            d.file_bytes,
+            d.arch.clone(),
+            u32::try_from(d.n_expert_used).unwrap_or(u32::MAX),
+        ),
+    };
+    // The hash only labels rows; a file that cannot be read again gets an empty one, not a
+    // failed run.
+    let hash = model_hash(&lj.model, d.data_start).unwrap_or_default();
+    Row {
         run_id: run_id.to_string(),
         job: lj.job.name.clone(),
         kind: lj.job.kind.to_string(),
         profile: u.profile.name.clone(),
         point: u.point.clone(),
         model: display_path(&lj.model),
-        model_bytes: info.file_bytes,
-        model_hash: model_hash(&lj.model, u.placement.dims.data_start)?,
+        model_bytes: file_bytes,
+        model_hash: hash,
         build: build.to_string(),
-        arch: info.arch.clone(),
+        arch,
         threads: u.placement.threads.used,
         threads_setting: s.threads.to_string(),
         context: u.placement.n_ctx as u32,
@@ -413,13 +492,13 @@ fn base_row(
         loaders: s.loaders.or(crate::config::settings::auto_loaders()),
         routed: s.routed,
         routed_full: s.routed_full,
-        n_expert_used: info.n_expert_used,
+        n_expert_used,
         load_s,
         schema_version: Some(SCHEMA_VERSION),
         git_commit: ident::GIT_COMMIT.to_string(),
         llama_cpp: ident::LLAMA_CPP.to_string(),
         ..sampling_columns(lj)
-    })
+    }
 }
 
 /// The sampling columns of a generate row; empty on other kinds, and the seeded-only ones empty

@@ -1,0 +1,72 @@
+//! Damaged models at the engine boundary: each check made before llama.cpp loads a file names the
+//! key or tensor, and a C++ exception from llama.cpp comes back as a typed error, not an abort.
+mod common;
+
+use std::path::PathBuf;
+
+use bmoe_engine::ffi::model::{LlamaModel, RawLoadParams};
+use bmoe_engine::{EngineError, LoadOptions, Model};
+
+/// The tiny model with `old` (found once) replaced by `new`, written under `name`.
+fn damaged(name: &str, old: &[u8], new: &[u8]) -> PathBuf {
+    let mut b = std::fs::read(common::tiny()).unwrap();
+    let hits: Vec<usize> = b
+        .windows(old.len())
+        .enumerate()
+        .filter(|(_, w)| *w == old)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(hits.len(), 1);
+    b[hits[0]..hits[0] + new.len()].copy_from_slice(new);
+    let p = common::dir().join(name);
+    std::fs::write(&p, b).unwrap();
+    p
+}
+
+fn refusal(p: &PathBuf) -> String {
+    match Model::load(&LoadOptions::new(p)) {
+        Err(e @ EngineError::Invalid { .. }) => e.to_string(),
+        Err(e) => panic!("refused, but not by a check: {e}"),
+        Ok(_) => panic!("{} loaded", p.display()),
+    }
+}
+
+#[test]
+fn duplicate_tokens_are_refused_before_llama_cpp_asserts() {
+    let p = damaged("dup.gguf", b"<0x41>", b"<0x42>");
+    let e = refusal(&p);
+    assert!(
+        e.contains("dup.gguf: tokenizer.ggml.tokens: tokens 68 and 69 are both \"<0x42>\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_byte_tokens_are_refused() {
+    let p = damaged("nobyte.gguf", b"<0x68>", b"<0x6G>");
+    let e = refusal(&p);
+    assert!(
+        e.contains("<0x68> is missing (1 of 256 byte tokens missing)"),
+        "{e}"
+    );
+}
+
+/// Below the checks: the same file straight into llama.cpp loads, and tokenizing "hi" throws
+/// std::out_of_range from the byte fallback. Through the shim that is an error; without it the
+/// process aborts ("Rust cannot catch foreign exceptions").
+#[test]
+fn a_llama_cpp_exception_is_an_error_not_an_abort() {
+    let p = damaged("nobyte-raw.gguf", b"<0x68>", b"<0x6G>");
+    let cpu = bmoe_engine::Device::cpu().expect("cpu device");
+    let m = LlamaModel::load(
+        &p,
+        &RawLoadParams {
+            devices: vec![cpu],
+            mmap: true,
+            kv_overrides: vec![],
+        },
+    )
+    .expect("llama.cpp loads the file");
+    let e = m.vocab().tokenize("hi", false, false).unwrap_err();
+    assert!(e.contains("llama.cpp failed in llama_tokenize"), "{e}");
+}

@@ -1,0 +1,160 @@
+//! The probe: a model loaded once in a child process (`bmoe __probe <model>`) before this process
+//! loads it, so that what llama.cpp does not report as an error (an assert that aborts, a memory
+//! fault) kills the child instead of the run. The child loads the model, tokenizes a word and
+//! generates one token; the parent reads how it ended.
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::Context;
+use bmoe_engine::{GenerateOptions, LoadOptions, Model, Sampling, SessionOptions};
+
+/// Lines of the child's log quoted when it died.
+const TAIL_LINES: usize = 6;
+
+/// How a probe ended.
+#[derive(Debug)]
+pub enum ProbeResult {
+    /// The child loaded the model and generated a token.
+    Ok {
+        /// Seconds the child took, start to exit.
+        seconds: f64,
+    },
+    /// The child refused the model with an error of its own (the same one a load here would give).
+    Refused(String),
+    /// The child died (a signal, or an exit code bmoe never uses): llama.cpp aborted.
+    Aborted(String),
+}
+
+impl ProbeResult {
+    /// The message for an error row and the `error:` line, `None` when the probe passed.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            ProbeResult::Ok { .. } => None,
+            ProbeResult::Refused(m) | ProbeResult::Aborted(m) => Some(m),
+        }
+    }
+}
+
+/// The last `n` non-empty lines of `text`, joined with " | ".
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let start = lines.len().saturating_sub(n);
+    lines[start..].join(" | ")
+}
+
+/// Loads `model` once in a child process and reports how that went.
+pub fn probe(model: &Path) -> anyhow::Result<ProbeResult> {
+    let exe = std::env::current_exe().context("finding the bmoe executable for the probe")?;
+    let t0 = Instant::now();
+    let out = Command::new(exe)
+        .arg("__probe")
+        .arg(model)
+        // ggml's abort would otherwise try to attach a debugger for a backtrace.
+        .env("GGML_NO_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .context("starting the probe process")?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let shown = bmoe_display(model);
+    match out.status.code() {
+        Some(0) => Ok(ProbeResult::Ok { seconds }),
+        // bmoe's own refusal: the child printed `error: <why>` last.
+        Some(1) => {
+            let why = stderr
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("error: "))
+                .map(str::to_string)
+                .unwrap_or_else(|| tail(&stderr, TAIL_LINES));
+            Ok(ProbeResult::Refused(why))
+        }
+        other => {
+            let how = match other {
+                Some(c) => format!("exit status {c}"),
+                None => signal_name(&out.status),
+            };
+            let log = tail(&stderr, TAIL_LINES);
+            Ok(ProbeResult::Aborted(format!(
+                "{shown}: llama.cpp aborted while loading ({how}): {}",
+                if log.is_empty() { "(no log)" } else { &log }
+            )))
+        }
+    }
+}
+
+#[cfg(unix)]
+fn signal_name(s: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match s.signal() {
+        Some(6) => "SIGABRT".into(),
+        Some(11) => "SIGSEGV".into(),
+        Some(8) => "SIGFPE".into(),
+        Some(7) => "SIGBUS".into(),
+        Some(4) => "SIGILL".into(),
+        Some(9) => "SIGKILL".into(),
+        Some(n) => format!("signal {n}"),
+        None => "no exit status".into(),
+    }
+}
+
+#[cfg(not(unix))]
+fn signal_name(_: &std::process::ExitStatus) -> String {
+    "no exit status".into()
+}
+
+fn bmoe_display(p: &Path) -> String {
+    crate::config::diag::display_path(p)
+}
+
+/// The child side (`bmoe __probe <model>`): load, tokenize, one greedy token; llama.cpp's log on
+/// stderr so the parent can quote its last lines if this process dies.
+pub fn run_child(model: &Path) -> anyhow::Result<()> {
+    bmoe_engine::set_log_verbose(true);
+    let m = Model::load(&LoadOptions {
+        path: model.to_path_buf(),
+        n_expert_used: None,
+        stream: None,
+        prefill: None,
+    })?;
+    let mut s = m.session(&SessionOptions {
+        threads: 1,
+        n_ctx: 64,
+        n_ubatch: 8,
+        n_ubatch_device: 8,
+        ..SessionOptions::default()
+    })?;
+    let opts = GenerateOptions {
+        n_predict: 1,
+        // Through the chat template too, when the model has one: it is part of what a job runs.
+        chat: true,
+        sampling: Sampling::Greedy,
+    };
+    s.generate("hi", &opts, &bmoe_engine::CancelToken::new())?;
+    // Test hook (the probe's own tests; see docs/robustness.md): die the way llama.cpp's asserts
+    // do, after the model loaded, so the parent's handling of an abort can be exercised without a
+    // model that still crashes llama.cpp (every one found so far is refused before loading).
+    if std::env::var_os("BMOE_PROBE_SELFTEST").is_some_and(|v| v == "abort") {
+        eprintln!("bmoe probe self-test: aborting as llama.cpp's GGML_ASSERT would");
+        std::process::abort();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_non_empty_lines() {
+        assert_eq!(tail("a\n\nb\nc\n \nd\n", 2), "c | d");
+        assert_eq!(tail("", 3), "");
+    }
+}
