@@ -17,7 +17,7 @@ use super::progress::Progress;
 use super::select::{Filter, Shard};
 use super::signals::Stop;
 use crate::config::diag::display_path;
-use crate::config::job::{Kind, LoadedJob, Payload};
+use crate::config::job::{Decision, Kind, LoadedJob, Payload};
 use crate::ident::{self, Machine};
 use crate::sink::csv::{resolve, CsvSink, Target};
 use crate::sink::row::{escape_text, logp_json, Row, SCHEMA_VERSION};
@@ -456,11 +456,24 @@ fn run_item(
     row: &mut Row,
 ) -> Result<bool, EngineError> {
     match (kind, payload) {
-        (Kind::Decide, Payload::Decide(req)) => {
-            let r = session.decide(req)?;
+        (Kind::Decide, Payload::Decide(d)) => {
+            // Written even when the engine refuses the item, so a refused row still says what
+            // it was asked.
+            let choices = &d.req.choices;
+            row.scoring = scoring_name(d.req.scoring).to_string();
+            row.meta = d.meta.clone();
+            row.expected = d
+                .expected
+                .and_then(|e| choices.get(e).cloned())
+                .unwrap_or_default();
+            let r = session.decide(&d.req)?;
             fill_common(row, &r.timing, &r.stream, &r.prefill_dev);
+            // timing.n_prompt counts the prefilled tokens; the column keeps the whole prompt so
+            // it does not change with what ran before.
+            row.n_prompt = r.n_tokens;
             row.best = Some(r.best as u32);
             row.choice_logp = logp_json(&r.choice_logp);
+            fill_decision(row, d, &r);
         }
         (Kind::Generate, Payload::Text(prompt)) => {
             let r = session.generate(prompt, gen, &stop.cancel)?;
@@ -487,6 +500,27 @@ fn run_item(
         }
     }
     Ok(true)
+}
+
+/// The decide columns that come from the engine's record, beyond `best` and `choice_logp`.
+fn fill_decision(row: &mut Row, d: &Decision, r: &bmoe_engine::DecideRecord) {
+    row.best_choice = d.req.choices.get(r.best).cloned().unwrap_or_default();
+    row.margin = r.margin.is_finite().then_some(r.margin);
+    row.correct = d.expected.map(|e| e == r.best);
+    row.choice_ntok = serde_json::Value::from(r.choice_ntok.clone()).to_string();
+    row.n_reused = Some(r.n_reused);
+    row.n_prefilled = Some(r.n_prefilled);
+    row.reuse = r.reuse.as_str().to_string();
+    row.reuse_reason = r.reuse_reason.clone();
+}
+
+/// The job-file name of a scoring mode.
+fn scoring_name(s: bmoe_engine::Scoring) -> &'static str {
+    match s {
+        bmoe_engine::Scoring::FirstToken => "first_token",
+        bmoe_engine::Scoring::Sum => "sum",
+        bmoe_engine::Scoring::Mean => "mean",
+    }
 }
 
 fn fill_common(
