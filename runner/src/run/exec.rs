@@ -66,6 +66,12 @@ pub struct Summary {
     pub interrupted: bool,
     /// Decide rows that succeeded.
     pub decisions: u64,
+    /// Of those, the ones whose decision carries an expected answer.
+    pub with_expected: u64,
+    /// Of those, the ones whose best choice is the expected one.
+    pub correct: u64,
+    /// `correct / with_expected`; `None` when no decision carries an expected answer.
+    pub accuracy: Option<f64>,
     /// Sum of prefill seconds.
     pub prefill_s: f64,
     /// Sum of prefill tokens.
@@ -325,6 +331,10 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
             }
             if lj.job.kind == Kind::Decide && row.error.is_empty() {
                 summary.decisions += 1;
+                if let Some(ok) = row.correct {
+                    summary.with_expected += 1;
+                    summary.correct += u64::from(ok);
+                }
             }
             summary.prefill_s += row.prefill_s;
             summary.prefill_tokens += u64::from(row.n_prompt);
@@ -336,6 +346,8 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         }
     }
     progress.finish();
+    summary.accuracy =
+        (summary.with_expected > 0).then(|| summary.correct as f64 / summary.with_expected as f64);
     let mut w: Vec<(PathBuf, u64)> = written.into_iter().collect();
     w.sort();
     // Name every CSV a job points at, even one that got no new rows (all skipped).
