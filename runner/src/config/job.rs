@@ -397,9 +397,10 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
         )),
         (true, false) => match inline_items(&job) {
             Ok(v) => items = v,
-            Err(bad) => errs.extend(bad.into_iter().map(|(i, msg)| {
-                src.diag(&format!("/decisions/{i}/expected"), false, msg)
-            })),
+            Err(bad) => errs.extend(
+                bad.into_iter()
+                    .map(|(i, msg)| src.diag(&format!("/decisions/{i}/expected"), false, msg)),
+            ),
         },
         (false, true) => {
             let rel = if job.kind == Kind::Decide {

@@ -139,9 +139,10 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
 pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
     // Checked before the model loads: a typo should not cost a load.
     let expected = match &a.expected {
-        Some(e) => Some(crate::config::job::resolve_expected_text(e, &a.choices).map_err(
-            |msg| anyhow::anyhow!("--expected {e:?}: {msg}"),
-        )?),
+        Some(e) => Some(
+            crate::config::job::resolve_expected_text(e, &a.choices)
+                .map_err(|msg| anyhow::anyhow!("--expected {e:?}: {msg}"))?,
+        ),
         None => None,
     };
     let model = load(&a.engine)?;
