@@ -305,3 +305,57 @@ fn compare_reports_the_accuracy_change() {
         1
     );
 }
+
+#[test]
+fn decide_cli_takes_raw_scoring_and_expected() {
+    let p = Project::new();
+    let m = p.path("models/tiny.gguf");
+    let m = m.to_str().unwrap();
+    let base = [
+        "decide",
+        "-m",
+        m,
+        "-t",
+        "2",
+        "--prefix",
+        "You operate a form. ",
+        "--suffix",
+        "Next?",
+        "--choice",
+        "click(submit)",
+        "--choice",
+        "click(cancel)",
+    ];
+    // first_token refuses choices sharing their first token; sum takes them.
+    let o = p.bmoe(&base);
+    assert!(!o.status.success(), "{}", text(&o));
+    let mut args = base.to_vec();
+    args.extend(["--scoring", "sum", "--expected", "click(cancel)", "--raw"]);
+    let o = p.bmoe(&args);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let verdict = if out.contains("best: 1 ") {
+        "\ncorrect"
+    } else {
+        "\nincorrect"
+    };
+    assert!(
+        out.contains(&format!("{verdict} (expected 1: \"click(cancel)\")")),
+        "{out}"
+    );
+    assert!(out.contains("margin: "), "{out}");
+    args.push("--json");
+    let o = p.bmoe(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["expected"], 1, "{v}");
+    assert_eq!(v["correct"], serde_json::json!(v["best"] == 1), "{v}");
+    assert!(v["choice_ntok"][0].as_u64().unwrap() > 1, "{v}");
+    // An expected answer naming no choice is refused before the model loads.
+    let mut bad = base.to_vec();
+    bad.extend(["--scoring", "sum", "--expected", "click(help)"]);
+    let o = p.bmoe(&bad);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(out.contains("is not one of the choices"), "{out}");
+}
