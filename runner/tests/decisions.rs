@@ -210,7 +210,7 @@ fn expected_naming_no_choice_is_refused_by_check_with_its_line() {
     assert!(out.contains("decisions.jsonl:2"), "{out}");
     assert!(out.contains("\"Maybe\" is not one of the choices"), "{out}");
     assert!(out.contains("decisions.jsonl:3"), "{out}");
-    assert!(out.contains("expected index 2 names no choice"), "{out}");
+    assert!(out.contains("expected: index 2 names no choice"), "{out}");
     assert!(!out.contains("decisions.jsonl:1:"), "line 1 is fine: {out}");
     let o = p.bmoe(&["run", "jobs/job.toml", "--quiet"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));

@@ -105,13 +105,13 @@ impl Expected {
                 .filter(|&i| i < choices.len())
                 .ok_or_else(|| {
                     format!(
-                        "expected index {i} names no choice: expected 0 to {} ({} choices)",
+                        "index {i} names no choice: give 0 to {} ({} choices)",
                         choices.len().saturating_sub(1),
                         choices.len()
                     )
                 }),
             Expected::Text(t) => choices.iter().position(|c| c == t).ok_or_else(|| {
-                format!("expected {t:?} is not one of the choices {choices:?}: expected a choice's exact text or its 0-based index")
+                format!("{t:?} is not one of the choices {choices:?}: give a choice's exact text or its 0-based index")
             }),
         }
     }
