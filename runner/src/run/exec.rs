@@ -74,7 +74,7 @@ pub struct Summary {
     pub accuracy: Option<f64>,
     /// Sum of prefill seconds.
     pub prefill_s: f64,
-    /// Sum of prefill tokens.
+    /// Sum of prefilled tokens (without the prefix tokens decisions reused).
     pub prefill_tokens: u64,
 }
 
@@ -337,8 +337,10 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
                 }
             }
             summary.prefill_s += row.prefill_s;
-            summary.prefill_tokens += u64::from(row.n_prompt);
-            progress.item_done(u64::from(row.n_prompt));
+            // What was prefilled: a decision that reused a cached prefix prefilled only the rest.
+            let prefilled = row.n_prefilled.unwrap_or(row.n_prompt);
+            summary.prefill_tokens += u64::from(prefilled);
+            progress.item_done(u64::from(prefilled));
         }
         progress.end_unit();
         if summary.interrupted {
