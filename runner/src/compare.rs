@@ -49,6 +49,27 @@ pub struct MaxDiff {
     pub key: String,
 }
 
+/// Accuracy of each side on the matched decisions with an expected answer, and how it changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct AccuracyChange {
+    /// Matched decide rows carrying `correct` on both sides.
+    pub decisions: usize,
+    /// Correct in A.
+    pub correct_a: usize,
+    /// Correct in B.
+    pub correct_b: usize,
+    /// correct_a / decisions.
+    pub accuracy_a: f64,
+    /// correct_b / decisions.
+    pub accuracy_b: f64,
+    /// accuracy_b - accuracy_a.
+    pub change: f64,
+    /// Right in A, wrong in B.
+    pub lost: usize,
+    /// Wrong in A, right in B.
+    pub gained: usize,
+}
+
 /// The comparison as JSON (`--format json`): the same numbers the text shows.
 #[derive(Debug, Serialize)]
 pub struct JsonReport<'a> {
@@ -74,6 +95,8 @@ pub struct JsonReport<'a> {
     pub identical_texts: usize,
     /// Largest |Δ ppl|.
     pub max_ppl_diff: Option<MaxDiff>,
+    /// Accuracy on the matched decisions that carry an expected answer on both sides.
+    pub accuracy: Option<AccuracyChange>,
     /// prefill_s ratio B/A.
     pub prefill_s_ratio: Option<RatioStats>,
     /// Keys of the rows that differ.
@@ -103,6 +126,9 @@ pub struct Report {
     pub texts: (usize, usize),
     /// Largest |Δ ppl| and where.
     pub max_ppl_diff: Option<(f64, String)>,
+    /// Accuracy counts: (decisions with `correct` on both sides, correct in A, correct in B, lost,
+    /// gained).
+    pub accuracy: (usize, usize, usize, usize, usize),
     /// Prefill-time ratios B/A.
     pub ratios: Vec<f64>,
     /// Keys of the rows that differ.
@@ -133,6 +159,25 @@ impl Report {
         })
     }
 
+    /// Accuracy of each side and the change, or `None` when no matched row carries `correct`.
+    pub fn accuracy(&self) -> Option<AccuracyChange> {
+        let (n, a, b, lost, gained) = self.accuracy;
+        if n == 0 {
+            return None;
+        }
+        let (accuracy_a, accuracy_b) = (a as f64 / n as f64, b as f64 / n as f64);
+        Some(AccuracyChange {
+            decisions: n,
+            correct_a: a,
+            correct_b: b,
+            accuracy_a,
+            accuracy_b,
+            change: accuracy_b - accuracy_a,
+            lost,
+            gained,
+        })
+    }
+
     /// The report as JSON: the numbers of [`Report::render`], unrounded.
     pub fn json(&self) -> JsonReport<'_> {
         let md = |m: &Option<(f64, String)>| {
@@ -153,6 +198,7 @@ impl Report {
             generations: self.texts.0,
             identical_texts: self.texts.1,
             max_ppl_diff: md(&self.max_ppl_diff),
+            accuracy: self.accuracy(),
             prefill_s_ratio: self.ratio_stats(),
             differing: &self.differing,
             identical: self.identical(),
@@ -176,6 +222,22 @@ impl Report {
             );
             if let Some((d, k)) = &self.max_logp_diff {
                 let _ = writeln!(s, "largest choice_logp difference: {d:.6} nats ({k})");
+            }
+            if let Some(a) = self.accuracy() {
+                let _ = writeln!(
+                    s,
+                    "accuracy over {} decisions with an expected answer: A {}/{} ({:.1}%), B {}/{} ({:.1}%), change {:+.1} points ({} lost, {} gained)",
+                    a.decisions,
+                    a.correct_a,
+                    a.decisions,
+                    a.accuracy_a * 100.0,
+                    a.correct_b,
+                    a.decisions,
+                    a.accuracy_b * 100.0,
+                    a.change * 100.0,
+                    a.lost,
+                    a.gained
+                );
             }
         }
         if self.texts.0 > 0 {
@@ -265,6 +327,15 @@ pub fn compare(a: &Path, b: &Path, o: &CompareOptions) -> anyhow::Result<Report>
         let mut same = x.error == y.error;
         if x.kind == "decide" {
             rep.decisions += 1;
+            // Only `correct` is compared here: n_reused, n_prefilled, reuse and the prefill times
+            // depend on the order the decisions ran in, not on the result.
+            if let (Some(ca), Some(cb)) = (x.correct, y.correct) {
+                rep.accuracy.0 += 1;
+                rep.accuracy.1 += usize::from(ca);
+                rep.accuracy.2 += usize::from(cb);
+                rep.accuracy.3 += usize::from(ca && !cb);
+                rep.accuracy.4 += usize::from(!ca && cb);
+            }
             if x.best == y.best {
                 rep.best_agree += 1;
             } else {

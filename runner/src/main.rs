@@ -852,6 +852,14 @@ fn run_cmd(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         if s.decisions > 0 {
             out.push_str(&format!("decisions: {}\n", s.decisions));
         }
+        if let Some(acc) = s.accuracy {
+            out.push_str(&format!(
+                "accuracy: {}/{} decisions with an expected answer correct ({:.1}%)\n",
+                s.correct,
+                s.with_expected,
+                acc * 100.0
+            ));
+        }
         if opts.machine {
             eprint!("{out}");
         } else {

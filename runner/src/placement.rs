@@ -431,6 +431,7 @@ pub fn engine_options(
         } else {
             s.cpu_ubatch
         },
+        prefix_reuse: s.prefix_reuse.engine(),
         ..bmoe_engine::SessionOptions::default()
     };
     (load, session)

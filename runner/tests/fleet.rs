@@ -145,6 +145,11 @@ const VOLATILE: &[&str] = &[
     "prefill_dev_stall_s",
     "peak_rss_mib",
     "shard",
+    // Prefix reuse depends on the decision that ran before in the same session.
+    "n_reused",
+    "n_prefilled",
+    "reuse",
+    "reuse_reason",
 ];
 
 #[test]

@@ -52,6 +52,82 @@ impl fmt::Display for ItemId {
     }
 }
 
+/// How a decide job scores its choices (the engine's `Scoring`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Scoring {
+    /// Each choice's first-token log-probability (choices must differ in their first token).
+    #[default]
+    FirstToken,
+    /// The sum of the log-probabilities of every token of the choice.
+    Sum,
+    /// The sum divided by the choice's token count.
+    Mean,
+}
+
+impl Scoring {
+    /// The engine's value.
+    pub fn engine(self) -> bmoe_engine::Scoring {
+        match self {
+            Scoring::FirstToken => bmoe_engine::Scoring::FirstToken,
+            Scoring::Sum => bmoe_engine::Scoring::Sum,
+            Scoring::Mean => bmoe_engine::Scoring::Mean,
+        }
+    }
+}
+
+impl fmt::Display for Scoring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scoring::FirstToken => "first_token",
+            Scoring::Sum => "sum",
+            Scoring::Mean => "mean",
+        })
+    }
+}
+
+/// A decision's expected answer: one of its choices, by text or by 0-based index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Expected {
+    /// The choice's index, from 0.
+    Index(#[schemars(range(min = 0))] u64),
+    /// The choice's text, exactly.
+    Text(String),
+}
+
+impl Expected {
+    /// The index of the choice this names, or why it names none.
+    pub fn resolve(&self, choices: &[String]) -> Result<usize, String> {
+        match self {
+            Expected::Index(i) => usize::try_from(*i)
+                .ok()
+                .filter(|&i| i < choices.len())
+                .ok_or_else(|| {
+                    format!(
+                        "index {i} names no choice: give 0 to {} ({} choices)",
+                        choices.len().saturating_sub(1),
+                        choices.len()
+                    )
+                }),
+            Expected::Text(t) => choices.iter().position(|c| c == t).ok_or_else(|| {
+                format!("{t:?} is not one of the choices {choices:?}: give a choice's exact text or its 0-based index")
+            }),
+        }
+    }
+}
+
+/// `--expected` of `bmoe decide`: a choice's exact text first, else a 0-based index.
+pub fn resolve_expected_text(s: &str, choices: &[String]) -> Result<usize, String> {
+    if let Some(i) = choices.iter().position(|c| c == s) {
+        return Ok(i);
+    }
+    match s.trim().parse::<u64>() {
+        Ok(i) => Expected::Index(i).resolve(choices),
+        Err(_) => Expected::Text(s.to_string()).resolve(choices),
+    }
+}
+
 /// One recorded decision: `prefix + suffix` as one user message, scored over `choices`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -64,9 +140,15 @@ pub struct DecisionSpec {
     /// The part that changes (the current screen).
     #[serde(default)]
     pub suffix: String,
-    /// The options, each scored by its first token.
+    /// The options, scored as the job's `scoring` says.
     #[schemars(length(min = 1, max = 256), inner(length(min = 1)))]
     pub choices: Vec<String>,
+    /// The right answer: a choice's exact text or its 0-based index; rows then say `correct`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<Expected>,
+    /// Free data kept with the decision (trace id, step, ...), written to the `meta` column as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// One prompt (generate) or text (perplexity) with an explicit id.
@@ -155,9 +237,13 @@ pub struct Job {
     #[serde(default = "default_n_predict")]
     #[schemars(range(min = 1, max = 65536))]
     pub n_predict: u32,
-    /// Render prompts with the model's chat template (generate).
+    /// Render prompts (generate) or decisions (decide) with the model's chat template; false feeds
+    /// them as is.
     #[serde(default = "default_true")]
     pub chat: bool,
+    /// How choices are scored (decide): first_token, sum or mean.
+    #[serde(default)]
+    pub scoring: Scoring,
     /// Token selection (generate).
     #[serde(default)]
     pub sampling: SamplingSpec,
@@ -202,11 +288,22 @@ fn default_true() -> bool {
     true
 }
 
+/// A decision to run and what the runner keeps beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// What the engine gets.
+    pub req: bmoe_engine::DecideRequest,
+    /// The expected choice's index, resolved against the choices.
+    pub expected: Option<usize>,
+    /// The decision's `meta`, as JSON text (empty without one).
+    pub meta: String,
+}
+
 /// What one item asks the engine for.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
     /// A decision.
-    Decide(bmoe_engine::DecideRequest),
+    Decide(Decision),
     /// A prompt or a perplexity text.
     Text(String),
 }
@@ -298,7 +395,13 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
                 job.kind
             ),
         )),
-        (true, false) => items = inline_items(&job),
+        (true, false) => match inline_items(&job) {
+            Ok(v) => items = v,
+            Err(bad) => errs.extend(
+                bad.into_iter()
+                    .map(|(i, msg)| src.diag(&format!("/decisions/{i}/expected"), false, msg)),
+            ),
+        },
         (false, true) => {
             let rel = if job.kind == Kind::Decide {
                 job.decisions_file.as_deref()
@@ -316,6 +419,13 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
                     format!("file {} does not exist", f.display()),
                 )),
             }
+        }
+    }
+    // The job's scoring and chat apply to every decision, inline or from JSONL.
+    for it in &mut items {
+        if let Payload::Decide(d) = &mut it.payload {
+            d.req.scoring = job.scoring.engine();
+            d.req.raw = !job.chat;
         }
     }
     // Rows are matched across runs by id, so ids must be unique within a job.
@@ -350,16 +460,22 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
     })
 }
 
-/// The inline items of a job, ids defaulting to positions.
-fn inline_items(job: &Job) -> Vec<Item> {
+/// The inline items of a job, ids defaulting to positions; `Err` lists the decisions whose
+/// `expected` names no choice (index, message).
+fn inline_items(job: &Job) -> Result<Vec<Item>, Vec<(usize, String)>> {
     if let Some(ds) = &job.decisions {
-        return ds
-            .iter()
-            .enumerate()
-            .map(|(i, d)| decision_item(i, d))
-            .collect();
+        let mut items = Vec::new();
+        let mut bad = Vec::new();
+        for (i, d) in ds.iter().enumerate() {
+            match decision_item(i, d) {
+                Ok(it) => items.push(it),
+                Err(msg) => bad.push((i, msg)),
+            }
+        }
+        return if bad.is_empty() { Ok(items) } else { Err(bad) };
     }
-    job.prompts
+    Ok(job
+        .prompts
         .iter()
         .flatten()
         .enumerate()
@@ -370,24 +486,37 @@ fn inline_items(job: &Job) -> Vec<Item> {
             },
             PromptItem::Full(p) => prompt_item(i, p),
         })
-        .collect()
+        .collect())
 }
 
-/// A decision as an item.
-pub fn decision_item(i: usize, d: &DecisionSpec) -> Item {
-    Item {
+/// A decision as an item; `Err` says why its `expected` names no choice.
+pub fn decision_item(i: usize, d: &DecisionSpec) -> Result<Item, String> {
+    let expected = d
+        .expected
+        .as_ref()
+        .map(|e| e.resolve(&d.choices))
+        .transpose()?;
+    Ok(Item {
         id: d
             .id
             .as_ref()
             .map(|x| x.to_string())
             .unwrap_or_else(|| i.to_string()),
-        payload: Payload::Decide(bmoe_engine::DecideRequest {
-            prefix: d.prefix.clone(),
-            suffix: d.suffix.clone(),
-            choices: d.choices.clone(),
-            ..Default::default()
+        payload: Payload::Decide(Decision {
+            req: bmoe_engine::DecideRequest {
+                prefix: d.prefix.clone(),
+                suffix: d.suffix.clone(),
+                choices: d.choices.clone(),
+                ..Default::default()
+            },
+            expected,
+            meta: d
+                .meta
+                .as_ref()
+                .map(|m| serde_json::Value::Object(m.clone()).to_string())
+                .unwrap_or_default(),
         }),
-    }
+    })
 }
 
 /// A prompt as an item.

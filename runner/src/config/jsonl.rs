@@ -79,10 +79,21 @@ pub fn read_items(path: &Path, kind: Kind) -> Result<Vec<Item>, Option<ConfigErr
             Kind::Decide => {
                 serde_json::from_value::<DecisionSpec>(v).map(|d| decision_item(lineno, &d))
             }
-            _ => serde_json::from_value::<PromptSpec>(v).map(|p| prompt_item(lineno, &p)),
+            _ => serde_json::from_value::<PromptSpec>(v).map(|p| Ok(prompt_item(lineno, &p))),
         };
         match item {
-            Ok(it) => items.push(it),
+            Ok(Ok(it)) => items.push(it),
+            // The line is well formed but its `expected` names none of its choices.
+            Ok(Err(msg)) => push(
+                &mut errs,
+                Diagnostic {
+                    source: src.clone(),
+                    pos: Some((lineno, 1)),
+                    field: "expected".into(),
+                    message: msg,
+                    snippet: None,
+                },
+            ),
             Err(e) => push(
                 &mut errs,
                 Diagnostic {

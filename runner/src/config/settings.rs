@@ -224,6 +224,41 @@ impl fmt::Display for DenseWeights {
     }
 }
 
+/// Prefix reuse between consecutive decisions of a session (the engine's `PrefixReuse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PrefixReuse {
+    /// Reuse the common prefix cut back to a prompt-piece boundary: scores bit for bit those of a
+    /// fresh prefill, whatever ran before.
+    #[default]
+    Auto,
+    /// Reuse the whole common prefix: fewest tokens prefilled; scores may differ in the last bits.
+    On,
+    /// Every decision prefills from an empty cache.
+    Off,
+}
+
+impl PrefixReuse {
+    /// The engine's value.
+    pub fn engine(self) -> bmoe_engine::PrefixReuse {
+        match self {
+            PrefixReuse::Auto => bmoe_engine::PrefixReuse::Auto,
+            PrefixReuse::On => bmoe_engine::PrefixReuse::On,
+            PrefixReuse::Off => bmoe_engine::PrefixReuse::Off,
+        }
+    }
+}
+
+impl fmt::Display for PrefixReuse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PrefixReuse::Auto => "auto",
+            PrefixReuse::On => "on",
+            PrefixReuse::Off => "off",
+        })
+    }
+}
+
 /// A profile's `[engine]` table: values for the CPU side (all optional; defaults fill the rest).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -253,6 +288,9 @@ pub struct EngineValues {
     /// Dense weights placement while streaming: mmap or anon.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dense_weights: Option<DenseWeights>,
+    /// Reuse the KV cache's common prefix between decisions: auto, on or off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_reuse: Option<PrefixReuse>,
 }
 
 /// A profile's `[prefill]` table: the prefill device and prompt-piece widths.
@@ -338,6 +376,9 @@ pub struct Settings {
     /// top-k override (0 = the model's).
     #[schemars(range(min = N_EXPERT_USED.min, max = N_EXPERT_USED.max))]
     pub n_expert_used: u32,
+    /// Prefix reuse between decisions: auto (bit-identical to a fresh prefill), on (whole common
+    /// prefix, fastest) or off.
+    pub prefix_reuse: PrefixReuse,
 }
 
 impl Default for Settings {
@@ -358,6 +399,7 @@ impl Default for Settings {
             routed: true,
             routed_full: 0.85,
             n_expert_used: 0,
+            prefix_reuse: PrefixReuse::Auto,
         }
     }
 }
@@ -387,6 +429,7 @@ pub const KEYS: &[&str] = &[
     "routed",
     "routed_full",
     "n_expert_used",
+    "prefix_reuse",
 ];
 
 /// The schema of one layered key (from [`Settings`]'s schema), for overrides, sweeps and `--set`.

@@ -191,6 +191,10 @@ pub struct EngineArgs {
     /// A layer routing to more than this share of its experts gets the next layer read whole.
     #[arg(long, default_value_t = 0.85, value_parser = routed_full_arg)]
     pub prefill_routed_full: f64,
+    /// Prefix reuse between consecutive decisions: auto (bit-identical to a fresh prefill), on
+    /// (whole common prefix, fastest) or off.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub prefix_reuse: PrefixReuseArg,
     /// Print llama.cpp's log on stderr: set from the global `-v`.
     #[arg(skip)]
     pub verbose: bool,
@@ -243,7 +247,46 @@ impl EngineArgs {
             n_ctx: self.ctx,
             n_ubatch: self.ubatch,
             n_ubatch_device: self.prefill_ubatch.unwrap_or(self.ubatch),
+            prefix_reuse: match self.prefix_reuse {
+                PrefixReuseArg::Auto => bmoe_engine::PrefixReuse::Auto,
+                PrefixReuseArg::On => bmoe_engine::PrefixReuse::On,
+                PrefixReuseArg::Off => bmoe_engine::PrefixReuse::Off,
+            },
             ..d
+        }
+    }
+}
+
+/// `--prefix-reuse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrefixReuseArg {
+    /// Reuse cut back to a piece boundary (bit-identical to a fresh prefill).
+    Auto,
+    /// Reuse the whole common prefix.
+    On,
+    /// Never reuse.
+    Off,
+}
+
+/// `--scoring` of `bmoe decide`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScoringArg {
+    /// Each choice's first token (choices must differ in it).
+    #[value(name = "first_token")]
+    FirstToken,
+    /// Sum of every token's log-probability.
+    Sum,
+    /// The sum divided by the choice's token count.
+    Mean,
+}
+
+impl ScoringArg {
+    /// The engine's value.
+    pub fn engine(self) -> bmoe_engine::Scoring {
+        match self {
+            ScoringArg::FirstToken => bmoe_engine::Scoring::FirstToken,
+            ScoringArg::Sum => bmoe_engine::Scoring::Sum,
+            ScoringArg::Mean => bmoe_engine::Scoring::Mean,
         }
     }
 }
@@ -311,6 +354,15 @@ pub struct DecideArgs {
     /// A choice (repeat for each).
     #[arg(long = "choice")]
     pub choices: Vec<String>,
+    /// Feed prefix + suffix as is, without the model's chat template.
+    #[arg(long)]
+    pub raw: bool,
+    /// How choices are scored: first_token (their first token), sum or mean (every token).
+    #[arg(long, value_enum, default_value = "first_token")]
+    pub scoring: ScoringArg,
+    /// The right answer: a choice's text, or its 0-based index; prints correct or incorrect.
+    #[arg(long)]
+    pub expected: Option<String>,
 }
 
 /// `bmoe ppl`.

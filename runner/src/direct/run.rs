@@ -134,24 +134,63 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Scores the choices once and prints `best` and each choice's log-probability.
+/// Scores the choices once and prints `best` and each choice's score (and, with `--expected`,
+/// whether the best is the expected one).
 pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
+    // Checked before the model loads: a typo should not cost a load.
+    let expected = match &a.expected {
+        Some(e) => Some(
+            crate::config::job::resolve_expected_text(e, &a.choices)
+                .map_err(|msg| anyhow::anyhow!("--expected {e:?}: {msg}"))?,
+        ),
+        None => None,
+    };
     let model = load(&a.engine)?;
+    if !a.raw && model.chat_template().is_none() {
+        eprintln!("bmoe: the model has no chat template: the prompt goes in raw (as with --raw)");
+    }
     let mut s = model.session(&a.engine.session_options())?;
     let rec = s.decide(&DecideRequest {
         prefix: a.prefix,
         suffix: a.suffix,
         choices: a.choices.clone(),
-        ..Default::default()
+        scoring: a.scoring.engine(),
+        raw: a.raw,
     })?;
+    let correct = expected.map(|e| e == rec.best);
     if a.engine.json {
-        println!("{}", serde_json::to_string(&rec)?);
+        let mut v = serde_json::to_value(&rec)?;
+        if let (Some(obj), Some(e)) = (v.as_object_mut(), expected) {
+            obj.insert("expected".into(), serde_json::json!(e));
+            obj.insert("correct".into(), serde_json::json!(correct));
+        }
+        println!("{v}");
     } else {
         println!("best: {} ({:?})", rec.best, a.choices[rec.best]);
-        for (c, lp) in a.choices.iter().zip(&rec.choice_logp) {
-            println!("  {lp:>10.4}  p={:.4}  {c:?}", lp.exp());
+        for (i, (c, lp)) in a.choices.iter().zip(&rec.choice_logp).enumerate() {
+            let ntok = rec.choice_ntok.get(i).copied().unwrap_or(1);
+            println!("  {lp:>10.4}  p={:.4}  {ntok:>3} tok  {c:?}", lp.exp());
+        }
+        if rec.margin.is_finite() {
+            println!("margin: {:.4} nats", rec.margin);
+        }
+        if let (Some(e), Some(ok)) = (expected, correct) {
+            let verdict = if ok { "correct" } else { "incorrect" };
+            println!("{verdict} (expected {e}: {:?})", a.choices[e]);
         }
     }
+    eprintln!(
+        "reuse: {} ({} reused, {} prefilled of {} tokens){}",
+        rec.reuse.as_str(),
+        rec.n_reused,
+        rec.n_prefilled,
+        rec.n_tokens,
+        if rec.reuse_reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", rec.reuse_reason)
+        }
+    );
     print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
     Ok(())
 }

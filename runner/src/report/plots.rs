@@ -241,7 +241,9 @@ pub fn plots(
     // 2. Prefill time against prompt length, device and CPU rows apart.
     let (mut dev, mut cpu) = (Vec::new(), Vec::new());
     for r in d.recs.iter().filter(|r| !r.failed) {
-        let (Some(n), Some(s)) = (d.num(r, "n_prompt"), d.num(r, "prefill_s")) else {
+        // Prefilled tokens, not the whole prompt: a reused prefix costs no prefill time.
+        let n = d.num(r, "n_prefilled").or_else(|| d.num(r, "n_prompt"));
+        let (Some(n), Some(s)) = (n, d.num(r, "prefill_s")) else {
             continue;
         };
         if n <= 0.0 {

@@ -22,7 +22,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "read_mib_per_token",
         "MiB read/token",
-        "expert MiB read from flash per processed token: read_mib / (n_prompt + tokens) (rows with moe_stream on)",
+        "expert MiB read from flash per processed token: read_mib / (tokens prefilled + tokens) (rows with moe_stream on; a decide row prefilled n_prefilled)",
     ),
     (
         "cache_hit_pct",
@@ -144,7 +144,9 @@ pub struct Group {
 
 /// The per-row value of one of [`METRICS`], `None` where the row did not measure it.
 pub fn row_metric(d: &Data, r: &Rec, name: &str) -> Option<f64> {
-    let n_prompt = d.num(r, "n_prompt");
+    // Tokens this row prefilled: a decide row that reused a cached prefix processed only
+    // `n_prefilled` of its `n_prompt` (older files lack the column).
+    let n_prompt = d.num(r, "n_prefilled").or_else(|| d.num(r, "n_prompt"));
     let tokens = d.num(r, "tokens");
     match name {
         "prefill_tps" => {

@@ -17,7 +17,7 @@ use super::progress::Progress;
 use super::select::{Filter, Shard};
 use super::signals::Stop;
 use crate::config::diag::display_path;
-use crate::config::job::{Kind, LoadedJob, Payload};
+use crate::config::job::{Decision, Kind, LoadedJob, Payload};
 use crate::ident::{self, Machine};
 use crate::sink::csv::{resolve, CsvSink, Target};
 use crate::sink::row::{escape_text, logp_json, Row, SCHEMA_VERSION};
@@ -68,9 +68,15 @@ pub struct Summary {
     pub interrupted: bool,
     /// Decide rows that succeeded.
     pub decisions: u64,
+    /// Of those, the ones whose decision carries an expected answer.
+    pub with_expected: u64,
+    /// Of those, the ones whose best choice is the expected one.
+    pub correct: u64,
+    /// `correct / with_expected`; `None` when no decision carries an expected answer.
+    pub accuracy: Option<f64>,
     /// Sum of prefill seconds.
     pub prefill_s: f64,
-    /// Sum of prefill tokens.
+    /// Sum of prefilled tokens (without the prefix tokens decisions reused).
     pub prefill_tokens: u64,
 }
 
@@ -372,10 +378,16 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
             }
             if lj.job.kind == Kind::Decide && row.error.is_empty() {
                 summary.decisions += 1;
+                if let Some(ok) = row.correct {
+                    summary.with_expected += 1;
+                    summary.correct += u64::from(ok);
+                }
             }
             summary.prefill_s += row.prefill_s;
-            summary.prefill_tokens += u64::from(row.n_prompt);
-            progress.item_done(u64::from(row.n_prompt));
+            // What was prefilled: a decision that reused a cached prefix prefilled only the rest.
+            let prefilled = row.n_prefilled.unwrap_or(row.n_prompt);
+            summary.prefill_tokens += u64::from(prefilled);
+            progress.item_done(u64::from(prefilled));
         }
         progress.end_unit();
         if summary.interrupted {
@@ -383,6 +395,8 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         }
     }
     progress.finish();
+    summary.accuracy =
+        (summary.with_expected > 0).then(|| summary.correct as f64 / summary.with_expected as f64);
     let mut w: Vec<(PathBuf, u64)> = written.into_iter().collect();
     w.sort();
     // Name every CSV a job points at, even one that got no new rows (all skipped).
@@ -535,11 +549,24 @@ fn run_item(
     row: &mut Row,
 ) -> Result<bool, EngineError> {
     match (kind, payload) {
-        (Kind::Decide, Payload::Decide(req)) => {
-            let r = session.decide(req)?;
+        (Kind::Decide, Payload::Decide(d)) => {
+            // Written even when the engine refuses the item, so a refused row still says what
+            // it was asked.
+            let choices = &d.req.choices;
+            row.scoring = scoring_name(d.req.scoring).to_string();
+            row.meta = d.meta.clone();
+            row.expected = d
+                .expected
+                .and_then(|e| choices.get(e).cloned())
+                .unwrap_or_default();
+            let r = session.decide(&d.req)?;
             fill_common(row, &r.timing, &r.stream, &r.prefill_dev);
+            // timing.n_prompt counts the prefilled tokens; the column keeps the whole prompt so
+            // it does not change with what ran before.
+            row.n_prompt = r.n_tokens;
             row.best = Some(r.best as u32);
             row.choice_logp = logp_json(&r.choice_logp);
+            fill_decision(row, d, &r);
         }
         (Kind::Generate, Payload::Text(prompt)) => {
             let r = session.generate(prompt, gen, &stop.cancel)?;
@@ -566,6 +593,27 @@ fn run_item(
         }
     }
     Ok(true)
+}
+
+/// The decide columns that come from the engine's record, beyond `best` and `choice_logp`.
+fn fill_decision(row: &mut Row, d: &Decision, r: &bmoe_engine::DecideRecord) {
+    row.best_choice = d.req.choices.get(r.best).cloned().unwrap_or_default();
+    row.margin = r.margin.is_finite().then_some(r.margin);
+    row.correct = d.expected.map(|e| e == r.best);
+    row.choice_ntok = serde_json::Value::from(r.choice_ntok.clone()).to_string();
+    row.n_reused = Some(r.n_reused);
+    row.n_prefilled = Some(r.n_prefilled);
+    row.reuse = r.reuse.as_str().to_string();
+    row.reuse_reason = r.reuse_reason.clone();
+}
+
+/// The job-file name of a scoring mode.
+fn scoring_name(s: bmoe_engine::Scoring) -> &'static str {
+    match s {
+        bmoe_engine::Scoring::FirstToken => "first_token",
+        bmoe_engine::Scoring::Sum => "sum",
+        bmoe_engine::Scoring::Mean => "mean",
+    }
 }
 
 fn fill_common(

@@ -79,13 +79,13 @@ pub struct Row {
     /// Model load time of this (job, profile point).
     #[schemars(extend("x-unit" = "s"))]
     pub load_s: f64,
-    /// Prompt tokens prefilled.
+    /// Prompt tokens (the whole prompt; a decide row's `n_prefilled` says how many were prefilled).
     #[schemars(extend("x-unit" = "tokens"))]
     pub n_prompt: u32,
     /// Prefill time.
     #[schemars(extend("x-unit" = "s"))]
     pub prefill_s: f64,
-    /// Prefill rate.
+    /// Prefill rate (tokens prefilled / prefill_s).
     #[schemars(extend("x-unit" = "tokens/s"))]
     pub prefill_tps: f64,
     /// Tokens generated.
@@ -216,6 +216,39 @@ pub struct Row {
     /// Repeat index of this item at this point, from 0 (the job's `repeat`).
     #[schemars(extend("x-since" = 2, "x-unit" = "count"))]
     pub repeat: u32,
+    /// decide: how the choices were scored (`first_token`, `sum`, `mean`); empty otherwise.
+    #[schemars(extend("x-since" = 2))]
+    pub scoring: String,
+    /// decide: the best choice's text; empty otherwise.
+    #[schemars(extend("x-since" = 2))]
+    pub best_choice: String,
+    /// decide: best score minus the second best; empty with one choice or on other kinds.
+    #[schemars(extend("x-since" = 2, "x-unit" = "nats"))]
+    pub margin: Option<f64>,
+    /// decide: the expected choice's text; empty when the decision has no `expected`.
+    #[schemars(extend("x-since" = 2))]
+    pub expected: String,
+    /// decide: the best choice is the expected one; empty without `expected`.
+    #[schemars(extend("x-since" = 2))]
+    pub correct: Option<bool>,
+    /// decide: the decision's `meta` object as JSON; empty without one.
+    #[schemars(extend("x-since" = 2))]
+    pub meta: String,
+    /// decide: JSON array of the tokens scored per choice (1 each with `first_token`).
+    #[schemars(extend("x-since" = 2, "x-unit" = "tokens"))]
+    pub choice_ntok: String,
+    /// decide: prompt tokens carried over from the KV cache (depends on what ran before).
+    #[schemars(extend("x-since" = 2, "x-unit" = "tokens"))]
+    pub n_reused: Option<u32>,
+    /// decide: prompt tokens this item prefilled (`n_prompt - n_reused`).
+    #[schemars(extend("x-since" = 2, "x-unit" = "tokens"))]
+    pub n_prefilled: Option<u32>,
+    /// decide: what prefix reuse did (`hit`, `extend`, `restore`, `miss`).
+    #[schemars(extend("x-since" = 2))]
+    pub reuse: String,
+    /// decide: why nothing was reused (`off`, `empty`, ...); empty otherwise.
+    #[schemars(extend("x-since" = 2))]
+    pub reuse_reason: String,
 }
 
 impl Row {
