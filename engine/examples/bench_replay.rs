@@ -4,7 +4,7 @@
 //!
 //! `bench_replay MODEL [THREADS] [N] [resident|stream] [UBATCH]`
 //!
-//! The trace: episodes of 10 steps; each episode starts a new task with a ~1,500-token prefix
+//! The trace: episodes of 25 steps (one agent task each); each episode starts a new task with a ~1,500-token prefix
 //! (instructions, task), every step adds ~60 tokens of history, and each decision ends with a
 //! ~40-token screen and 4 choices (two of them sharing a first token, for `sum`).
 use std::time::Instant;
@@ -23,8 +23,8 @@ fn text(n: usize, seed: &str) -> String {
 fn trace(n: usize) -> Vec<DecideRequest> {
     (0..n)
         .map(|i| {
-            let episode = i / 10;
-            let step = i % 10;
+            let episode = i / 25;
+            let step = i % 25;
             let mut prefix = text(
                 1500,
                 &format!("Episode {episode}: you are an agent on a phone; follow the task. "),
@@ -125,6 +125,7 @@ fn main() {
             PrefixReuse::On,
             Scoring::FirstToken,
         ),
+        ("sum, reuse off", PrefixReuse::Off, Scoring::Sum),
         ("sum, reuse on", PrefixReuse::On, Scoring::Sum),
     ];
     let mut on_first = 0.0;

@@ -59,14 +59,17 @@ impl Session<'_> {
         }
         self.last_logits.clear();
         let mut keep = common_prefix(&self.kv, tokens).min(tokens.len().saturating_sub(1));
+        if keep == 0 {
+            return miss(self, "no common prefix");
+        }
         if self.prefix_reuse == PrefixReuse::Auto {
             // Back to a piece boundary: the kept cells were computed in the same pieces a
             // fresh prefill of this prompt would run, and so is everything after them.
             let w = self.piece_width().max(1);
             keep -= keep % w;
-        }
-        if keep == 0 {
-            return miss(self, "no common prefix");
+            if keep == 0 {
+                return miss(self, "common prefix shorter than one prompt piece (auto)");
+            }
         }
         // A sliding-window cache may already have dropped positions the kept prefix needs (the
         // rule llama.cpp's own server applies before it reuses a slot).
