@@ -69,19 +69,6 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
     }
 }
 
-/// The process's peak resident set (`VmHWM`), in MiB.
-fn peak_rss_mib() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some(kb / 1024)
-}
-
 /// Generates once and prints the text on stdout, the counters on stderr.
 pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     let opts = GenerateOptions {
@@ -116,8 +103,8 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     eprintln!(
         "storage: {:.2} MiB read per decoded token (all paths), peak RSS {} MiB",
         rec.decode_storage_read_bytes as f64 / 1048576.0 / f64::from(rec.timing.n_decoded.max(1)),
-        peak_rss_mib()
-            .map(|v| v.to_string())
+        crate::ident::peak_rss_mib()
+            .map(|v| format!("{v:.0}"))
             .unwrap_or_else(|| "?".into())
     );
     match rec.stopped {
