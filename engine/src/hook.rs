@@ -60,6 +60,20 @@ pub struct Capture {
     /// Weights some op reads other than as the matrix of a `MUL_MAT`/`MUL_MAT_ID` (through views
     /// too): a backend may hold weight buffers in a form only its matmuls address.
     pub non_matmul: BTreeSet<String>,
+    /// Every node in graph order: its address, op and source addresses (`None` for an empty
+    /// slot). Addresses identify tensors within this one pass only.
+    pub nodes: Vec<CapturedNode>,
+}
+
+/// One node of the captured graph.
+#[derive(Debug, Clone)]
+pub struct CapturedNode {
+    /// The node's address.
+    pub addr: usize,
+    /// Its ggml op.
+    pub op: sys::ggml_op,
+    /// Its sources' addresses, by slot.
+    pub srcs: [Option<usize>; sys::GGML_MAX_SRC],
 }
 
 /// The capture pass: sees every node once (ask phase), isolates none.
@@ -80,6 +94,15 @@ impl EvalHook for CaptureHook {
         {
             c.last_node.insert(il, name.to_string());
         }
+        let mut srcs = [None; sys::GGML_MAX_SRC];
+        for (i, slot) in srcs.iter_mut().enumerate() {
+            *slot = tensor::src(t, i).map(|s| s as *const sys::ggml_tensor as usize);
+        }
+        c.nodes.push(CapturedNode {
+            addr: t as *const sys::ggml_tensor as usize,
+            op: t.op,
+            srcs,
+        });
         // A view of a weight is not itself a use: its consumer is, and sees the view as a source.
         let view_op = matches!(
             t.op,

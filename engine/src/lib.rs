@@ -21,7 +21,7 @@ pub mod telemetry;
 pub use error::{EngineError, Result};
 pub use ffi::log::set_verbose as set_log_verbose;
 pub use ffi::registry::{backend_names, devices, Device, DeviceInfo, DeviceKind};
-pub use model::{Model, ModelInfo};
+pub use model::{LeanLoadInfo, Model, ModelInfo};
 pub use options::{
     DecideRequest, DenseWeights, GenerateOptions, LoadOptions, PrefillOptions, PrefixReuse,
     Sampling, Scoring, SessionOptions, StreamOptions,

@@ -13,6 +13,7 @@ use crate::ffi::registry::Device;
 use crate::hook::{Capture, CaptureHook};
 use crate::options::{LoadOptions, SessionOptions};
 use crate::session::Session;
+use crate::stream::lean_load::{self, DenseMaps};
 use crate::stream::Streamer;
 
 /// What a loaded model is.
@@ -46,6 +47,16 @@ pub struct ModelInfo {
     pub prefill_device: Option<String>,
 }
 
+/// What a load that read no expert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeanLoadInfo {
+    /// Bytes of dense weights bound to the engine's own mapping of the file.
+    pub dense_bytes: u64,
+    /// Optional tensors the architecture created that the file lacks, bound to the value that
+    /// makes their op an identity (zeros for a bias, ones for a scale).
+    pub neutral_tensors: usize,
+}
+
 /// A loaded model; sessions borrow it.
 pub struct Model {
     // Dropped first: its regions back tensors of `raw`, which must not be computed on afterwards.
@@ -57,6 +68,8 @@ pub struct Model {
     /// Pieces at least this wide run on the prefill device.
     pub(crate) prefill_min_tokens: usize,
     pub(crate) raw: LlamaModel,
+    // After `raw`: the dense weights of a streamed load point into these mappings.
+    dense_maps: Option<DenseMaps>,
     pub(crate) info: ModelInfo,
     pub(crate) template: Option<String>,
     /// One call computes at a time per model: streamed experts live in shared memory.
@@ -182,18 +195,51 @@ impl Model {
             }
         }
         devices.push(cpu);
-        let raw = LlamaModel::load(
-            path,
-            &RawLoadParams {
-                devices,
-                mmap: true,
-                kv_overrides,
+        let params = RawLoadParams {
+            devices,
+            mmap: true,
+            kv_overrides,
+        };
+        // A streamed model loads without reading its experts; anything that path cannot build
+        // loads the llama.cpp way, which reads the whole file, and says so.
+        let unfilled = match &opts.stream {
+            Some(so) if !so.llama_load => match lean_load::load_unfilled(&index, &params)? {
+                Ok(u) => Some(u),
+                Err(why) => {
+                    warnings.push(format!(
+                        "loading the whole file the llama.cpp way ({why}): the load reads every expert once"
+                    ));
+                    None
+                }
             },
-        )
-        .map_err(|reason| EngineError::ModelLoad {
-            path: path.clone(),
-            reason,
-        })?;
+            _ => None,
+        };
+        let lean = match unfilled {
+            Some(u) => {
+                let capture = capture_graph(&u.raw)?;
+                match u.bind_dense(&index, &capture)? {
+                    Ok((raw, maps)) => Some((raw, maps, capture)),
+                    Err(why) => {
+                        warnings.push(format!(
+                            "loading the whole file the llama.cpp way ({why}): the load reads every expert once"
+                        ));
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let (raw, dense_maps, lean_capture) = match lean {
+            Some((raw, maps, capture)) => (raw, Some(maps), Some(capture)),
+            None => (
+                LlamaModel::load(path, &params).map_err(|reason| EngineError::ModelLoad {
+                    path: path.clone(),
+                    reason,
+                })?,
+                None,
+                None,
+            ),
+        };
         let n_expert = raw
             .meta(&format!("{arch}.expert_count"))
             .and_then(|v| v.parse().ok())
@@ -204,10 +250,10 @@ impl Model {
                 .unwrap_or(0)
         });
         let template = raw.chat_template();
-        let capture = if opts.stream.is_some() || arena_device.is_some() {
-            Some(capture_graph(&raw)?)
-        } else {
-            None
+        let capture = match lean_capture {
+            Some(c) => Some(c),
+            None if opts.stream.is_some() || arena_device.is_some() => Some(capture_graph(&raw)?),
+            None => None,
         };
         let stream = match (&opts.stream, &capture) {
             (Some(so), Some(capture)) => {
@@ -269,6 +315,7 @@ impl Model {
                 .map(|p| p.min_tokens.max(1) as usize)
                 .unwrap_or(usize::MAX),
             raw,
+            dense_maps,
             info,
             template,
             exec: Mutex::new(()),
@@ -308,6 +355,14 @@ impl Model {
         self.arena
             .as_ref()
             .and_then(|a| a.lock().ok().map(|a| a.layout()))
+    }
+
+    /// How a streamed model loaded without reading its experts (`None`: llama.cpp's load ran).
+    pub fn lean_load(&self) -> Option<LeanLoadInfo> {
+        self.dense_maps.as_ref().map(|m| LeanLoadInfo {
+            dense_bytes: m.dense_bytes(),
+            neutral_tensors: m.n_absent(),
+        })
     }
 
     /// The expert cache budget in bytes (0 = none), when streaming.

@@ -28,6 +28,10 @@ pub struct StreamOptions {
     pub dense_weights: DenseWeights,
     /// Read every expert of a layer instead of only the routed ones (gate G3's reference).
     pub read_all_experts: bool,
+    /// Load through llama.cpp's own loader, which maps the file with `MAP_POPULATE` and so reads
+    /// all of it, experts included (the comparison the load benchmark and its test make). By
+    /// default a streamed model's load reads only its header and dense weights.
+    pub llama_load: bool,
 }
 
 impl Default for StreamOptions {
@@ -38,6 +42,7 @@ impl Default for StreamOptions {
             io_threads: 4,
             dense_weights: DenseWeights::Mmap,
             read_all_experts: false,
+            llama_load: false,
         }
     }
 }

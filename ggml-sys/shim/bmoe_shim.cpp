@@ -65,6 +65,15 @@ int bmoe_model_load_from_file(const char * path, llama_model_params params, llam
     return guarded(err, err_len, [&] { *out = llama_model_load_from_file(path, params); });
 }
 
+int bmoe_model_init_from_user(gguf_context * metadata, llama_model_set_tensor_data_t set_data,
+                              void * set_data_ud, llama_model_params params, llama_model ** out,
+                              char * err, size_t err_len) noexcept {
+    *out = nullptr;
+    return guarded(err, err_len, [&] {
+        *out = llama_model_init_from_user(metadata, set_data, set_data_ud, params);
+    });
+}
+
 int bmoe_init_from_model(llama_model * model, llama_context_params params, llama_context ** out,
                          char * err, size_t err_len) noexcept {
     *out = nullptr;

@@ -43,6 +43,17 @@ pub mod shim {
             err: *mut c_char,
             err_len: usize,
         ) -> i32;
+        /// `llama_model_init_from_user`, guarded: a model built from `metadata` whose tensor data
+        /// `set_data` provides (or not) instead of the file.
+        pub fn bmoe_model_init_from_user(
+            metadata: *mut gguf_context,
+            set_data: llama_model_set_tensor_data_t,
+            set_data_ud: *mut std::os::raw::c_void,
+            params: llama_model_params,
+            out: *mut *mut llama_model,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
         /// `llama_init_from_model`, guarded.
         pub fn bmoe_init_from_model(
             model: *mut llama_model,

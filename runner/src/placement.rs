@@ -407,6 +407,7 @@ pub fn engine_options(
             // `auto` was resolved here against the profile's RAM, not the machine this runs on.
             auto_cache_floor_mb: None,
             read_all_experts: false,
+            llama_load: false,
         }),
         prefill: p
             .prefill

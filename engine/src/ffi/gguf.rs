@@ -206,6 +206,11 @@ impl GgufFile {
         })
     }
 
+    /// The raw context, for the model loader (which only reads it).
+    pub(crate) fn raw(&self) -> *mut sys::gguf_context {
+        self.gguf.as_ptr()
+    }
+
     /// Absolute offset of the data section.
     pub fn data_offset(&self) -> u64 {
         // SAFETY: read-only query.

@@ -55,29 +55,7 @@ impl LlamaModel {
         super::backend_init();
         let cpath = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| "the path contains a NUL byte".to_string())?;
-        let mut devs: Vec<sys::ggml_backend_dev_t> = p.devices.iter().map(|d| d.raw()).collect();
-        devs.push(std::ptr::null_mut());
-        let mut kvs: Vec<sys::llama_model_kv_override> =
-            Vec::with_capacity(p.kv_overrides.len() + 1);
-        for o in &p.kv_overrides {
-            // SAFETY: the override struct is plain old data; zero is a valid bit pattern.
-            let mut kv: sys::llama_model_kv_override = unsafe { std::mem::zeroed() };
-            match o {
-                KvOverride::Int(key, v) => {
-                    if key.len() >= kv.key.len() {
-                        return Err(format!("metadata key {key} is too long"));
-                    }
-                    for (d, s) in kv.key.iter_mut().zip(key.bytes()) {
-                        *d = s as std::os::raw::c_char;
-                    }
-                    kv.tag = sys::LLAMA_KV_OVERRIDE_TYPE_INT;
-                    kv.__bindgen_anon_1.val_i64 = *v;
-                }
-            }
-            kvs.push(kv);
-        }
-        // SAFETY: a zeroed override (empty key) terminates the list, as llama.cpp expects.
-        kvs.push(unsafe { std::mem::zeroed() });
+        let (mut devs, kvs) = raw_lists(p)?;
         super::log::clear_recent();
         let mut err = ErrBuf::new();
         let mut raw: *mut sys::llama_model = std::ptr::null_mut();
@@ -85,21 +63,7 @@ impl LlamaModel {
         // the load call, which copies what it keeps. The shim writes `raw` and at most `err.len()`
         // bytes of message.
         let rc = unsafe {
-            let mut mp = sys::llama_model_default_params();
-            mp.devices = devs.as_mut_ptr();
-            mp.load_mode = if p.mmap {
-                sys::LLAMA_LOAD_MODE_MMAP
-            } else {
-                sys::LLAMA_LOAD_MODE_NONE
-            };
-            mp.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
-            mp.use_extra_bufts = false;
-            mp.n_gpu_layers = 0;
-            mp.kv_overrides = if p.kv_overrides.is_empty() {
-                std::ptr::null()
-            } else {
-                kvs.as_ptr()
-            };
+            let mp = model_params(&mut devs, &kvs, p);
             sys::shim::bmoe_model_load_from_file(cpath.as_ptr(), mp, &mut raw, err.ptr(), err.len())
         };
         err.check("llama_model_load_from_file", rc)
@@ -107,6 +71,45 @@ impl LlamaModel {
         NonNull::new(raw).map(LlamaModel).ok_or_else(|| {
             super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
         })
+    }
+
+    /// Builds the model from `meta` (the GGUF's header) without reading or mapping any tensor
+    /// data: llama.cpp allocates its weight buffers and leaves them untouched (virtual memory, no
+    /// page committed), and every weight tensor it created is returned so that the caller binds
+    /// each one to its bytes. Tensors the architecture creates that the file does not hold come
+    /// back too (the caller must refuse those).
+    pub fn load_unfilled(
+        meta: &super::gguf::GgufFile,
+        p: &RawLoadParams,
+    ) -> Result<(LlamaModel, Vec<super::tensor::TensorPtr>), String> {
+        super::backend_init();
+        let (mut devs, kvs) = raw_lists(p)?;
+        let mut created: Vec<super::tensor::TensorPtr> = Vec::new();
+        super::log::clear_recent();
+        let mut err = ErrBuf::new();
+        let mut raw: *mut sys::llama_model = std::ptr::null_mut();
+        // SAFETY: as in `load`; `meta` outlives the call (llama.cpp reads it only while loading);
+        // `created` outlives the call and `record_tensor` is the only code that touches it through
+        // the user-data pointer, on this thread, while the call runs.
+        let rc = unsafe {
+            let mut mp = model_params(&mut devs, &kvs, p);
+            mp.load_mode = sys::LLAMA_LOAD_MODE_NONE;
+            sys::shim::bmoe_model_init_from_user(
+                meta.raw(),
+                Some(record_tensor),
+                (&mut created as *mut Vec<super::tensor::TensorPtr>).cast(),
+                mp,
+                &mut raw,
+                err.ptr(),
+                err.len(),
+            )
+        };
+        err.check("llama_model_init_from_user", rc)
+            .map_err(|t| t.to_string())?;
+        let model = NonNull::new(raw).map(LlamaModel).ok_or_else(|| {
+            super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
+        })?;
+        Ok((model, created))
     }
 
     /// The raw pointer, for the other wrappers.
@@ -226,6 +229,79 @@ impl LlamaModel {
         // SAFETY: the vocab is owned by the model and lives as long as the borrow.
         super::vocab::Vocab::new(unsafe { sys::llama_model_get_vocab(self.raw()) })
     }
+}
+
+/// The NULL-terminated device list and the zero-terminated override list of `p`.
+fn raw_lists(
+    p: &RawLoadParams,
+) -> Result<
+    (
+        Vec<sys::ggml_backend_dev_t>,
+        Vec<sys::llama_model_kv_override>,
+    ),
+    String,
+> {
+    let mut devs: Vec<sys::ggml_backend_dev_t> = p.devices.iter().map(|d| d.raw()).collect();
+    devs.push(std::ptr::null_mut());
+    let mut kvs: Vec<sys::llama_model_kv_override> = Vec::with_capacity(p.kv_overrides.len() + 1);
+    for o in &p.kv_overrides {
+        // SAFETY: the override struct is plain old data; zero is a valid bit pattern.
+        let mut kv: sys::llama_model_kv_override = unsafe { std::mem::zeroed() };
+        match o {
+            KvOverride::Int(key, v) => {
+                if key.len() >= kv.key.len() {
+                    return Err(format!("metadata key {key} is too long"));
+                }
+                for (d, s) in kv.key.iter_mut().zip(key.bytes()) {
+                    *d = s as std::os::raw::c_char;
+                }
+                kv.tag = sys::LLAMA_KV_OVERRIDE_TYPE_INT;
+                kv.__bindgen_anon_1.val_i64 = *v;
+            }
+        }
+        kvs.push(kv);
+    }
+    // SAFETY: a zeroed override (empty key) terminates the list, as llama.cpp expects.
+    kvs.push(unsafe { std::mem::zeroed() });
+    Ok((devs, kvs))
+}
+
+/// llama.cpp's model parameters for `p`, pointing into `devs` and `kvs` (which must outlive the
+/// load call).
+fn model_params(
+    devs: &mut [sys::ggml_backend_dev_t],
+    kvs: &[sys::llama_model_kv_override],
+    p: &RawLoadParams,
+) -> sys::llama_model_params {
+    // SAFETY: returns plain data.
+    let mut mp = unsafe { sys::llama_model_default_params() };
+    mp.devices = devs.as_mut_ptr();
+    mp.load_mode = if p.mmap {
+        sys::LLAMA_LOAD_MODE_MMAP
+    } else {
+        sys::LLAMA_LOAD_MODE_NONE
+    };
+    mp.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
+    mp.use_extra_bufts = false;
+    mp.n_gpu_layers = 0;
+    mp.kv_overrides = if p.kv_overrides.is_empty() {
+        std::ptr::null()
+    } else {
+        kvs.as_ptr()
+    };
+    mp
+}
+
+/// llama.cpp's per-tensor callback of `load_unfilled`: records the tensor, fills nothing.
+extern "C" fn record_tensor(t: *mut sys::ggml_tensor, ud: *mut std::os::raw::c_void) {
+    if t.is_null() || ud.is_null() {
+        return;
+    }
+    // SAFETY: `ud` is the `Vec` `load_unfilled` passed, alive and otherwise untouched for the
+    // duration of the load call that invokes this; `t` is a live tensor of the model being built.
+    let created = unsafe { &mut *ud.cast::<Vec<super::tensor::TensorPtr>>() };
+    // SAFETY: non-null, live for the model's lifetime.
+    created.push(super::tensor::TensorPtr::from_graph(unsafe { &*t }));
 }
 
 /// Renders one user message with a chat template; `Ok(None)` when llama.cpp does not know the

@@ -2,6 +2,7 @@
 //! address ranges, filled at each routing node with only the routed experts, read from the GGUF
 //! by the direct reader, kept in an LRU within `cache_mb`.
 mod cache;
+pub(crate) mod lean_load;
 pub mod memory;
 
 use std::collections::BTreeMap;

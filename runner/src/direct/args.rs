@@ -222,6 +222,7 @@ impl EngineArgs {
                     DenseArg::Anon => DenseWeights::Anon,
                 },
                 read_all_experts: false,
+                llama_load: false,
             }),
             prefill: self.prefill_device.as_ref().map(|d| PrefillOptions {
                 device: d.clone(),

@@ -1,0 +1,267 @@
+//! A streamed model's load that reads what it needs: llama.cpp builds the model from the GGUF's
+//! header alone (`llama_model_init_from_user`) and fills no tensor; the engine then binds the dense
+//! weights to its own read-only mapping of the file (faulted in from exactly their ranges) and the
+//! streamer binds the experts to its regions. llama.cpp's own load maps the whole file with
+//! `MAP_POPULATE` and so reads every expert byte before the first token (findings 5.6).
+use std::collections::HashMap;
+use std::fs::File;
+
+use memmap2::{Advice, Mmap, MmapOptions};
+
+use crate::error::{EngineError, Result};
+use crate::ffi::gguf::TensorInfo;
+use crate::ffi::model::{LlamaModel, RawLoadParams};
+use crate::ffi::region::Region;
+use crate::ffi::tensor::TensorPtr;
+use crate::gguf_index::GgufIndex;
+use crate::hook::Capture;
+
+/// A model whose weights are bound to nothing real yet: every tensor points at one shared range
+/// of never-written anonymous memory (reads give zeros, no page is committed), enough for the
+/// capture pass, which only looks at the graph.
+pub(crate) struct Unfilled {
+    pub(crate) raw: LlamaModel,
+    tensors: Vec<(TensorPtr, crate::gguf_index::TensorLocation)>,
+    /// Tensors the architecture created that the file does not hold (optional ones llama.cpp's
+    /// own load would have left out).
+    absent: Vec<TensorPtr>,
+    zeros: Region,
+}
+
+/// The read-only mappings of the model's files that the dense weights point into; kept alive as
+/// long as the model.
+pub(crate) struct DenseMaps {
+    // Held, not read: the dense tensors point into the maps, absent optional tensors into the
+    // zero and one ranges.
+    _maps: Vec<Mmap>,
+    _neutral: [Region; 2],
+    dense_bytes: u64,
+    n_absent: usize,
+}
+
+fn load_err(index: &GgufIndex, reason: String) -> EngineError {
+    EngineError::ModelLoad {
+        path: index.files()[0].0.clone(),
+        reason,
+    }
+}
+
+/// Builds the model without reading tensor data. `Ok(Err(reason))` when this model cannot load
+/// that way (the caller loads it the llama.cpp way): a split GGUF (llama.cpp would type the tensors
+/// of the other shards from the first shard's header).
+pub(crate) fn load_unfilled(
+    index: &GgufIndex,
+    params: &RawLoadParams,
+) -> Result<std::result::Result<Unfilled, String>> {
+    if index.files().len() > 1 {
+        return Ok(Err("the GGUF is split into shards".into()));
+    }
+    let (raw, created) = LlamaModel::load_unfilled(index.header(), params)
+        .map_err(|reason| load_err(index, reason))?;
+    let infos: HashMap<String, TensorInfo> = index
+        .header()
+        .tensor_infos()
+        .into_iter()
+        .map(|t| (t.name.clone(), t))
+        .collect();
+    let mut tensors = Vec::with_capacity(created.len());
+    let mut largest = 0;
+    let mut absent = Vec::new();
+    for t in created {
+        let name = t.name();
+        let (Some(loc), Some(info)) = (index.get(&name), infos.get(&name)) else {
+            largest = largest.max(t.nbytes());
+            absent.push(t);
+            continue;
+        };
+        // What llama.cpp's own load checks (shape and type from the header, size in the file).
+        if info.ne != t.ne() || info.ty != t.layout().ty() || loc.size != t.nbytes() as u64 {
+            return Err(load_err(
+                index,
+                format!(
+                    "tensor {name}: the file holds type {} shape {:?} ({} bytes); the architecture expects type {} shape {:?} ({} bytes)",
+                    info.ty,
+                    info.ne,
+                    loc.size,
+                    t.layout().ty(),
+                    t.ne(),
+                    t.nbytes()
+                ),
+            ));
+        }
+        largest = largest.max(t.nbytes());
+        tensors.push((t, loc.clone()));
+    }
+    let zeros = Region::reserve(largest)
+        .map_err(|e| load_err(index, format!("reserving address space: {e}")))?;
+    for t in tensors.iter().map(|(t, _)| t).chain(&absent) {
+        t.rebind(zeros.as_mut_ptr());
+    }
+    Ok(Ok(Unfilled {
+        raw,
+        tensors,
+        absent,
+        zeros,
+    }))
+}
+
+/// The value an absent optional tensor must hold so that the ops reading it change nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Neutral {
+    /// Added (a bias): zeros.
+    Zero,
+    /// Multiplied (a scale): ones.
+    One,
+}
+
+/// What `t` must hold for its graph to compute as if it did not exist, found by following its
+/// uses in the captured graph through ops that only move values (views, copies, repeats, row
+/// gathers) to the arithmetic that consumes them. `Ok(None)`: nothing reads it. `Err(op)`: an op
+/// for which no value is neutral (a matmul, a norm, ...).
+fn neutral_value(capture: &Capture, t: TensorPtr) -> std::result::Result<Option<Neutral>, String> {
+    let mut found = None;
+    let mut stack = vec![t.raw() as usize];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(addr) = stack.pop() {
+        if !seen.insert(addr) {
+            continue;
+        }
+        for n in &capture.nodes {
+            for (slot, _) in n.srcs.iter().enumerate().filter(|(_, s)| **s == Some(addr)) {
+                let need = match (n.op, slot) {
+                    (
+                        ggml_sys::GGML_OP_VIEW
+                        | ggml_sys::GGML_OP_RESHAPE
+                        | ggml_sys::GGML_OP_PERMUTE
+                        | ggml_sys::GGML_OP_TRANSPOSE
+                        | ggml_sys::GGML_OP_CONT
+                        | ggml_sys::GGML_OP_DUP
+                        | ggml_sys::GGML_OP_REPEAT,
+                        0,
+                    )
+                    | (ggml_sys::GGML_OP_GET_ROWS, 0) => {
+                        stack.push(n.addr);
+                        continue;
+                    }
+                    (ggml_sys::GGML_OP_ADD, _) | (ggml_sys::GGML_OP_ADD_ID, 1) => Neutral::Zero,
+                    (ggml_sys::GGML_OP_MUL, _) => Neutral::One,
+                    (op, slot) => {
+                        return Err(format!("ggml op {op} reads it (source {slot})"));
+                    }
+                };
+                match found {
+                    Some(f) if f != need => {
+                        return Err("one op adds it and another multiplies by it".into())
+                    }
+                    _ => found = Some(need),
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+impl Unfilled {
+    /// Binds every tensor that is not an expert matrix of `capture` to its bytes in a read-only
+    /// mapping of the file and asks the kernel to read those ranges now; expert matrices stay on
+    /// the zero range until the streamer rebinds them. The file is mapped `MADV_RANDOM`, so a
+    /// fault near an expert range does not read ahead into it.
+    ///
+    /// An optional tensor the architecture created but the file lacks (llama.cpp's own load
+    /// leaves it out, and the graph skips the op that would read it) gets the value that makes
+    /// its op an identity: zeros for a bias, ones for a scale. `Ok(Err(reason))` when some absent
+    /// tensor has no such value: the caller loads the llama.cpp way.
+    pub(crate) fn bind_dense(
+        self,
+        index: &GgufIndex,
+        capture: &Capture,
+    ) -> Result<std::result::Result<(LlamaModel, DenseMaps), String>> {
+        let mut ones_needed = Vec::new();
+        for &t in &self.absent {
+            match neutral_value(capture, t) {
+                Ok(None | Some(Neutral::Zero)) => {}
+                Ok(Some(Neutral::One)) if t.layout().ty() == ggml_sys::GGML_TYPE_F32 => {
+                    ones_needed.push(t)
+                }
+                Ok(Some(Neutral::One)) => return Ok(Err(format!(
+                    "the architecture creates {}, which the file does not hold, as a non-F32 scale",
+                    t.name()
+                ))),
+                Err(why) => {
+                    return Ok(Err(format!(
+                        "the architecture creates {}, which the file does not hold, and {why}",
+                        t.name()
+                    )))
+                }
+            }
+        }
+        let ones_len = ones_needed.iter().map(|t| t.nbytes()).max().unwrap_or(0);
+        let mut ones = Region::reserve(ones_len)
+            .map_err(|e| load_err(index, format!("reserving address space: {e}")))?;
+        for c in ones.as_mut_slice()[..ones_len].chunks_exact_mut(4) {
+            c.copy_from_slice(&1.0f32.to_ne_bytes());
+        }
+        for t in &ones_needed {
+            t.rebind(ones.as_mut_ptr());
+        }
+        let experts: Vec<TensorPtr> = capture
+            .experts
+            .values()
+            .flat_map(|roles| roles.values().copied())
+            .collect();
+        let mut maps = Vec::new();
+        for (path, _) in index.files() {
+            let f = File::open(path).map_err(|e| {
+                load_err(index, format!("opening {} to map it: {e}", path.display()))
+            })?;
+            // SAFETY: the file is mapped read-only and shared; the engine never writes through
+            // it. Like llama.cpp's own mapping, a file truncated underneath a running model would
+            // fault on access; model files are not modified while a run uses them.
+            let m = unsafe { MmapOptions::new().map(&f) }
+                .map_err(|e| load_err(index, format!("mapping {}: {e}", path.display())))?;
+            // Advice is a hint: a kernel that ignores it only reads more.
+            let _ = m.advise(Advice::Random);
+            maps.push(m);
+        }
+        let mut dense_bytes = 0u64;
+        for (t, loc) in &self.tensors {
+            if experts.contains(t) {
+                continue;
+            }
+            let m = &maps[loc.file];
+            let off = loc.offset as usize;
+            let end = off + loc.size as usize;
+            if end > m.len() {
+                return Err(load_err(
+                    index,
+                    format!("tensor {} lies past the end of the file", t.name()),
+                ));
+            }
+            // The tensor is only read through this pointer (weights are never written).
+            t.rebind(m[off..end].as_ptr().cast_mut());
+            let _ = m.advise_range(Advice::WillNeed, off, end - off);
+            dense_bytes += loc.size;
+        }
+        Ok(Ok((
+            self.raw,
+            DenseMaps {
+                _maps: maps,
+                _neutral: [self.zeros, ones],
+                dense_bytes,
+                n_absent: self.absent.len(),
+            },
+        )))
+    }
+}
+
+impl DenseMaps {
+    /// Bytes of dense weights bound into the mappings.
+    pub(crate) fn dense_bytes(&self) -> u64 {
+        self.dense_bytes
+    }
+
+    /// Optional tensors the architecture created that the file lacks, bound to neutral values.
+    pub(crate) fn n_absent(&self) -> usize {
+        self.n_absent
+    }
+}
