@@ -1,6 +1,6 @@
 //! A session: one llama.cpp context over a model, and the calls that run on it (generate, decide,
 //! perplexity). Each call starts from an empty KV cache.
-mod decide;
+pub(crate) mod decide;
 mod generate;
 mod perplexity;
 mod prefill;
