@@ -4,7 +4,7 @@
 use crate::error::{EngineError, Result};
 use crate::ffi::batch::Batch;
 use crate::ffi::vocab::Vocab;
-use crate::options::{DecideRequest, Scoring};
+use crate::options::{DecideRequest, PrefixReuse, Scoring};
 use crate::telemetry::{DecideRecord, Timing};
 
 use super::prefill::Outputs;
@@ -101,7 +101,7 @@ impl Session<'_> {
             return Err(EngineError::EmptyPrompt);
         }
         let text = if req.raw {
-            user
+            user.clone()
         } else {
             self.model.render_user_message(&user)?
         };
@@ -120,12 +120,24 @@ impl Session<'_> {
         if reuse.kept < tokens.len() {
             // Until the prefill succeeds the cache's content is not known.
             self.kv.clear();
-            prefill_s = self.prefill(
-                &tokens[reuse.kept..],
-                reuse.kept,
-                Outputs::Last,
-                |_, _, _| Ok(()),
-            )?;
+            let mut from = reuse.kept;
+            // A memory that cannot drop a tail: the prefill stops where the rendered prefix
+            // ends and saves the state there, for the next decisions that repeat it.
+            if self.snapshots && self.prefix_reuse != PrefixReuse::Off {
+                let b = self.snapshot_boundary(&text, &user, &req.prefix, &tokens);
+                let fresh = self.saved.as_ref().is_none_or(|s| s.tokens != tokens[..b]);
+                if b > 0 && b >= from && fresh {
+                    if b > from {
+                        prefill_s +=
+                            self.prefill(&tokens[from..b], from, Outputs::Last, |_, _, _| Ok(()))?;
+                    }
+                    self.kv = tokens[..b].to_vec();
+                    self.save_snapshot();
+                    self.kv.clear();
+                    from = b;
+                }
+            }
+            prefill_s += self.prefill(&tokens[from..], from, Outputs::Last, |_, _, _| Ok(()))?;
             self.kv = tokens.clone();
             self.last_logits = self
                 .ctx
