@@ -17,6 +17,7 @@ pub mod session;
 pub mod stream;
 pub mod synth;
 pub mod telemetry;
+pub mod tokenizer;
 
 pub use error::{EngineError, Result};
 pub use ffi::log::set_verbose as set_log_verbose;
@@ -31,6 +32,7 @@ pub use telemetry::{
     DecideRecord, GenerateRecord, PerplexityRecord, PrefillDevCounters, ReuseOutcome, StopReason,
     StreamCounters, Timing,
 };
+pub use tokenizer::Tokenizer;
 
 /// The engine's version, as recorded in telemetry.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

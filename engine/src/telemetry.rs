@@ -218,7 +218,9 @@ pub enum ReuseOutcome {
     Extend,
     /// The cache held exactly this prompt and its last logits: nothing was prefilled.
     Hit,
-    /// A saved sequence state was restored (not built yet).
+    /// The memory could not keep the common prefix (a sliding window had dropped cells it
+    /// needs, or the memory refuses a partial removal): the state saved where an earlier
+    /// prompt's rendered prefix ended was restored, and only the rest prefilled.
     Restore,
 }
 

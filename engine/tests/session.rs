@@ -4,7 +4,7 @@ mod common;
 
 use bmoe_engine::{
     log_softmax, CancelToken, DecideRequest, EngineError, GenerateOptions, LoadOptions, Model,
-    Sampling,
+    Sampling, Scoring,
 };
 
 fn load(p: &std::path::Path) -> Model {
@@ -223,6 +223,53 @@ fn colliding_and_empty_choices_are_refused() {
         matches!(e, EngineError::EmptyChoice { index: 1, .. }),
         "{e}"
     );
+}
+
+/// The vocabulary-only tokenizer `bmoe check` uses sees the prompt and the choices exactly as a
+/// decision does: the same prompt tokens (chat template applied), and the same choices refused for
+/// adding no token (here `s>` after a raw prompt ending in `<` becomes the special `<s>` token,
+/// which replaces the prompt's last token).
+#[test]
+fn tokenizer_refuses_the_choices_decide_refuses() {
+    let p = common::tiny();
+    let m = load(&p);
+    let tok = bmoe_engine::Tokenizer::load(&p).expect("vocab-only load");
+    let mut s = m.session(&common::session_opts()).unwrap();
+    for scoring in [Scoring::FirstToken, Scoring::Sum, Scoring::Mean] {
+        let chat = DecideRequest {
+            prefix: "Task: pick.\n".into(),
+            suffix: "Screen: A or B".into(),
+            choices: vec!["A".into(), "B".into()],
+            scoring,
+            ..Default::default()
+        };
+        let r = s.decide(&chat).unwrap();
+        let text = tok.prompt_text(&chat).unwrap();
+        assert_eq!(m.tokenize(&text, true).unwrap().len(), r.n_tokens as usize);
+        assert!(tok.empty_choices(&chat).unwrap().is_empty());
+    }
+    let raw = DecideRequest {
+        prefix: "Pick <".into(),
+        choices: vec!["A".into(), "s>".into()],
+        scoring: Scoring::Sum,
+        raw: true,
+        ..Default::default()
+    };
+    let e = s.decide(&raw).err().unwrap();
+    assert!(
+        matches!(e, EngineError::EmptyChoice { index: 1, .. }),
+        "{e}"
+    );
+    let found = tok.empty_choices(&raw).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(matches!(
+        found[0],
+        EngineError::EmptyChoice { index: 1, .. }
+    ));
+    assert!(matches!(
+        bmoe_engine::Tokenizer::load(std::path::Path::new("/nonexistent.gguf")),
+        Err(EngineError::ModelMissing { .. })
+    ));
 }
 
 #[test]

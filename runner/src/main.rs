@@ -24,6 +24,7 @@ use anyhow::{bail, Context};
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 
+use config::job::Kind;
 use run::prepare::{prepare, shown, Prepared, Selection};
 
 /// Differences found (compare, schema --check) or items refused (run).
@@ -405,6 +406,13 @@ fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode
             let t = &a.t;
             let p = prepare(&t.target.jobs, &t.target.selection())?;
             let bad = check_models(&p, !a.no_probe)?;
+            // Choices tokenized with each model's vocabulary (the models that loaded).
+            if let Err(e) = run::choices::check(&p.jobs, &|m| bad.contains_key(m)) {
+                for why in bad.values() {
+                    eprintln!("error: {why}");
+                }
+                return Err(e.into());
+            }
             // A model that cannot load is a broken setup (2), like a configuration error.
             let code = if bad.is_empty() {
                 ExitCode::SUCCESS
@@ -801,8 +809,22 @@ fn run_cmd(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         }
     }
     print_warnings(&p);
+    // Decision choices are checked against the tokenizer before anything is written; the models
+    // of decide jobs are probed first, so a model that aborts llama.cpp kills the probe's child,
+    // not this process. The run keeps the verdicts.
+    let mut probed = std::collections::HashMap::new();
+    if !a.no_probe {
+        for j in p.jobs.iter().filter(|j| j.job.kind == Kind::Decide) {
+            if !probed.contains_key(&j.model) {
+                let r = probe::probe(&j.model)?;
+                probed.insert(j.model.clone(), r.error().map(str::to_string));
+            }
+        }
+    }
+    run::choices::check(&p.jobs, &|m| matches!(probed.get(m), Some(Some(_))))?;
     let stop = run::signals::Stop::install();
     let opts = run::exec::RunOptions {
+        probed,
         run_id: a.run_id,
         resume: a.resume,
         machine: a.machine,

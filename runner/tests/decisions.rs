@@ -247,6 +247,76 @@ expected = "Nope"
     assert!(!p.path("runs/inline.csv").exists(), "nothing written");
 }
 
+/// A choice that adds no token to its prompt cannot be scored: `check` and `run` refuse it at its
+/// line, with what was expected, and nothing is written. On the byte-level synthetic vocabulary,
+/// `s>` after a raw prompt ending in `<` tokenizes (prompt and choice together, as sum scoring
+/// does) into the special `<s>` token, which replaces the prompt's last token.
+#[test]
+fn a_choice_that_adds_no_token_is_refused_by_check_and_run_with_its_line() {
+    let p = Project::new();
+    p.write(
+        "jobs/decisions.jsonl",
+        r#"{"id": "a", "prefix": "Pick <", "choices": ["A", "B"]}
+{"id": "b", "prefix": "Pick <", "choices": ["A", "s>"]}
+"#,
+    );
+    p.write(
+        "jobs/job.toml",
+        &job("merge.csv", "scoring = \"sum\"\nchat = false"),
+    );
+    for cmd in ["check", "run"] {
+        let o = p.bmoe(&[cmd, "jobs/job.toml", "--quiet"]);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {out}");
+        assert!(out.contains("decisions.jsonl:2"), "{cmd}: {out}");
+        assert!(
+            out.contains("choice 1 (\"s>\") adds no token to the prompt under sum scoring"),
+            "{cmd}: {out}"
+        );
+        assert!(
+            out.contains("expected a choice with at least one token of its own"),
+            "{cmd}: {out}"
+        );
+        assert!(!out.contains("decisions.jsonl:1"), "line 1 is fine: {out}");
+        assert!(!p.path("runs/merge.csv").exists(), "{cmd}: nothing written");
+    }
+
+    // Inline: the TOML line of the choice.
+    p.write(
+        "jobs/inline.toml",
+        r#"name = "inline"
+model = "../models/tiny.gguf"
+kind = "decide"
+profile = "../profiles/host.toml"
+csv = "../runs/inline.csv"
+scoring = "mean"
+chat = false
+
+[[decisions]]
+prefix = "Pick <"
+choices = ["A", "B"]
+
+[[decisions]]
+prefix = "Pick <"
+choices = [
+  "A",
+  "s>",
+]
+"#,
+    );
+    let o = p.bmoe(&["check", "jobs/inline.toml"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(out.contains("inline.toml:17:3"), "the choice's line: {out}");
+    assert!(out.contains("under mean scoring"), "{out}");
+
+    // The same choice in first_token mode is scored on its own tokens: nothing to refuse.
+    let fixed = p.read("jobs/inline.toml").replace("scoring = \"mean\"", "");
+    p.write("jobs/inline.toml", &fixed);
+    let o = p.bmoe(&["check", "jobs/inline.toml"]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 #[test]
 fn compare_reports_the_accuracy_change() {
     let p = Project::new();

@@ -117,6 +117,17 @@ pub enum DecodeStatus {
 impl<'m> LlamaContext<'m> {
     /// Creates a context over `model`.
     pub fn new(model: &'m LlamaModel, p: ContextParams) -> Result<Self, String> {
+        Self::with_swa_cache(model, p, true)
+    }
+
+    /// As `new`; `swa_full` gives sliding-window layers a cache as large as the context
+    /// (llama.cpp's default), else the window's cells (`n_swa * n_seq_max + n_ubatch`, padded;
+    /// what llama.cpp's own tools use), whose oldest cells new tokens overwrite.
+    pub fn with_swa_cache(
+        model: &'m LlamaModel,
+        p: ContextParams,
+        swa_full: bool,
+    ) -> Result<Self, String> {
         let has_hook = p.hook.is_some();
         let mut callbacks = Box::new(Callbacks {
             hook: p.hook,
@@ -136,6 +147,7 @@ impl<'m> LlamaContext<'m> {
             cp.n_seq_max = p.n_seq_max.clamp(1, MAX_SEQ);
             // One buffer for every sequence: copies of the prompt's sequence share its cells.
             cp.kv_unified = true;
+            cp.swa_full = swa_full;
             cp.n_outputs_max = p.n_outputs_max;
             cp.n_threads = p.threads as i32;
             cp.n_threads_batch = p.threads as i32;
@@ -259,6 +271,34 @@ impl<'m> LlamaContext<'m> {
     pub fn seq_pos_max(&self, seq: i32) -> i32 {
         // SAFETY: read-only query on a live context.
         unsafe { sys::llama_memory_seq_pos_max(sys::llama_get_memory(self.raw()), seq) }
+    }
+
+    /// Sequence `seq`'s state (its cells' positions and per-layer K/V rows, llama.cpp's own
+    /// format), `None` when llama.cpp failed (it logs why).
+    pub fn state_seq_get(&mut self, seq: i32) -> Option<Vec<u8>> {
+        // SAFETY: live context, exclusively borrowed (no decode running). With flags 0 (host
+        // memory) llama.cpp catches every exception inside and returns 0
+        // (llama-context.cpp, state_seq_get_size), so nothing unwinds through the FFI.
+        let size = unsafe { sys::llama_state_seq_get_size(self.raw(), seq) };
+        if size == 0 {
+            return None;
+        }
+        let mut buf = vec![0u8; size];
+        // SAFETY: `buf` is valid for `size` bytes, the size llama.cpp asked for; host path, which
+        // catches its exceptions and returns 0 (state_seq_get_data).
+        let n = unsafe { sys::llama_state_seq_get_data(self.raw(), buf.as_mut_ptr(), size, seq) };
+        (n == size).then_some(buf)
+    }
+
+    /// Restores a state `state_seq_get` returned into sequence `seq` (empty it first); false when
+    /// llama.cpp refused it (wrong magic, other types or sizes, no room).
+    pub fn state_seq_set(&mut self, seq: i32, data: &[u8]) -> bool {
+        // SAFETY: live context, exclusively borrowed; `data` valid for its length. The host path
+        // (flags 0) catches every exception, discards what it read and returns 0
+        // (state_seq_set_data).
+        let n =
+            unsafe { sys::llama_state_seq_set_data(self.raw(), data.as_ptr(), data.len(), seq) };
+        n == data.len()
     }
 
     /// Sequences this context can hold.

@@ -14,6 +14,7 @@ pub mod registry;
 pub mod rpc;
 pub mod sampler;
 pub mod tensor;
+pub mod tokenizer;
 pub mod vocab;
 
 use std::sync::Once;

@@ -3,7 +3,8 @@
 //! that share the prompt's KV cells.
 use crate::error::{EngineError, Result};
 use crate::ffi::batch::Batch;
-use crate::options::{DecideRequest, Scoring};
+use crate::ffi::vocab::Vocab;
+use crate::options::{DecideRequest, PrefixReuse, Scoring};
 use crate::telemetry::{DecideRecord, Timing};
 
 use super::prefill::Outputs;
@@ -52,6 +53,41 @@ fn best_and_margin(scores: &[f64]) -> (usize, f64) {
     (best, scores[best] - second)
 }
 
+/// Choice `index`'s tokens as `scoring` sees them: in `first_token` mode the choice tokenized
+/// alone (its first token is scored); in the whole-choice modes the prompt `text` (`ctx_len`
+/// tokens) and the choice tokenized together, as lm-evaluation-harness does, so that a choice that
+/// merges with the prompt's last token is scored on the tokens the model would really see.
+/// `EmptyChoice` when the choice adds no token of its own.
+pub(crate) fn tokenize_choice(
+    vocab: Vocab<'_>,
+    scoring: Scoring,
+    text: &str,
+    ctx_len: usize,
+    index: usize,
+    choice: &str,
+) -> Result<Vec<i32>> {
+    let empty = || EngineError::EmptyChoice {
+        index,
+        choice: choice.to_string(),
+    };
+    if scoring == Scoring::FirstToken {
+        let toks = vocab
+            .tokenize(choice, false, false)
+            .map_err(EngineError::Tokenize)?;
+        if toks.is_empty() {
+            return Err(empty());
+        }
+        return Ok(toks);
+    }
+    let whole = vocab
+        .tokenize(&format!("{text}{choice}"), true, true)
+        .map_err(EngineError::Tokenize)?;
+    if whole.len() <= ctx_len {
+        return Err(empty());
+    }
+    Ok(whole)
+}
+
 impl Session<'_> {
     /// Scores `req.choices` after `prefix + suffix` (rendered as one user message unless `raw`).
     /// Empty choices, colliding first tokens in `first_token` mode and a prompt (or prompt +
@@ -65,7 +101,7 @@ impl Session<'_> {
             return Err(EngineError::EmptyPrompt);
         }
         let text = if req.raw {
-            user
+            user.clone()
         } else {
             self.model.render_user_message(&user)?
         };
@@ -84,12 +120,24 @@ impl Session<'_> {
         if reuse.kept < tokens.len() {
             // Until the prefill succeeds the cache's content is not known.
             self.kv.clear();
-            prefill_s = self.prefill(
-                &tokens[reuse.kept..],
-                reuse.kept,
-                Outputs::Last,
-                |_, _, _| Ok(()),
-            )?;
+            let mut from = reuse.kept;
+            // A memory that cannot drop a tail: the prefill stops where the rendered prefix
+            // ends and saves the state there, for the next decisions that repeat it.
+            if self.snapshots && self.prefix_reuse != PrefixReuse::Off {
+                let b = self.snapshot_boundary(&text, &user, &req.prefix, &tokens);
+                let fresh = self.saved.as_ref().is_none_or(|s| s.tokens != tokens[..b]);
+                if b > 0 && b >= from && fresh {
+                    if b > from {
+                        prefill_s +=
+                            self.prefill(&tokens[from..b], from, Outputs::Last, |_, _, _| Ok(()))?;
+                    }
+                    self.kv = tokens[..b].to_vec();
+                    self.save_snapshot();
+                    self.kv.clear();
+                    from = b;
+                }
+            }
+            prefill_s += self.prefill(&tokens[from..], from, Outputs::Last, |_, _, _| Ok(()))?;
             self.kv = tokens.clone();
             self.last_logits = self
                 .ctx
@@ -147,15 +195,9 @@ impl Session<'_> {
         let ctx_len = tokens.len();
         let mut out: Vec<Choice> = Vec::with_capacity(req.choices.len());
         for (i, c) in req.choices.iter().enumerate() {
-            let empty = || EngineError::EmptyChoice {
-                index: i,
-                choice: c.clone(),
-            };
+            let toks = tokenize_choice(vocab, req.scoring, text, ctx_len, i, c)?;
             let choice = if req.scoring == Scoring::FirstToken {
-                let toks = vocab
-                    .tokenize(c, false, false)
-                    .map_err(EngineError::Tokenize)?;
-                let &first = toks.first().ok_or_else(empty)?;
+                let first = toks[0];
                 if let Some(j) = out.iter().position(|o| o.whole[ctx_len] == first) {
                     return Err(EngineError::CollidingChoices {
                         first: j,
@@ -173,13 +215,7 @@ impl Session<'_> {
                     n_cont: 1,
                 }
             } else {
-                // Context and continuation tokenized together and split where the context's own
-                // tokens end, as lm-evaluation-harness does: a choice that merges with the
-                // prompt's last token is scored on the tokens the model would really see.
-                let whole = self.model.tokenize(&format!("{text}{c}"), true)?;
-                if whole.len() <= ctx_len {
-                    return Err(empty());
-                }
+                let whole = toks;
                 if whole.len() > self.n_ctx {
                     return Err(EngineError::PromptTooLong {
                         n_prompt: whole.len(),

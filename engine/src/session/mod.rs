@@ -1,6 +1,6 @@
 //! A session: one llama.cpp context over a model, and the calls that run on it (generate, decide,
 //! perplexity). Each call starts from an empty KV cache.
-mod decide;
+pub(crate) mod decide;
 mod generate;
 mod perplexity;
 mod prefill;
@@ -91,6 +91,12 @@ pub struct Session<'m> {
     /// The logits after the last token of `kv`, while no other decode has replaced them.
     pub(crate) last_logits: Vec<f32>,
     pub(crate) prefix_reuse: crate::options::PrefixReuse,
+    /// Sequence 0's state saved at a boundary the next prompts are expected to repeat, for a
+    /// memory that cannot keep a prefix by dropping the rest (sliding window, recurrent).
+    pub(crate) saved: Option<reuse::Snapshot>,
+    /// Whether decisions save such states: the model has a sliding window, or the memory once
+    /// refused a partial removal.
+    pub(crate) snapshots: bool,
     pub(crate) n_ctx: usize,
     pub(crate) n_vocab: usize,
     abort: Arc<AtomicBool>,
@@ -137,7 +143,10 @@ impl<'m> Session<'m> {
                     error: hook_error.clone(),
                 }) as Box<dyn EvalHook>
             });
-        let ctx = LlamaContext::new(
+        // Sliding-window layers get the window's cells only, as llama.cpp's own tools do: a long
+        // context costs them no more memory than their window. Prefix reuse restores a saved
+        // state where the window has dropped cells a kept prefix needs (reuse.rs).
+        let ctx = LlamaContext::with_swa_cache(
             &model.raw,
             ContextParams {
                 n_ctx,
@@ -153,6 +162,7 @@ impl<'m> Session<'m> {
                 hook,
                 abort: abort.clone(),
             },
+            false,
         )
         .map_err(|reason| EngineError::Context { reason })?;
         // What llama.cpp really took: pieces never exceed its batch, whatever it clamped.
@@ -171,6 +181,8 @@ impl<'m> Session<'m> {
             kv: Vec::new(),
             last_logits: Vec::new(),
             prefix_reuse: opts.prefix_reuse,
+            saved: None,
+            snapshots: model.raw.n_swa() > 0,
             n_ctx,
             n_vocab: model.info.n_vocab as usize,
             abort,

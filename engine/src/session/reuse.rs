@@ -1,5 +1,9 @@
 //! Prefix reuse: the session remembers which tokens its KV cache holds (sequence 0, positions
 //! 0..n), and a decision keeps the longest common prefix with its own prompt instead of clearing.
+//! Where the memory cannot keep a prefix by dropping the rest (a sliding window that already
+//! dropped cells the prefix needs, a recurrent state), a decision saves sequence 0's state at the
+//! boundary the next prompts will repeat (the end of its rendered `prefix`) and the next decision
+//! that starts with those tokens restores it instead of prefilling them again.
 use crate::error::Result;
 use crate::options::PrefixReuse;
 use crate::telemetry::ReuseOutcome;
@@ -15,6 +19,12 @@ pub(crate) struct Reuse {
     pub(crate) outcome: ReuseOutcome,
     /// Why nothing was kept, for a miss.
     pub(crate) reason: &'static str,
+}
+
+/// Sequence 0's state when the cache held exactly `tokens` (positions `0..tokens.len()`).
+pub(crate) struct Snapshot {
+    pub(crate) tokens: Vec<i32>,
+    pub(crate) data: Vec<u8>,
 }
 
 /// Length of the longest common prefix of `a` and `b`.
@@ -76,11 +86,16 @@ impl Session<'_> {
         let pos_min = self.ctx.seq_pos_min(0);
         let n_swa = self.model.raw.n_swa() as usize;
         if pos_min > 0 && pos_min as usize > keep.saturating_sub(n_swa) {
-            return miss(self, "sliding window already dropped part of the prefix");
+            return self.restore_or_miss(
+                tokens,
+                keep,
+                "sliding window already dropped part of the prefix",
+            );
         }
         // Recurrent and hybrid memories refuse to drop part of a sequence.
         if keep < self.kv.len() && !self.ctx.seq_rm(0, keep as i32, -1) {
-            return miss(self, "the memory cannot drop part of a sequence");
+            self.snapshots = true;
+            return self.restore_or_miss(tokens, keep, "the memory cannot drop part of a sequence");
         }
         self.kv.truncate(keep);
         Ok(Reuse {
@@ -88,6 +103,84 @@ impl Session<'_> {
             outcome: ReuseOutcome::Extend,
             reason: "",
         })
+    }
+}
+
+impl Session<'_> {
+    /// The cache cannot keep `keep` tokens (`why`): restores the saved state when `tokens` starts
+    /// with its tokens and it holds no more than `keep` of them, else clears (a miss).
+    fn restore_or_miss(&mut self, tokens: &[i32], keep: usize, why: &'static str) -> Result<Reuse> {
+        self.forget()?;
+        let usable = self.saved.as_ref().is_some_and(|s| {
+            !s.tokens.is_empty() && s.tokens.len() <= keep && tokens.starts_with(&s.tokens)
+        });
+        if usable {
+            if let Some(s) = self.saved.as_ref() {
+                if self.ctx.state_seq_set(0, &s.data) {
+                    self.kv = s.tokens.clone();
+                    return Ok(Reuse {
+                        kept: s.tokens.len(),
+                        outcome: ReuseOutcome::Restore,
+                        reason: why,
+                    });
+                }
+            }
+            // Refused (llama.cpp logged why): whatever it read is discarded; start empty.
+            self.saved = None;
+            self.forget()?;
+            return Ok(Reuse {
+                kept: 0,
+                outcome: ReuseOutcome::Miss,
+                reason: "a saved state could not be restored",
+            });
+        }
+        Ok(Reuse {
+            kept: 0,
+            outcome: ReuseOutcome::Miss,
+            reason: why,
+        })
+    }
+
+    /// Where a decision over `tokens` (the rendered `text`, whose user message is `user`, of
+    /// which `prefix` is the leading part) should save its state: the tokens of the text up to
+    /// the end of `prefix`, the part the next decisions repeat; in `auto`, back to a piece
+    /// boundary. Without the prefix in the text, the longest prefix at a piece boundary.
+    pub(crate) fn snapshot_boundary(
+        &self,
+        text: &str,
+        user: &str,
+        prefix: &str,
+        tokens: &[i32],
+    ) -> usize {
+        let w = self.piece_width().max(1);
+        let last = tokens.len().saturating_sub(1);
+        let at = match text.find(user) {
+            Some(i) if !prefix.is_empty() => {
+                let end = i + prefix.len();
+                match self.model.tokenize(&text[..end], true) {
+                    Ok(t) => common_prefix(&t, tokens),
+                    Err(_) => last - last % w,
+                }
+            }
+            _ => last - last % w,
+        };
+        let at = at.min(last);
+        if self.prefix_reuse == PrefixReuse::Auto {
+            at - at % w
+        } else {
+            at
+        }
+    }
+
+    /// Saves sequence 0's state, which holds exactly `self.kv`; keeps the previous one when
+    /// llama.cpp cannot write it.
+    pub(crate) fn save_snapshot(&mut self) {
+        if let Some(data) = self.ctx.state_seq_get(0) {
+            self.saved = Some(Snapshot {
+                tokens: self.kv.clone(),
+                data,
+            });
+        }
     }
 }
 

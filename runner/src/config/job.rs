@@ -297,6 +297,8 @@ pub struct Decision {
     pub expected: Option<usize>,
     /// The decision's `meta`, as JSON text (empty without one).
     pub meta: String,
+    /// Where it was written: its 1-based line in a JSONL file, its 0-based index inline.
+    pub pos: usize,
 }
 
 /// What one item asks the engine for.
@@ -332,6 +334,8 @@ pub struct LoadedJob {
     pub profile: Option<PathBuf>,
     /// The items, in order.
     pub items: Vec<Item>,
+    /// The JSONL file the items came from, resolved; `None` for inline items.
+    pub items_file: Option<PathBuf>,
 }
 
 /// Reads, validates and semantically checks a job file, loading its JSONL items.
@@ -381,6 +385,7 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
     let has_inline = src.doc.value.get(inline_key).is_some();
     let has_file = src.doc.value.get(file_key).is_some();
     let mut items = Vec::new();
+    let mut items_file = None;
     match (has_inline, has_file) {
         (true, true) => errs.push(src.diag(
             &format!("/{file_key}"),
@@ -411,7 +416,10 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
             .unwrap_or_default();
             let f = relative_to(path, rel);
             match super::jsonl::read_items(&f, job.kind) {
-                Ok(v) => items = v,
+                Ok(v) => {
+                    items = v;
+                    items_file = Some(f);
+                }
                 Err(Some(mut e)) => errs.append(&mut e.0),
                 Err(None) => errs.push(src.diag(
                     &format!("/{file_key}"),
@@ -457,6 +465,7 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
         csv,
         profile,
         items,
+        items_file,
     })
 }
 
@@ -515,6 +524,7 @@ pub fn decision_item(i: usize, d: &DecisionSpec) -> Result<Item, String> {
                 .as_ref()
                 .map(|m| serde_json::Value::Object(m.clone()).to_string())
                 .unwrap_or_default(),
+            pos: i,
         }),
     })
 }

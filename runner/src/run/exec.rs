@@ -40,6 +40,8 @@ pub struct RunOptions {
     pub filter: Filter,
     /// Load each model once in a child process before the first load here (the probe).
     pub probe: bool,
+    /// Probe verdicts already known (model -> the probe's error, `None` when it passed).
+    pub probed: HashMap<PathBuf, Option<String>>,
 }
 
 /// Rows written to one CSV.
@@ -177,7 +179,7 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
     let mut sinks: HashMap<PathBuf, CsvSink> = HashMap::new();
     let mut written: HashMap<PathBuf, u64> = HashMap::new();
     // Model -> the probe's error, `None` when it passed.
-    let mut probed: HashMap<PathBuf, Option<String>> = HashMap::new();
+    let mut probed: HashMap<PathBuf, Option<String>> = opts.probed.clone();
     let build = format!(
         "bmoe {} (engine {})",
         env!("CARGO_PKG_VERSION"),

@@ -1,4 +1,5 @@
 //! Running jobs: preparation (check, layer, place), execution, progress, interrupts, machine lines.
+pub mod choices;
 pub mod exec;
 pub mod machine;
 pub mod prepare;

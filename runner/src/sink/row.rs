@@ -246,7 +246,8 @@ pub struct Row {
     /// decide: what prefix reuse did (`hit`, `extend`, `restore`, `miss`).
     #[schemars(extend("x-since" = 2))]
     pub reuse: String,
-    /// decide: why nothing was reused (`off`, `empty`, ...); empty otherwise.
+    /// decide: why nothing was reused (`off`, `empty`, ...), or for `restore` why the cached prefix
+    /// could not be kept; empty otherwise.
     #[schemars(extend("x-since" = 2))]
     pub reuse_reason: String,
 }

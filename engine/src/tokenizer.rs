@@ -1,0 +1,95 @@
+//! A model's tokenizer without its weights, to check a job's decisions before anything loads:
+//! a choice that adds no token to its prompt cannot be scored, and `bmoe check` says so.
+use std::path::{Path, PathBuf};
+
+use crate::error::{EngineError, Result};
+use crate::ffi::tokenizer::VocabModel;
+use crate::options::DecideRequest;
+use crate::session::decide::tokenize_choice;
+
+/// The vocabulary and chat template of a GGUF model (loaded with `vocab_only`: no tensor is read).
+pub struct Tokenizer {
+    raw: VocabModel,
+    template: Option<String>,
+    path: PathBuf,
+}
+
+impl Tokenizer {
+    /// Loads the vocabulary of `path`, after the same header checks as `Model::load` (what
+    /// llama.cpp would assert on, a duplicated token for one, is refused here with a reason).
+    pub fn load(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(EngineError::ModelMissing { path: path.into() });
+        }
+        let index = crate::gguf_index::GgufIndex::open(path)?;
+        crate::gguf_check::check(path, index.header())?;
+        let raw = VocabModel::load(path).map_err(|reason| EngineError::ModelLoad {
+            path: path.into(),
+            reason,
+        })?;
+        let template = raw.chat_template();
+        Ok(Self {
+            raw,
+            template,
+            path: path.into(),
+        })
+    }
+
+    /// The model file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The prompt text `Session::decide` feeds for `req`: `prefix + suffix`, rendered as one user
+    /// message unless `raw`.
+    pub fn prompt_text(&self, req: &DecideRequest) -> Result<String> {
+        let user = format!("{}{}", req.prefix, req.suffix);
+        if user.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if req.raw {
+            return Ok(user);
+        }
+        render_user_message(self.template.as_deref(), &user)
+    }
+
+    /// The choices of `req` that add no token to its prompt under `req.scoring` (each as the
+    /// `EmptyChoice` error `Session::decide` would return), tokenized exactly as the decision
+    /// will be. Other refusals (colliding first tokens, a prompt longer than the context) depend
+    /// on the run and are left to it.
+    pub fn empty_choices(&self, req: &DecideRequest) -> Result<Vec<EngineError>> {
+        let text = self.prompt_text(req)?;
+        let vocab = self.raw.vocab();
+        let ctx_len = vocab
+            .tokenize(&text, true, true)
+            .map_err(EngineError::Tokenize)?
+            .len();
+        let mut out = Vec::new();
+        for (i, c) in req.choices.iter().enumerate() {
+            match tokenize_choice(vocab, req.scoring, &text, ctx_len, i, c) {
+                Ok(_) => {}
+                Err(e @ EngineError::EmptyChoice { .. }) => out.push(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Renders `user` as one user message with `template`, reasoning off where the template has a
+/// thinking block; the text unchanged without a usable template. The same rule as
+/// `Model::render_user_message`, which a decision runs under.
+pub(crate) fn render_user_message(template: Option<&str>, user: &str) -> Result<String> {
+    let Some(t) = template else {
+        return Ok(user.to_string());
+    };
+    Ok(match crate::ffi::model::apply_chat_template(t, user)? {
+        Some(mut s) => {
+            if t.contains("<think>") && !s.trim_end().ends_with("</think>") {
+                s.push_str("<think>\n\n</think>\n\n");
+            }
+            s
+        }
+        None => user.to_string(),
+    })
+}
