@@ -29,8 +29,8 @@ pub use options::{
 };
 pub use session::{log_softmax, CancelToken, Session};
 pub use telemetry::{
-    DecideRecord, GenerateRecord, PerplexityRecord, PrefillDevCounters, ReuseOutcome, StopReason,
-    StreamCounters, Timing,
+    rss_split, DecideRecord, GenerateRecord, LoadMode, LoadStats, PerplexityRecord,
+    PrefillDevCounters, ReuseOutcome, StopReason, StreamCounters, Timing,
 };
 pub use tokenizer::Tokenizer;
 

@@ -15,6 +15,7 @@ use crate::options::{LoadOptions, SessionOptions};
 use crate::session::Session;
 use crate::stream::lean_load::{self, DenseMaps};
 use crate::stream::Streamer;
+use crate::telemetry::{LoadMode, LoadStats};
 
 /// What a loaded model is.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -75,6 +76,7 @@ pub struct Model {
     /// One call computes at a time per model: streamed experts live in shared memory.
     pub(crate) exec: Mutex<()>,
     warnings: Vec<String>,
+    load_stats: LoadStats,
 }
 
 /// Runs one token through a throwaway context with the capture hook: learns every layer's
@@ -148,6 +150,8 @@ pub fn check_gguf_file(path: &Path) -> Result<u64> {
 impl Model {
     /// Loads a model as `opts` says.
     pub fn load(opts: &LoadOptions) -> Result<Model> {
+        let started = std::time::Instant::now();
+        let read_before = crate::telemetry::storage_read_bytes();
         opts.validate()?;
         let path = &opts.path;
         let index = crate::gguf_index::GgufIndex::open(path)?;
@@ -289,6 +293,7 @@ impl Model {
             }
             _ => None,
         };
+        let lean = dense_maps.is_some();
         let prefill_device_joined = arena.is_some();
         let info = ModelInfo {
             path: path.clone(),
@@ -320,6 +325,13 @@ impl Model {
             template,
             exec: Mutex::new(()),
             warnings,
+            load_stats: LoadStats {
+                mode: if lean { LoadMode::Lean } else { LoadMode::Llama },
+                seconds: started.elapsed().as_secs_f64(),
+                read_bytes: read_before
+                    .zip(crate::telemetry::storage_read_bytes())
+                    .map(|(a, b)| b.saturating_sub(a)),
+            },
         })
     }
 
@@ -355,6 +367,11 @@ impl Model {
         self.arena
             .as_ref()
             .and_then(|a| a.lock().ok().map(|a| a.layout()))
+    }
+
+    /// What the load cost and how it ran.
+    pub fn load_stats(&self) -> LoadStats {
+        self.load_stats
     }
 
     /// How a streamed model loaded without reading its experts (`None`: llama.cpp's load ran).

@@ -91,6 +91,9 @@ pub struct Timing {
     pub n_decoded: u32,
     /// Seconds spent decoding.
     pub decode_s: f64,
+    /// generate: seconds from the call to its first token sampled (tokenizing, prefill and the
+    /// first sample); 0 when no token came out.
+    pub first_token_s: f64,
 }
 
 impl Timing {
@@ -119,6 +122,56 @@ pub fn storage_read_bytes() -> Option<u64> {
     s.lines()
         .find_map(|l| l.strip_prefix("read_bytes: "))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The process's resident memory now, split as the kernel counts it: anonymous (`RssAnon`:
+/// heap, engine regions, copies) and file-backed (`RssFile`: mapped pages of files), in bytes;
+/// `None` where `/proc/self/status` does not say.
+pub fn rss_split() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = |key: &str| -> Option<u64> {
+        s.lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .split_whitespace()
+            .next()?
+            .parse::<u64>()
+            .ok()
+            .map(|k| k << 10)
+    };
+    Some((kb("RssAnon:")?, kb("RssFile:")?))
+}
+
+/// How a model was loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadMode {
+    /// llama.cpp's own load: the file mapped and read whole at load.
+    #[default]
+    Llama,
+    /// A streamed model's load: the header and dense weights only, no expert.
+    Lean,
+}
+
+impl LoadMode {
+    /// The name used in rows and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadMode::Llama => "llama",
+            LoadMode::Lean => "lean",
+        }
+    }
+}
+
+/// What a model load cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct LoadStats {
+    /// How it loaded.
+    pub mode: LoadMode,
+    /// Wall seconds of the load (checks, llama.cpp, capture, streamer and arena setup).
+    pub seconds: f64,
+    /// Bytes this process had read from storage during the load (`/proc/self/io`); `None`
+    /// where the kernel does not say.
+    pub read_bytes: Option<u64>,
 }
 
 /// Why a `generate` stopped.

@@ -80,6 +80,71 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kb as f64 / 1024.0)
 }
 
+/// The highest anonymous and file-backed resident memory seen while it lives, sampled every
+/// 10 ms on a thread of its own (the kernel keeps a peak only for the total, `VmHWM`).
+pub struct RssPeaks {
+    peaks: std::sync::Arc<[std::sync::atomic::AtomicU64; 2]>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RssPeaks {
+    /// Starts sampling.
+    pub fn start() -> RssPeaks {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let peaks = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let sample = {
+            let peaks = peaks.clone();
+            move || {
+                if let Some((anon, file)) = bmoe_engine::rss_split() {
+                    peaks[0].fetch_max(anon, Ordering::Relaxed);
+                    peaks[1].fetch_max(file, Ordering::Relaxed);
+                }
+            }
+        };
+        sample();
+        let (p, st) = (sample, stop.clone());
+        // Without the thread the peaks are only sampled when read; still right, only coarser.
+        let sampler = std::thread::Builder::new()
+            .name("bmoe-rss".into())
+            .spawn(move || {
+                while !st.load(Ordering::Relaxed) {
+                    p();
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            })
+            .ok();
+        RssPeaks {
+            peaks,
+            stop,
+            sampler,
+        }
+    }
+
+    /// The peaks so far, in MiB (anonymous, file-backed); `None` where /proc does not say.
+    pub fn peaks_mib(&self) -> (Option<f64>, Option<f64>) {
+        use std::sync::atomic::Ordering;
+        let Some((anon, file)) = bmoe_engine::rss_split() else {
+            return (None, None);
+        };
+        let a = self.peaks[0].fetch_max(anon, Ordering::Relaxed).max(anon);
+        let f = self.peaks[1].fetch_max(file, Ordering::Relaxed).max(file);
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        (Some(mib(a)), Some(mib(f)))
+    }
+}
+
+impl Drop for RssPeaks {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(h) = self.sampler.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 /// SHA-256 of a small file's bytes (a profile), first 16 hex digits.
 pub fn file_hash16(path: &Path) -> anyhow::Result<String> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;

@@ -21,6 +21,7 @@ impl Session<'_> {
         cancel: &CancelToken,
     ) -> Result<GenerateRecord> {
         opts.validate()?;
+        let called = Instant::now();
         let text = if opts.chat {
             self.model.render_user_message(prompt)?
         } else {
@@ -72,6 +73,9 @@ impl Session<'_> {
                 break;
             }
             rec.tokens.push(tok);
+            if rec.tokens.len() == 1 {
+                rec.timing.first_token_s = called.elapsed().as_secs_f64();
+            }
             rec.bytes.extend(vocab.piece(tok, false)?);
             if rec.tokens.len() == opts.n_predict as usize {
                 break;

@@ -173,6 +173,10 @@ pub struct EngineArgs {
     /// Dense weights when streaming.
     #[arg(long, value_enum, default_value = "mmap")]
     pub dense_weights: DenseArg,
+    /// With --moe-stream: load through llama.cpp's own loader, which reads the whole file
+    /// (experts included) at load, instead of the header and dense weights only. For comparison.
+    #[arg(long, requires = "moe_stream")]
+    pub llama_load: bool,
     /// Run wide prefill pieces on this ggml device (e.g. HTP0, CUDA0).
     #[arg(long)]
     pub prefill_device: Option<String>,
@@ -222,7 +226,7 @@ impl EngineArgs {
                     DenseArg::Anon => DenseWeights::Anon,
                 },
                 read_all_experts: false,
-                llama_load: false,
+                llama_load: self.llama_load,
             }),
             prefill: self.prefill_device.as_ref().map(|d| PrefillOptions {
                 device: d.clone(),

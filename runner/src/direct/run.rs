@@ -22,6 +22,22 @@ fn load(e: &EngineArgs) -> anyhow::Result<Model> {
     for w in m.warnings() {
         eprintln!("bmoe: {w}");
     }
+    let st = m.load_stats();
+    let read = st
+        .read_bytes
+        .map(|b| format!("{:.1} MiB", b as f64 / 1048576.0))
+        .unwrap_or_else(|| "?".into());
+    match (st.mode, m.lean_load()) {
+        (bmoe_engine::LoadMode::Lean, Some(l)) => eprintln!(
+            "load: {:.2} s, {read} read from storage (header and {:.1} MiB of dense weights; no expert)",
+            st.seconds,
+            l.dense_bytes as f64 / 1048576.0
+        ),
+        _ => eprintln!(
+            "load: {:.2} s, {read} read from storage (llama.cpp's load: the whole file)",
+            st.seconds
+        ),
+    }
     if let Some(b) = m.stream_budget_bytes() {
         eprintln!("moe-stream: on, expert cache {} MiB", b >> 20);
     }
@@ -85,6 +101,7 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         chat: !a.raw,
     };
     opts.validate()?;
+    let rss = crate::ident::RssPeaks::start();
     let model = load(&a.engine)?;
     let mut s = model.session(&a.engine.session_options())?;
     let cancel = CancelToken::new();
@@ -100,12 +117,15 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         writeln!(out)?;
     }
     print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
+    let (anon, file) = rss.peaks_mib();
+    let mib = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "?".into());
     eprintln!(
-        "storage: {:.2} MiB read per decoded token (all paths), peak RSS {} MiB",
+        "storage: {:.2} MiB read per decoded token (all paths), peak RSS {} MiB (anonymous {} MiB, file-backed {} MiB), first token after {:.3} s",
         rec.decode_storage_read_bytes as f64 / 1048576.0 / f64::from(rec.timing.n_decoded.max(1)),
-        crate::ident::peak_rss_mib()
-            .map(|v| format!("{v:.0}"))
-            .unwrap_or_else(|| "?".into())
+        mib(crate::ident::peak_rss_mib()),
+        mib(anon),
+        mib(file),
+        rec.timing.first_token_s
     );
     match rec.stopped {
         bmoe_engine::StopReason::Cancelled => {

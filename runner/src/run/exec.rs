@@ -186,6 +186,10 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         bmoe_engine::VERSION
     );
     let machine_id = Machine::detect();
+    let rss = ident::RssPeaks::start();
+    // The model of the last unit, kept while the next units load it with the same options (sweep
+    // points and profiles that differ only in session settings): one load per model.
+    let mut held: Option<(bmoe_engine::LoadOptions, Model)> = None;
 
     for unit in &prep.units {
         let lj = &prep.jobs[unit.job];
@@ -239,21 +243,47 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         } else {
             None
         };
+        let reused = probe_error.is_none() && held.as_ref().is_some_and(|(o, _)| *o == load_opts);
+        if !reused {
+            // The previous model goes before the next one loads: two need not fit together.
+            held = None;
+        }
         let t0 = Instant::now();
-        let loaded = match probe_error {
+        let loaded: Result<(), String> = match probe_error {
+            _ if reused => Ok(()),
             Some(why) => Err(why),
             // Most load errors name the file already; the others get it in front.
-            None => Model::load(&load_opts).map_err(|e| {
-                let msg = e.to_string();
-                if msg.contains(&lj.model.display().to_string()) {
-                    msg
-                } else {
-                    format!("loading {}: {msg}", display_path(&lj.model))
-                }
-            }),
+            None => Model::load(&load_opts)
+                .map(|m| held = Some((load_opts.clone(), m)))
+                .map_err(|e| {
+                    let msg = e.to_string();
+                    if msg.contains(&lj.model.display().to_string()) {
+                        msg
+                    } else {
+                        format!("loading {}: {msg}", display_path(&lj.model))
+                    }
+                }),
         };
-        let load_s = t0.elapsed().as_secs_f64();
-        let mut base = base_row(&run_id, lj, unit, loaded.as_ref().ok(), load_s, &build);
+        let load_s = if reused {
+            0.0
+        } else {
+            t0.elapsed().as_secs_f64()
+        };
+        let loaded = match (loaded, held.as_ref()) {
+            (Ok(()), Some((_, m))) => Ok(m),
+            (Ok(()), None) => Err("the model is not loaded".to_string()),
+            (Err(why), _) => Err(why),
+        };
+        let mut base = base_row(&run_id, lj, unit, loaded.as_ref().ok().copied(), load_s, &build);
+        if let Ok(m) = &loaded {
+            let st = m.load_stats();
+            base.load_mode = st.mode.as_str().to_string();
+            base.load_read_mib = if reused {
+                Some(0.0)
+            } else {
+                st.read_bytes.map(mib)
+            };
+        }
         base.shard = opts.filter.shard.map(|s| s.label()).unwrap_or_default();
         base.host = machine_id.host.clone();
         base.cpu_model = machine_id.cpu_model.clone();
@@ -288,8 +318,10 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
                 continue;
             }
         };
-        for w in model.warnings() {
-            progress.println(&format!("bmoe: {w}"));
+        if !reused {
+            for w in model.warnings() {
+                progress.println(&format!("bmoe: {w}"));
+            }
         }
         let mut session = model.session(&sess_opts).context("opening a session")?;
         let gen_opts = generate_options(lj);
@@ -374,6 +406,7 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
                 row.prefill_device.clear();
             }
             row.peak_rss_mib = ident::peak_rss_mib();
+            (row.peak_rss_anon_mib, row.peak_rss_file_mib) = rss.peaks_mib();
             append_row(&mut sinks, &mut written, &write_to, &row)?;
             if opts.machine {
                 machine::emit(&row)?;
@@ -561,7 +594,9 @@ fn run_item(
                 .expected
                 .and_then(|e| choices.get(e).cloned())
                 .unwrap_or_default();
+            let called = Instant::now();
             let r = session.decide(&d.req)?;
+            row.ttft_s = Some(called.elapsed().as_secs_f64());
             fill_common(row, &r.timing, &r.stream, &r.prefill_dev);
             // timing.n_prompt counts the prefilled tokens; the column keeps the whole prompt so
             // it does not change with what ran before.
@@ -576,6 +611,7 @@ fn run_item(
                 return Ok(false);
             }
             fill_common(row, &r.timing, &r.stream, &r.prefill_dev);
+            row.ttft_s = (r.timing.n_decoded > 0).then_some(r.timing.first_token_s);
             row.stopped_eog = r.stopped_eog;
             row.stopped = r.stopped.as_str().to_string();
             row.text = escape_text(&r.text);
@@ -642,4 +678,9 @@ fn fill_common(
     row.prefill_dev_stall_s = d.stall_s;
     row.prefill_dev_routed = d.routed;
     row.prefill_dev_demand = d.demand;
+}
+
+/// Bytes as MiB.
+fn mib(b: u64) -> f64 {
+    b as f64 / (1u64 << 20) as f64
 }

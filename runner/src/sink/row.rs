@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// One row of the telemetry CSV (see docs/telemetry.md).
 ///
@@ -250,6 +250,26 @@ pub struct Row {
     /// could not be kept; empty otherwise.
     #[schemars(extend("x-since" = 2))]
     pub reuse_reason: String,
+    /// How the model of this (job, profile point) was loaded: `lean` (a streamed model: its
+    /// header and dense weights, no expert) or `llama` (llama.cpp's load, which reads the whole
+    /// file); empty when it did not load.
+    #[schemars(extend("x-since" = 3))]
+    pub load_mode: String,
+    /// Bytes the process read from storage during that load (`/proc/self/io`), / 2^20; 0 when the
+    /// model was already loaded for an earlier point; empty where the kernel does not say.
+    #[schemars(extend("x-since" = 3, "x-unit" = "MiB"))]
+    pub load_read_mib: Option<f64>,
+    /// Time to first token: generate, from the call to its first token sampled; decide, from the
+    /// call to its scores; empty on other kinds.
+    #[schemars(extend("x-since" = 3, "x-unit" = "s"))]
+    pub ttft_s: Option<f64>,
+    /// Highest anonymous resident memory (`RssAnon`) seen so far, sampled every 10 ms.
+    #[schemars(extend("x-since" = 3, "x-unit" = "MiB"))]
+    pub peak_rss_anon_mib: Option<f64>,
+    /// Highest file-backed resident memory (`RssFile`: mapped pages of files, the model's
+    /// included) seen so far, sampled every 10 ms.
+    #[schemars(extend("x-since" = 3, "x-unit" = "MiB"))]
+    pub peak_rss_file_mib: Option<f64>,
 }
 
 impl Row {
