@@ -326,7 +326,11 @@ impl Model {
             exec: Mutex::new(()),
             warnings,
             load_stats: LoadStats {
-                mode: if lean { LoadMode::Lean } else { LoadMode::Llama },
+                mode: if lean {
+                    LoadMode::Lean
+                } else {
+                    LoadMode::Llama
+                },
                 seconds: started.elapsed().as_secs_f64(),
                 read_bytes: read_before
                     .zip(crate::telemetry::storage_read_bytes())

@@ -183,10 +183,12 @@ impl Unfilled {
                 Ok(Some(Neutral::One)) if t.layout().ty() == ggml_sys::GGML_TYPE_F32 => {
                     ones_needed.push(t)
                 }
-                Ok(Some(Neutral::One)) => return Ok(Err(format!(
+                Ok(Some(Neutral::One)) => {
+                    return Ok(Err(format!(
                     "the architecture creates {}, which the file does not hold, as a non-F32 scale",
                     t.name()
-                ))),
+                )))
+                }
                 Err(why) => {
                     return Ok(Err(format!(
                         "the architecture creates {}, which the file does not hold, and {why}",

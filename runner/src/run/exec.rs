@@ -274,7 +274,14 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
             (Ok(()), None) => Err("the model is not loaded".to_string()),
             (Err(why), _) => Err(why),
         };
-        let mut base = base_row(&run_id, lj, unit, loaded.as_ref().ok().copied(), load_s, &build);
+        let mut base = base_row(
+            &run_id,
+            lj,
+            unit,
+            loaded.as_ref().ok().copied(),
+            load_s,
+            &build,
+        );
         if let Ok(m) = &loaded {
             let st = m.load_stats();
             base.load_mode = st.mode.as_str().to_string();
