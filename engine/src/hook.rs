@@ -60,6 +60,8 @@ pub struct Capture {
     /// Weights some op reads other than as the matrix of a `MUL_MAT`/`MUL_MAT_ID` (through views
     /// too): a backend may hold weight buffers in a form only its matmuls address.
     pub non_matmul: BTreeSet<String>,
+    /// Per MoE layer, its router matrix (the weight of the `ffn_moe_logits-<il>` matmul).
+    pub routers: BTreeMap<u32, TensorPtr>,
     /// Every node in graph order: its address, op and source addresses (`None` for an empty
     /// slot). Addresses identify tensors within this one pass only.
     pub nodes: Vec<CapturedNode>,
@@ -87,6 +89,13 @@ impl EvalHook for CaptureHook {
         let name = tensor::name(t);
         if let Some(il) = node_layer(name, "ffn_moe_topk") {
             c.routing.insert(il);
+        }
+        if let Some(il) = node_layer(name, "ffn_moe_logits") {
+            if let Some(w) = tensor::src(t, 0).map(tensor::view_root) {
+                if t.op == sys::GGML_OP_MUL_MAT && tensor::is_weight(w) {
+                    c.routers.insert(il, TensorPtr::from_graph(w));
+                }
+            }
         }
         if let Some((il, _)) = name
             .rsplit_once('-')
@@ -219,7 +228,15 @@ impl EvalHook for EngineHook {
             ));
         };
         let r = match streamer.lock() {
-            Ok(mut s) => s.ensure(il, &ids),
+            Ok(mut s) => s.ensure(il, &ids).map(|()| {
+                // Decode-sized graphs only (ne[1] = tokens): the copy of a wide piece's rows
+                // would cost more than any read ahead saves.
+                if t.ne[1] as usize <= crate::stream::MAX_PREFETCH_TOKENS {
+                    if let Some((n_embd, x)) = tensor::router_input(t) {
+                        s.prefetch_after(il, &x, n_embd);
+                    }
+                }
+            }),
             Err(_) => Err("the expert streamer panicked earlier".into()),
         };
         if let Err(e) = r {

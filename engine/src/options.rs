@@ -32,6 +32,8 @@ pub struct StreamOptions {
     /// all of it, experts included (the comparison the load benchmark and its test make). By
     /// default a streamed model's load reads only its header and dense weights.
     pub llama_load: bool,
+    /// Read ahead the experts the next layer is predicted to route to.
+    pub prefetch: crate::stream::prefetch::Prefetch,
 }
 
 impl Default for StreamOptions {
@@ -43,6 +45,7 @@ impl Default for StreamOptions {
             dense_weights: DenseWeights::Mmap,
             read_all_experts: false,
             llama_load: false,
+            prefetch: crate::stream::prefetch::Prefetch::Router,
         }
     }
 }

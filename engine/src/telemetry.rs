@@ -18,6 +18,10 @@ pub struct StreamCounters {
     pub evictions: u64,
     /// Bytes of experts resident at the end.
     pub resident_bytes: u64,
+    /// Experts read ahead of their routing node (prefetch).
+    pub prefetched: u64,
+    /// Cache misses served by a read ahead (overlapped with compute).
+    pub prefetch_used: u64,
 }
 
 impl StreamCounters {
@@ -40,7 +44,16 @@ impl StreamCounters {
             cache_misses: self.cache_misses - before.cache_misses,
             evictions: self.evictions - before.evictions,
             resident_bytes: self.resident_bytes,
+            prefetched: self.prefetched - before.prefetched,
+            prefetch_used: self.prefetch_used - before.prefetch_used,
         }
+    }
+
+    /// Share of cache misses whose read was overlapped with compute (read ahead), in percent;
+    /// `None` without misses.
+    pub fn overlap_pct(&self) -> Option<f64> {
+        (self.cache_misses > 0)
+            .then(|| 100.0 * self.prefetch_used as f64 / self.cache_misses as f64)
     }
 }
 

@@ -1,10 +1,12 @@
 //! Expert-streaming gates, bit for bit against the resident (mmap) run on synthetic models:
 //! G1 cache off, G2 an evicting cache, G3 selective == reading every expert, S1 several calls
-//! in one session; qwen3moe, olmoe and a split GGUF. Plus the failure path.
+//! in one session, G19 reads ahead (router prediction, an always-wrong one, none) change nothing;
+//! qwen3moe, olmoe and a split GGUF. Plus the failure path.
 mod common;
 
 use std::path::{Path, PathBuf};
 
+use bmoe_engine::stream::prefetch::Prefetch;
 use bmoe_engine::synth::{write_model, Preset, SynthArch, SynthSpec};
 use bmoe_engine::{
     CancelToken, DecideRequest, DenseWeights, EngineError, GenerateOptions, LoadOptions, Model,
@@ -100,6 +102,34 @@ fn gates(path: &Path) {
     assert!(c2.evictions > 0, "G2 must evict: {c2:?}");
     assert!(c2.cache_hits > 0, "G2 must hit sometimes: {c2:?}");
     assert!(c2.resident_bytes <= 1 << 20);
+
+    // G19: reads ahead never change a result. G2 ran with the router's prediction (the default);
+    // a prediction that is always wrong (the experts the next router ranks lowest) and no
+    // prediction at all give the same bits, with the same evicting cache.
+    assert!(c2.prefetched > 0, "G2 must read ahead: {c2:?}");
+    for mode in [Prefetch::Wrong, Prefetch::Off] {
+        let (g, c) = run(
+            path,
+            Some(StreamOptions {
+                prefetch: mode,
+                ..stream(1, false).unwrap()
+            }),
+        );
+        assert_eq!(g, resident, "G19: prefetch {mode:?} differs from resident");
+        match mode {
+            Prefetch::Off => assert_eq!(c.prefetched, 0),
+            _ => assert!(c.prefetched > 0, "{c:?}"),
+        }
+        eprintln!(
+            "G19 {}: prefetch {mode:?}: {} read ahead, {} misses served by them of {} (router: {} of {})",
+            path.display(),
+            c.prefetched,
+            c.prefetch_used,
+            c.cache_misses,
+            c2.prefetch_used,
+            c2.cache_misses
+        );
+    }
 
     // G3: reading every expert gives the same as reading only the routed ones, and reads more.
     let (g3, c3) = run(path, stream(0, true));

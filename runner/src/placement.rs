@@ -408,6 +408,7 @@ pub fn engine_options(
             auto_cache_floor_mb: None,
             read_all_experts: false,
             llama_load: false,
+            prefetch: s.prefetch.engine(),
         }),
         prefill: p
             .prefill

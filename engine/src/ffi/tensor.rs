@@ -78,6 +78,35 @@ pub fn read_ids(t: &sys::ggml_tensor) -> Option<Vec<i32>> {
     decode_ids(t, raw)
 }
 
+/// The input a routing node's router read: following `ffn_moe_topk`'s first sources down to the
+/// matmul whose matrix is a weight (the router), that matmul's activation, as f32 rows of
+/// `ne[0]` values (one per token), when it is a contiguous host F32 tensor. It is still live at
+/// the routing node: the expert matmuls that follow read it too.
+pub fn router_input(topk: &sys::ggml_tensor) -> Option<(usize, Vec<f32>)> {
+    let mut t = topk;
+    for _ in 0..8 {
+        if t.op == sys::GGML_OP_MUL_MAT && src(t, 0).is_some_and(|w| is_weight(view_root(w))) {
+            let x = src(t, 1)?;
+            if x.type_ != sys::GGML_TYPE_F32 || x.data.is_null() || x.buffer.is_null() {
+                return None;
+            }
+            // SAFETY: checked non-null buffer of a live tensor.
+            if !unsafe { sys::ggml_backend_buffer_is_host(x.buffer) || !sys::ggml_is_contiguous(x) }
+            {
+                return None;
+            }
+            // SAFETY: pure function of a live tensor's shape.
+            let n = unsafe { sys::ggml_nelements(x) } as usize;
+            // SAFETY: a contiguous host F32 tensor of `n` elements, computed earlier in this graph
+            // and not yet overwritten (the expert matmuls after the routing node read it).
+            let v = unsafe { std::slice::from_raw_parts(x.data as *const f32, n) };
+            return Some((x.ne[0] as usize, v.to_vec()));
+        }
+        t = src(t, 0)?;
+    }
+    None
+}
+
 /// The I32 ids of a `[n_used, n_tokens]` view, read with its strides from `raw`, the bytes from
 /// its first element to its last.
 fn decode_ids(t: &sys::ggml_tensor, raw: &[u8]) -> Option<Vec<i32>> {

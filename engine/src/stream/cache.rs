@@ -20,6 +20,11 @@ impl ExpertLru {
         self.map.get(&(layer, expert)).is_some()
     }
 
+    /// Whether (layer, expert) is resident, without marking it used.
+    pub(crate) fn contains(&self, layer: u32, expert: u32) -> bool {
+        self.map.contains(&(layer, expert))
+    }
+
     /// Records a newly read expert.
     pub(crate) fn insert(&mut self, layer: u32, expert: u32, bytes: u64) {
         if let Some(old) = self.map.put((layer, expert), bytes) {

@@ -4,6 +4,7 @@
 mod cache;
 pub(crate) mod lean_load;
 pub mod memory;
+pub mod prefetch;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -20,6 +21,12 @@ use crate::options::{DenseWeights, StreamOptions};
 use crate::telemetry::StreamCounters;
 
 use cache::ExpertLru;
+
+/// Reader lanes (and threads) of their own for reads ahead.
+const PREFETCH_LANES: usize = 2;
+
+/// Decode-sized graphs only: wider pieces read nearly every expert on demand anyway.
+pub(crate) const MAX_PREFETCH_TOKENS: usize = 4;
 
 /// Below this many bytes per routing node, reads run on the calling thread.
 const INLINE_READ_BYTES: usize = 1 << 20;
@@ -46,8 +53,11 @@ pub struct Streamer {
     layers: BTreeMap<u32, Layer>,
     /// Shared slots reused by every layer when there is no cache, by role.
     shared: BTreeMap<ExpertRole, Region>,
-    reader: DirectReader,
+    reader: std::sync::Arc<DirectReader>,
     pool: rayon::ThreadPool,
+    predictor: Option<prefetch::Predictor>,
+    prefetcher: Option<prefetch::Prefetcher>,
+    n_expert_used: usize,
     lru: Option<ExpertLru>,
     n_expert: u32,
     read_all: bool,
@@ -178,8 +188,22 @@ impl Streamer {
             }
         }
         let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
-        let reader = DirectReader::open(&paths, opts.io_threads, max_read)
+        let predictor = prefetch::Predictor::new(&capture.routers, opts.prefetch);
+        let prefetch_lanes = if predictor.is_some() {
+            PREFETCH_LANES
+        } else {
+            0
+        };
+        let reader = DirectReader::open(&paths, opts.io_threads + prefetch_lanes, max_read)
             .map_err(|e| stream_err(format!("opening the model for direct reads: {e}")))?;
+        let reader = std::sync::Arc::new(reader);
+        let prefetcher = match predictor {
+            Some(_) => Some(
+                prefetch::Prefetcher::new(reader.clone(), opts.io_threads, prefetch_lanes)
+                    .map_err(|e| stream_err(format!("starting prefetch threads: {e}")))?,
+            ),
+            None => None,
+        };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.io_threads.max(1))
             .thread_name(|i| format!("bmoe-io-{i}"))
@@ -191,6 +215,9 @@ impl Streamer {
             shared,
             reader,
             pool,
+            predictor,
+            prefetcher,
+            n_expert_used: n_expert_used as usize,
             lru: (budget_bytes > 0).then(ExpertLru::new),
             n_expert,
             read_all: opts.read_all_experts,
@@ -205,6 +232,10 @@ impl Streamer {
     /// Cumulative counters.
     pub fn counters(&self) -> StreamCounters {
         let mut c = self.counters.clone();
+        if let Some(p) = &self.prefetcher {
+            c.prefetched = p.issued;
+            c.prefetch_used = p.used;
+        }
         c.resident_bytes = match &self.lru {
             Some(l) => l.resident_bytes(),
             None => 0,
@@ -265,11 +296,36 @@ impl Streamer {
             }
         };
         let layer = self.layers.get_mut(&il).expect("layer checked above");
-        let regions: Vec<&mut Region> = if self.lru.is_some() {
+        let mut regions: Vec<&mut Region> = if self.lru.is_some() {
             layer.regions.iter_mut().collect()
         } else {
             self.shared.values_mut().collect()
         };
+        // Misses read ahead go straight in; only the others are read here.
+        let mut misses = misses;
+        if let Some(p) = self.prefetcher.as_mut() {
+            for (e, m) in misses.iter_mut().enumerate() {
+                if !*m {
+                    continue;
+                }
+                let Some(bytes) = p.take(il, e as u32) else {
+                    continue;
+                };
+                for (t, b) in layer.tensors.iter().zip(&bytes) {
+                    let base = t.ptr.data();
+                    let Some(r) = regions.iter_mut().find(|r| r.as_mut_ptr() == base) else {
+                        continue;
+                    };
+                    let at = e * t.expert_bytes;
+                    r.as_mut_slice()[at..at + t.expert_bytes].copy_from_slice(b);
+                    self.counters.read_bytes += b.len() as u64;
+                }
+                if let Some(lru) = self.lru.as_mut() {
+                    lru.insert(il, e as u32, layer_bytes);
+                }
+                *m = false;
+            }
+        }
         let mut jobs: Vec<(&mut [u8], usize, u64)> = Vec::new();
         for region in regions {
             // Pair each region with its tensor by address (shared slots are keyed by role).
@@ -336,5 +392,40 @@ impl Streamer {
         }
         self.counters.stall_s += t0.elapsed().as_secs_f64();
         Ok(())
+    }
+
+    /// After layer `il`'s routing node: reads ahead what the next MoE layer is predicted to route
+    /// to, from `x` (the rows of `n_embd` values this layer's router read). Only for a few tokens
+    /// at a time (decode): a wide prefill piece routes to nearly every expert anyway.
+    pub fn prefetch_after(&mut self, il: u32, x: &[f32], n_embd: usize) {
+        let (Some(pred), Some(pf)) = (&self.predictor, self.prefetcher.as_mut()) else {
+            return;
+        };
+        if n_embd == 0 || x.len() / n_embd > MAX_PREFETCH_TOKENS {
+            return;
+        }
+        let Some(next) = pred.next_layer(il) else {
+            return;
+        };
+        let Some(layer) = self.layers.get(&next) else {
+            return;
+        };
+        let experts: Vec<u32> = pred
+            .predict(next, x, n_embd, self.n_expert_used)
+            .into_iter()
+            .filter(|&e| {
+                e < self.n_expert && !self.lru.as_ref().is_some_and(|l| l.contains(next, e))
+            })
+            .collect();
+        let sources: Vec<prefetch::Source> = layer
+            .tensors
+            .iter()
+            .map(|t| prefetch::Source {
+                file: t.file,
+                offset: t.offset,
+                expert_bytes: t.expert_bytes,
+            })
+            .collect();
+        pf.issue(next, &experts, &sources);
     }
 }

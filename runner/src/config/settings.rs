@@ -224,6 +224,37 @@ impl fmt::Display for DenseWeights {
     }
 }
 
+/// Expert reads ahead while streaming (the engine's `Prefetch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Prefetch {
+    /// At each routing node, the next layer's router on this layer's input predicts what to read
+    /// ahead.
+    #[default]
+    Router,
+    /// Every miss is read at its routing node.
+    Off,
+}
+
+impl Prefetch {
+    /// The engine's value.
+    pub fn engine(self) -> bmoe_engine::stream::prefetch::Prefetch {
+        match self {
+            Prefetch::Router => bmoe_engine::stream::prefetch::Prefetch::Router,
+            Prefetch::Off => bmoe_engine::stream::prefetch::Prefetch::Off,
+        }
+    }
+}
+
+impl fmt::Display for Prefetch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Prefetch::Router => "router",
+            Prefetch::Off => "off",
+        })
+    }
+}
+
 /// Prefix reuse between consecutive decisions of a session (the engine's `PrefixReuse`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -288,6 +319,9 @@ pub struct EngineValues {
     /// Dense weights placement while streaming: mmap or anon.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dense_weights: Option<DenseWeights>,
+    /// Expert reads ahead while streaming: router or off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<Prefetch>,
     /// Reuse the KV cache's common prefix between decisions: auto, on or off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix_reuse: Option<PrefixReuse>,
@@ -353,6 +387,8 @@ pub struct Settings {
     pub io_threads: Count,
     /// Dense weights placement.
     pub dense_weights: DenseWeights,
+    /// Expert reads ahead while streaming.
+    pub prefetch: Prefetch,
     /// Prefill device name or "none".
     #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9_]*$"))]
     pub device: String,
@@ -391,6 +427,7 @@ impl Default for Settings {
             cache_floor_mb: 1024,
             io_threads: Count::Auto,
             dense_weights: DenseWeights::Mmap,
+            prefetch: Prefetch::Router,
             device: "none".into(),
             min_tokens: 32,
             loaders: Count::Auto,
@@ -421,6 +458,7 @@ pub const KEYS: &[&str] = &[
     "cache_floor_mb",
     "io_threads",
     "dense_weights",
+    "prefetch",
     "device",
     "min_tokens",
     "loaders",

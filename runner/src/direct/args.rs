@@ -140,6 +140,15 @@ pub enum DenseArg {
     Anon,
 }
 
+/// Expert prefetch while streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrefetchArg {
+    /// The next layer's router on this layer's router input.
+    Router,
+    /// Every miss is read at its routing node.
+    Off,
+}
+
 /// Model and session options shared by generate, decide and ppl.
 #[derive(Debug, Args)]
 pub struct EngineArgs {
@@ -173,6 +182,10 @@ pub struct EngineArgs {
     /// Dense weights when streaming.
     #[arg(long, value_enum, default_value = "mmap")]
     pub dense_weights: DenseArg,
+    /// With --moe-stream: read ahead the experts the next layer is predicted to route to
+    /// (`router`: the next layer's router on this layer's input) or not (`off`).
+    #[arg(long, value_enum, default_value = "router")]
+    pub prefetch: PrefetchArg,
     /// With --moe-stream: load through llama.cpp's own loader, which reads the whole file
     /// (experts included) at load, instead of the header and dense weights only. For comparison.
     #[arg(long, requires = "moe_stream")]
@@ -227,6 +240,10 @@ impl EngineArgs {
                 },
                 read_all_experts: false,
                 llama_load: self.llama_load,
+                prefetch: match self.prefetch {
+                    PrefetchArg::Router => bmoe_engine::stream::prefetch::Prefetch::Router,
+                    PrefetchArg::Off => bmoe_engine::stream::prefetch::Prefetch::Off,
+                },
             }),
             prefill: self.prefill_device.as_ref().map(|d| PrefillOptions {
                 device: d.clone(),

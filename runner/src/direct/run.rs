@@ -72,6 +72,16 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
             s.resident_bytes as f64 / 1048576.0
         );
     }
+    if s.prefetched > 0 {
+        eprintln!(
+            "prefetch: {} experts read ahead, {} misses served by them (overlap {})",
+            s.prefetched,
+            s.prefetch_used,
+            s.overlap_pct()
+                .map(|p| format!("{p:.1}%"))
+                .unwrap_or_else(|| "n/a".into())
+        );
+    }
     if d.tokens > 0 {
         eprintln!(
             "prefill-device: {} tokens, {} nodes, {:.1} MiB read, stall {:.3} s, routed {}, demand {}",

@@ -540,6 +540,7 @@ fn base_row(
         cache_mb: u.placement.cache_mb,
         io_threads: s.io_threads.or(crate::config::settings::AUTO_IO_THREADS),
         dense_weights: s.dense_weights.to_string(),
+        prefetch: s.prefetch.to_string(),
         prefill_device: u.placement.prefill.device.clone().unwrap_or_default(),
         prefill_device_plan: u.placement.prefill.device.clone().unwrap_or_default(),
         device_ubatch: s.device_ubatch,
@@ -679,6 +680,8 @@ fn fill_common(
     row.cache_hit_pct = s.cache_hit_pct();
     row.cache_resident_mib = s.resident_bytes as f64 / (1u64 << 20) as f64;
     row.evictions = s.evictions;
+    row.prefetched = s.prefetched;
+    row.overlap_pct = s.overlap_pct();
     row.prefill_dev_tokens = d.tokens;
     row.prefill_dev_nodes = d.nodes;
     row.prefill_dev_read_mib = d.read_mib();

@@ -270,6 +270,16 @@ pub struct Row {
     /// included) seen so far, sampled every 10 ms.
     #[schemars(extend("x-since" = 3, "x-unit" = "MiB"))]
     pub peak_rss_file_mib: Option<f64>,
+    /// The `prefetch` setting (`router`, `off`).
+    #[schemars(extend("x-since" = 3))]
+    pub prefetch: String,
+    /// Experts read ahead of their routing node for this item.
+    #[schemars(extend("x-since" = 3, "x-unit" = "count"))]
+    pub prefetched: u64,
+    /// Share of this item's expert cache misses whose read was done ahead, overlapped with
+    /// compute; empty without misses.
+    #[schemars(extend("x-since" = 3, "x-unit" = "%"))]
+    pub overlap_pct: Option<f64>,
 }
 
 impl Row {
