@@ -22,6 +22,10 @@ pub struct StreamCounters {
     pub prefetched: u64,
     /// Cache misses served by a read ahead (overlapped with compute).
     pub prefetch_used: u64,
+    /// Experts routed to at routing nodes that had a prediction (whatever the cache held).
+    pub predicted_routed: u64,
+    /// Of those, the ones the prediction named.
+    pub predicted_right: u64,
 }
 
 impl StreamCounters {
@@ -46,6 +50,8 @@ impl StreamCounters {
             resident_bytes: self.resident_bytes,
             prefetched: self.prefetched - before.prefetched,
             prefetch_used: self.prefetch_used - before.prefetch_used,
+            predicted_routed: self.predicted_routed - before.predicted_routed,
+            predicted_right: self.predicted_right - before.predicted_right,
         }
     }
 

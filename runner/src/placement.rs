@@ -350,7 +350,7 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
             note: "cache_mb = 0: one layer's expert matrices, reused by every layer".into(),
         });
     }
-    if s.moe_stream && s.prefetch == crate::config::settings::Prefetch::Router {
+    if s.moe_stream && s.prefetch != crate::config::settings::Prefetch::Off {
         let per_expert = dims.max_layer_expert_bytes / dims.n_expert.max(1);
         budget.push(BudgetLine {
             what: "prefetch staging",

@@ -57,6 +57,10 @@ pub struct Streamer {
     pool: rayon::ThreadPool,
     predictor: Option<prefetch::Predictor>,
     prefetcher: Option<prefetch::Prefetcher>,
+    /// Per layer, the experts its last routing node chose (the `repeat` predictor).
+    last_routed: BTreeMap<u32, Vec<u32>>,
+    /// The last prediction made: (layer, experts), scored at that layer's routing node.
+    prediction: Option<(u32, Vec<u32>)>,
     n_expert_used: usize,
     lru: Option<ExpertLru>,
     n_expert: u32,
@@ -217,6 +221,8 @@ impl Streamer {
             pool,
             predictor,
             prefetcher,
+            last_routed: BTreeMap::new(),
+            prediction: None,
             n_expert_used: n_expert_used as usize,
             lru: (budget_bytes > 0).then(ExpertLru::new),
             n_expert,
@@ -250,6 +256,8 @@ impl Streamer {
             return Ok(());
         };
         let mut wanted = vec![false; self.n_expert as usize];
+        // How good the last prediction for this layer was, whatever the cache made of it.
+        let prediction = self.prediction.take().filter(|(l, _)| *l == il);
         if self.read_all {
             wanted.fill(true);
         } else {
@@ -263,6 +271,17 @@ impl Streamer {
                 })?;
                 wanted[e] = true;
             }
+        }
+        if !self.read_all {
+            let routed: Vec<u32> = (0..wanted.len() as u32)
+                .filter(|&e| wanted[e as usize])
+                .collect();
+            if let Some((_, p)) = prediction {
+                self.counters.predicted_routed += routed.len() as u64;
+                self.counters.predicted_right +=
+                    routed.iter().filter(|e| p.contains(e)).count() as u64;
+            }
+            self.last_routed.insert(il, routed);
         }
         let layer_bytes: u64 = layer.tensors.iter().map(|t| t.expert_bytes as u64).sum();
         // Which experts must be read; the LRU decides hits and evictions.
@@ -410,8 +429,12 @@ impl Streamer {
         let Some(layer) = self.layers.get(&next) else {
             return;
         };
-        let experts: Vec<u32> = pred
-            .predict(next, x, n_embd, self.n_expert_used)
+        let predicted = match pred.mode() {
+            prefetch::Prefetch::Repeat => self.last_routed.get(&next).cloned().unwrap_or_default(),
+            _ => pred.predict(next, x, n_embd, self.n_expert_used),
+        };
+        self.prediction = Some((next, predicted.clone()));
+        let experts: Vec<u32> = predicted
             .into_iter()
             .filter(|&e| {
                 e < self.n_expert && !self.lru.as_ref().is_some_and(|l| l.contains(next, e))

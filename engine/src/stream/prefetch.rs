@@ -21,6 +21,8 @@ pub enum Prefetch {
     /// The next layer's router on this layer's router input.
     #[default]
     Router,
+    /// The experts the next layer routed to on the previous token.
+    Repeat,
     /// The experts the next router ranks lowest: a prediction that is always wrong (gate G19's
     /// control: output must not change, only bandwidth is spent).
     Wrong,
@@ -59,6 +61,11 @@ impl Predictor {
             );
         }
         Some(Predictor { routers: out, mode })
+    }
+
+    /// How it predicts.
+    pub(crate) fn mode(&self) -> Prefetch {
+        self.mode
     }
 
     /// The MoE layer after `il` (the first one after the last: the next token's).

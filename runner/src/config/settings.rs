@@ -232,6 +232,8 @@ pub enum Prefetch {
     /// ahead.
     #[default]
     Router,
+    /// The experts the next layer routed to on the previous token.
+    Repeat,
     /// Every miss is read at its routing node.
     Off,
 }
@@ -241,6 +243,7 @@ impl Prefetch {
     pub fn engine(self) -> bmoe_engine::stream::prefetch::Prefetch {
         match self {
             Prefetch::Router => bmoe_engine::stream::prefetch::Prefetch::Router,
+            Prefetch::Repeat => bmoe_engine::stream::prefetch::Prefetch::Repeat,
             Prefetch::Off => bmoe_engine::stream::prefetch::Prefetch::Off,
         }
     }
@@ -250,6 +253,7 @@ impl fmt::Display for Prefetch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Prefetch::Router => "router",
+            Prefetch::Repeat => "repeat",
             Prefetch::Off => "off",
         })
     }

@@ -145,6 +145,8 @@ pub enum DenseArg {
 pub enum PrefetchArg {
     /// The next layer's router on this layer's router input.
     Router,
+    /// The experts the next layer routed to on the previous token.
+    Repeat,
     /// Every miss is read at its routing node.
     Off,
 }
@@ -183,7 +185,8 @@ pub struct EngineArgs {
     #[arg(long, value_enum, default_value = "mmap")]
     pub dense_weights: DenseArg,
     /// With --moe-stream: read ahead the experts the next layer is predicted to route to
-    /// (`router`: the next layer's router on this layer's input) or not (`off`).
+    /// (`router`: the next layer's router on this layer's input; `repeat`: what it routed to on
+    /// the previous token) or not (`off`).
     #[arg(long, value_enum, default_value = "router")]
     pub prefetch: PrefetchArg,
     /// With --moe-stream: load through llama.cpp's own loader, which reads the whole file
@@ -242,6 +245,7 @@ impl EngineArgs {
                 llama_load: self.llama_load,
                 prefetch: match self.prefetch {
                     PrefetchArg::Router => bmoe_engine::stream::prefetch::Prefetch::Router,
+                    PrefetchArg::Repeat => bmoe_engine::stream::prefetch::Prefetch::Repeat,
                     PrefetchArg::Off => bmoe_engine::stream::prefetch::Prefetch::Off,
                 },
             }),

@@ -72,14 +72,17 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
             s.resident_bytes as f64 / 1048576.0
         );
     }
-    if s.prefetched > 0 {
+    if s.predicted_routed > 0 {
         eprintln!(
-            "prefetch: {} experts read ahead, {} misses served by them (overlap {})",
+            "prefetch: {} experts read ahead, {} misses served by them (overlap {}); prediction named {} of {} routed experts ({:.1}%)",
             s.prefetched,
             s.prefetch_used,
             s.overlap_pct()
                 .map(|p| format!("{p:.1}%"))
-                .unwrap_or_else(|| "n/a".into())
+                .unwrap_or_else(|| "n/a".into()),
+            s.predicted_right,
+            s.predicted_routed,
+            100.0 * s.predicted_right as f64 / s.predicted_routed.max(1) as f64
         );
     }
     if d.tokens > 0 {
