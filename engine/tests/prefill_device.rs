@@ -577,12 +577,12 @@ fn cpu_nll(path: &std::path::Path, text: &str) -> u64 {
         .to_bits()
 }
 
-/// A device graph that skips or reorders a pacing point (a last node or a routing node the arena
-/// does not see where it should, made so with the gate knob) fails the call with a device error
-/// that says so, instead of computing on a slot that did not fill; the weights go back to the
-/// host, so the model's CPU pieces give the CPU's bits afterwards.
+/// G22: a device graph that skips or reorders a pacing point (a last node or a routing node the
+/// arena does not see where it should, made so with the gate knob `pacing_faults`) fails the call
+/// with a device error that says so, instead of computing on a slot that did not fill; the weights
+/// go back to the host, so the model's CPU pieces give the CPU's bits afterwards.
 #[test]
-fn a_skipped_or_reordered_pacing_point_fails_the_call() {
+fn g22_a_skipped_or_reordered_pacing_point_fails_the_call() {
     use bmoe_engine::PacingFault;
     let name = loopback();
     let path = common::tiny();
@@ -630,13 +630,13 @@ fn a_skipped_or_reordered_pacing_point_fails_the_call() {
     }
 }
 
-/// The routed-full fallback: a layer routing to more than `routed_full` of its experts gets the
-/// next layer read whole. On the tiny model (8 experts, top-2) a 16-token piece routes to nearly
-/// all of them, so with the default 0.85 it fires, is counted, and the result stays identical;
-/// with the fallback off (1.0) it never fires and the missed experts are read at the routing
-/// nodes instead.
+/// G23, the routed-full fallback: a layer routing to more than `routed_full` of its experts gets
+/// the next layer read whole. On the tiny model (8 experts, top-2) a 16-token piece routes to
+/// nearly all of them, so with the default 0.85 it fires, is counted (`whole_fallback`), and the
+/// result stays identical; with the fallback off (1.0) it never fires and the missed experts are
+/// read at the routing nodes instead.
 #[test]
-fn the_routed_full_fallback_fires_is_counted_and_stays_identical() {
+fn g23_the_routed_full_fallback_fires_is_counted_and_stays_identical() {
     let name = loopback();
     let path = common::tiny();
     let cpu = run_all(&load(&path, None, None));
