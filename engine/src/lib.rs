@@ -24,8 +24,8 @@ pub use ffi::log::set_verbose as set_log_verbose;
 pub use ffi::registry::{backend_names, devices, Device, DeviceInfo, DeviceKind};
 pub use model::{LeanLoadInfo, Model, ModelInfo};
 pub use options::{
-    DecideRequest, DenseWeights, GenerateOptions, LoadOptions, PrefillOptions, PrefixReuse,
-    Sampling, Scoring, SessionOptions, StreamOptions,
+    DecideRequest, DenseWeights, GenerateOptions, LoadOptions, PacingFault, PrefillOptions,
+    PrefixReuse, Sampling, Scoring, SessionOptions, StreamOptions,
 };
 pub use session::{log_softmax, CancelToken, Session};
 pub use telemetry::{

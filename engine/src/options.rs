@@ -50,6 +50,17 @@ impl Default for StreamOptions {
     }
 }
 
+/// A pacing point the arena mistakes (gate knob [`PrefillOptions::pacing_faults`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PacingFault {
+    /// The last node of this layer is not taken as a pacing point (the graph skipped it).
+    DropLast(u32),
+    /// The routing node of this layer is not taken as a pacing point (the graph skipped it).
+    DropRouting(u32),
+    /// The last nodes of these two layers are taken for each other's (the graph reordered them).
+    SwapLast(u32, u32),
+}
+
 /// Prefill-device settings (`prefill_device`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrefillOptions {
@@ -69,6 +80,16 @@ pub struct PrefillOptions {
     /// Gate knob, not a setting: skip the reads at the routing node (the negative control: the
     /// result must change).
     pub skip_demand_reads: bool,
+    /// Gate knob, not a setting: skip the wait at a layer's last node for the next layer's
+    /// non-expert weights (the negative control of that wait: with a slow loader the result
+    /// must change).
+    pub skip_layer_wait: bool,
+    /// Gate knob, not a setting: skip the wait at a routing node for the layer's experts (the
+    /// negative control of that wait: with a slow loader the result must change).
+    pub skip_expert_wait: bool,
+    /// Gate knob, not a setting: pacing points the arena mistakes, as if the graph skipped or
+    /// reordered them (the call must fail, not compute on a slot that did not fill).
+    pub pacing_faults: Vec<PacingFault>,
     /// Gate knob, not a setting: ggml type names (`f32`) to treat as refused by the device's
     /// matmul, to exercise the conversion on a device that takes every type.
     pub refuse_types: Vec<String>,
@@ -84,6 +105,9 @@ impl Default for PrefillOptions {
             routed_full: 0.85,
             loader_delay_ms: 0,
             skip_demand_reads: false,
+            skip_layer_wait: false,
+            skip_expert_wait: false,
+            pacing_faults: Vec::new(),
             refuse_types: Vec::new(),
         }
     }

@@ -78,6 +78,9 @@ pub struct PrefillDevCounters {
     pub routed: u64,
     /// Routed pairs read at the routing node (the prediction missed them).
     pub demand: u64,
+    /// Layers read whole by the routed-full fallback (the layer before routed to more than
+    /// `routed_full` of its experts).
+    pub whole_fallback: u64,
 }
 
 impl PrefillDevCounters {
@@ -90,6 +93,7 @@ impl PrefillDevCounters {
             stall_s: self.stall_s - before.stall_s,
             routed: self.routed - before.routed,
             demand: self.demand - before.demand,
+            whole_fallback: self.whole_fallback - before.whole_fallback,
         }
     }
 

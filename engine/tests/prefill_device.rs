@@ -514,3 +514,152 @@ fn g18b_prefix_reuse_on_the_loopback_device() {
     }
     assert!(on.iter().map(|r| r.n_reused).sum::<u32>() > 0);
 }
+
+/// Milliseconds each loader job sleeps in the wait controls: every layer's reads take several
+/// times that, while the device computes a layer of the tiny model in well under one, so a graph
+/// that does not wait always computes on a slot that has not filled yet.
+const SLOW_LOADER_MS: u64 = 20;
+
+/// G20/G21, the negative controls of the arena's two waits: with a slow loader, skipping the
+/// wait at a layer's last node (for the next layer's non-expert weights, G20) or at a routing
+/// node (for the layer's experts, G21) must change the perplexity, while the same slow loader
+/// with both waits in place gives the CPU's bits. So the waits are what keeps G16/G17 identical,
+/// not the loaders' speed: a regression in either cannot pass them by timing luck.
+#[test]
+fn g20_g21_skipping_either_arena_wait_with_a_slow_loader_changes_the_result() {
+    let name = loopback();
+    let path = common::tiny();
+    let text = "Perplexity through a slow arena, piece by piece. ".repeat(2);
+    let narrow = narrow();
+    let nll = |m: &Model| {
+        let p = m.session(&narrow).unwrap().perplexity(&text).unwrap();
+        assert!(p.prefill_dev.tokens > 0, "{:?}", p.prefill_dev);
+        p.nll_mean.to_bits()
+    };
+    let cpu = cpu_nll(&path, &text);
+    let slow = |skip_layer_wait, skip_expert_wait| {
+        load(
+            &path,
+            None,
+            Some(PrefillOptions {
+                loader_delay_ms: SLOW_LOADER_MS,
+                skip_layer_wait,
+                skip_expert_wait,
+                ..device(&name, false)
+            }),
+        )
+    };
+    assert_eq!(
+        nll(&slow(false, false)),
+        cpu,
+        "the slow loader alone must not change the result"
+    );
+    assert_ne!(
+        nll(&slow(true, false)),
+        cpu,
+        "G20: without the wait at the previous layer's last node the result must change"
+    );
+    assert_ne!(
+        nll(&slow(false, true)),
+        cpu,
+        "G21: without the wait at the routing node the result must change"
+    );
+}
+
+/// The all-CPU perplexity of `text` (pieces of 16, one thread), as bits.
+fn cpu_nll(path: &std::path::Path, text: &str) -> u64 {
+    load(path, None, None)
+        .session(&narrow())
+        .unwrap()
+        .perplexity(text)
+        .unwrap()
+        .nll_mean
+        .to_bits()
+}
+
+/// G22: a device graph that skips or reorders a pacing point (a last node or a routing node the
+/// arena does not see where it should, made so with the gate knob `pacing_faults`) fails the call
+/// with a device error that says so, instead of computing on a slot that did not fill; the weights
+/// go back to the host, so the model's CPU pieces give the CPU's bits afterwards.
+#[test]
+fn g22_a_skipped_or_reordered_pacing_point_fails_the_call() {
+    use bmoe_engine::PacingFault;
+    let name = loopback();
+    let path = common::tiny();
+    let cpu_model = load(&path, None, None);
+    let n_layer = cpu_model.info().n_layer;
+    assert!(n_layer >= 3, "{n_layer}");
+    let text = "Perplexity through an arena that loses its place. ".repeat(2);
+    let short = GenerateOptions {
+        n_predict: 6,
+        chat: false,
+        ..Default::default()
+    };
+    let gen = |m: &Model| {
+        m.session(&narrow())
+            .unwrap()
+            .generate("Hi", &short, &CancelToken::new())
+            .unwrap()
+            .bytes
+    };
+    let on_cpu = gen(&cpu_model);
+    for fault in [
+        PacingFault::DropLast(0),
+        PacingFault::DropLast(n_layer - 1),
+        PacingFault::DropRouting(1),
+        PacingFault::SwapLast(0, 1),
+        PacingFault::SwapLast(1, 2),
+    ] {
+        let m = load(
+            &path,
+            None,
+            Some(PrefillOptions {
+                pacing_faults: vec![fault],
+                ..device(&name, true)
+            }),
+        );
+        let Err(e) = m.session(&narrow()).unwrap().perplexity(&text) else {
+            panic!("{fault:?}: a skipped or reordered pacing point must fail the call");
+        };
+        assert!(
+            matches!(e, bmoe_engine::EngineError::Device(_))
+                && e.to_string().contains("a pacing point was skipped"),
+            "{fault:?}: {e}"
+        );
+        assert_eq!(gen(&m), on_cpu, "{fault:?}: weights back on the host");
+    }
+}
+
+/// G23, the routed-full fallback: a layer routing to more than `routed_full` of its experts gets
+/// the next layer read whole. On the tiny model (8 experts, top-2) a 16-token piece routes to
+/// nearly all of them, so with the default 0.85 it fires, is counted (`whole_fallback`), and the
+/// result stays identical; with the fallback off (1.0) it never fires and the missed experts are
+/// read at the routing nodes instead.
+#[test]
+fn g23_the_routed_full_fallback_fires_is_counted_and_stays_identical() {
+    let name = loopback();
+    let path = common::tiny();
+    let cpu = run_all(&load(&path, None, None));
+    let run = |routed_full: f64| {
+        let m = load(
+            &path,
+            streamed(0),
+            Some(PrefillOptions {
+                routed_full,
+                ..device(&name, true)
+            }),
+        );
+        assert_eq!(run_all(&m), cpu, "routed_full {routed_full}");
+        m.prefill_dev_counters()
+    };
+    let (fallback, off) = (run(0.85), run(1.0));
+    assert!(
+        fallback.whole_fallback > 0,
+        "the fallback must fire: {fallback:?}"
+    );
+    assert_eq!(off.whole_fallback, 0, "{off:?}");
+    assert!(
+        fallback.demand < off.demand,
+        "layers read whole leave less to read at the routing node: {fallback:?} vs {off:?}"
+    );
+}

@@ -18,7 +18,7 @@ use crate::ffi::tensor::{Binding, Layout, TensorPtr};
 use crate::gguf_index::GgufIndex;
 use crate::hook::{layer_of, Capture};
 use crate::io::DirectReader;
-use crate::options::PrefillOptions;
+use crate::options::{PacingFault, PrefillOptions};
 use crate::telemetry::PrefillDevCounters;
 
 /// A non-expert weight of a layer: copied from its host binding.
@@ -250,12 +250,28 @@ impl Arena {
         let slot_size = sizes.values().copied().max().unwrap_or(0);
         let plain_size = plain_sizes.values().copied().max().unwrap_or(0);
         let n_layer = layers.keys().next_back().map(|l| l + 1).unwrap_or(0);
-        let last_node = capture
+        let mut last_node: HashMap<String, u32> = capture
             .last_node
             .iter()
             .filter(|(il, _)| layers.contains_key(il))
             .map(|(il, n)| (n.clone(), *il))
             .collect();
+        // Gate knob: pacing points mistaken as if the graph skipped or reordered them.
+        for f in &opts.pacing_faults {
+            match *f {
+                PacingFault::DropLast(il) => last_node.retain(|_, l| *l != il),
+                PacingFault::SwapLast(a, b) => {
+                    for l in last_node.values_mut() {
+                        if *l == a {
+                            *l = b;
+                        } else if *l == b {
+                            *l = a;
+                        }
+                    }
+                }
+                PacingFault::DropRouting(_) => {}
+            }
+        }
         let reader = match streamed {
             Some(index) => {
                 let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
@@ -468,6 +484,14 @@ impl Arena {
     /// At the routing node of layer `il`: reads what the prediction missed ahead of everything
     /// else, waits for the layer's experts, and records the routing as the next prediction.
     pub fn on_routing(&mut self, il: u32, ids: &[i32]) -> Result<(), String> {
+        // Gate knob: this routing node is not taken, as if the graph skipped it.
+        if self
+            .opts
+            .pacing_faults
+            .contains(&PacingFault::DropRouting(il))
+        {
+            return Ok(());
+        }
         if il != self.graph.expect || self.graph.routed_seen.contains(&il) {
             return Err(format!(
                 "the device graph reached the routing of layer {il} while layer {} was due: a pacing point was skipped",
@@ -512,6 +536,7 @@ impl Arena {
             && !self.graph.whole.contains(&next)
         {
             self.graph.whole.push(next);
+            self.counters.whole_fallback += 1;
             if let Some(q) = self.graph.queued.get_mut(&next) {
                 let rest: Vec<bool> = q.iter().map(|&x| !x).collect();
                 q.fill(true);
@@ -520,6 +545,10 @@ impl Arena {
             }
         }
         self.prediction.insert(il, routed);
+        // Gate knob: the negative control of this wait (with a slow loader the result changes).
+        if self.opts.skip_expert_wait {
+            return Ok(());
+        }
         self.wait(Ticket::Experts(il))
     }
 
@@ -537,7 +566,8 @@ impl Arena {
         self.graph.expect = il + 1;
         self.graph.queued.remove(&il);
         self.enqueue_layer(il + 2);
-        if il + 1 < self.n_layer {
+        // Gate knob `skip_layer_wait`: the negative control of this wait.
+        if il + 1 < self.n_layer && !self.opts.skip_layer_wait {
             self.wait(Ticket::Dense(il + 1))?;
         }
         Ok(())

@@ -87,13 +87,14 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
     }
     if d.tokens > 0 {
         eprintln!(
-            "prefill-device: {} tokens, {} nodes, {:.1} MiB read, stall {:.3} s, routed {}, demand {}",
+            "prefill-device: {} tokens, {} nodes, {:.1} MiB read, stall {:.3} s, routed {}, demand {}, whole_fallback {}",
             d.tokens,
             d.nodes,
             d.read_mib(),
             d.stall_s,
             d.routed,
-            d.demand
+            d.demand,
+            d.whole_fallback
         );
     }
 }

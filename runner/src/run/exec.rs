@@ -688,6 +688,7 @@ fn fill_common(
     row.prefill_dev_stall_s = d.stall_s;
     row.prefill_dev_routed = d.routed;
     row.prefill_dev_demand = d.demand;
+    row.prefill_dev_whole_fallback = d.whole_fallback;
 }
 
 /// Bytes as MiB.

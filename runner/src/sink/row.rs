@@ -280,6 +280,10 @@ pub struct Row {
     /// compute; empty without misses.
     #[schemars(extend("x-since" = 3, "x-unit" = "%"))]
     pub overlap_pct: Option<f64>,
+    /// Layers the device arena read whole by the routed-full fallback (the layer before routed to
+    /// more than `routed_full` of its experts).
+    #[schemars(extend("x-since" = 3, "x-unit" = "count"))]
+    pub prefill_dev_whole_fallback: u64,
 }
 
 impl Row {
