@@ -25,6 +25,13 @@ use cache::ExpertLru;
 /// Reader lanes (and threads) of their own for reads ahead.
 const PREFETCH_LANES: usize = 2;
 
+/// Reads ahead stop while fewer than this share of recent candidates were misses.
+const MIN_PRECISION: f64 = 0.5;
+/// Candidates scored before the share is trusted.
+const CANDIDATE_WARMUP: f64 = 64.0;
+/// The candidates' counts are halved past this, so the share follows recent routing.
+const CANDIDATE_WINDOW: f64 = 512.0;
+
 /// Decode-sized graphs only: wider pieces read nearly every expert on demand anyway.
 pub(crate) const MAX_PREFETCH_TOKENS: usize = 4;
 
@@ -59,8 +66,12 @@ pub struct Streamer {
     prefetcher: Option<prefetch::Prefetcher>,
     /// Per layer, the experts its last routing node chose (the `repeat` predictor).
     last_routed: BTreeMap<u32, Vec<u32>>,
-    /// The last prediction made: (layer, experts), scored at that layer's routing node.
-    prediction: Option<(u32, Vec<u32>)>,
+    /// The last prediction made: (layer, experts, the ones not resident then), scored at that
+    /// layer's routing node.
+    prediction: Option<(u32, Vec<u32>, Vec<u32>)>,
+    /// Recent reads-ahead candidates and how many of them turned out to be misses, decayed: reads
+    /// ahead are issued only while enough of them pay (see `worth_reading_ahead`).
+    candidates: (f64, f64),
     n_expert_used: usize,
     lru: Option<ExpertLru>,
     n_expert: u32,
@@ -223,6 +234,7 @@ impl Streamer {
             prefetcher,
             last_routed: BTreeMap::new(),
             prediction: None,
+            candidates: (0.0, 0.0),
             n_expert_used: n_expert_used as usize,
             lru: (budget_bytes > 0).then(ExpertLru::new),
             n_expert,
@@ -257,7 +269,7 @@ impl Streamer {
         };
         let mut wanted = vec![false; self.n_expert as usize];
         // How good the last prediction for this layer was, whatever the cache made of it.
-        let prediction = self.prediction.take().filter(|(l, _)| *l == il);
+        let prediction = self.prediction.take().filter(|(l, _, _)| *l == il);
         if self.read_all {
             wanted.fill(true);
         } else {
@@ -276,7 +288,7 @@ impl Streamer {
             let routed: Vec<u32> = (0..wanted.len() as u32)
                 .filter(|&e| wanted[e as usize])
                 .collect();
-            if let Some((_, p)) = prediction {
+            if let Some((_, p, _)) = &prediction {
                 self.counters.predicted_routed += routed.len() as u64;
                 self.counters.predicted_right +=
                     routed.iter().filter(|e| p.contains(e)).count() as u64;
@@ -314,6 +326,18 @@ impl Streamer {
                 miss
             }
         };
+        // Score the candidates (predicted, not resident when predicted) against the real misses,
+        // whether or not they were read ahead.
+        if let Some((_, _, cands)) = &prediction {
+            let useful = cands.iter().filter(|&&e| misses[e as usize]).count();
+            let (n, u) = &mut self.candidates;
+            *n += cands.len() as f64;
+            *u += useful as f64;
+            if *n > CANDIDATE_WINDOW {
+                *n /= 2.0;
+                *u /= 2.0;
+            }
+        }
         let layer = self.layers.get_mut(&il).expect("layer checked above");
         let mut regions: Vec<&mut Region> = if self.lru.is_some() {
             layer.regions.iter_mut().collect()
@@ -413,6 +437,15 @@ impl Streamer {
         Ok(())
     }
 
+    /// Whether reads ahead pay: at least `MIN_PRECISION` of the recent candidates were misses
+    /// (each wrong one costs a read and CPU time for its copy, which on a small machine competes
+    /// with compute). Predictions keep being scored while reads are off, so they come back when
+    /// the routing becomes predictable. The always-wrong control reads regardless.
+    fn worth_reading_ahead(candidates: (f64, f64), mode: prefetch::Prefetch) -> bool {
+        let (n, u) = candidates;
+        mode == prefetch::Prefetch::Wrong || n < CANDIDATE_WARMUP || u >= MIN_PRECISION * n
+    }
+
     /// After layer `il`'s routing node: reads ahead what the next MoE layer is predicted to route
     /// to, from `x` (the rows of `n_embd` values this layer's router read). Only for a few tokens
     /// at a time (decode): a wide prefill piece routes to nearly every expert anyway.
@@ -433,13 +466,17 @@ impl Streamer {
             prefetch::Prefetch::Repeat => self.last_routed.get(&next).cloned().unwrap_or_default(),
             _ => pred.predict(next, x, n_embd, self.n_expert_used),
         };
-        self.prediction = Some((next, predicted.clone()));
         let experts: Vec<u32> = predicted
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|&e| {
                 e < self.n_expert && !self.lru.as_ref().is_some_and(|l| l.contains(next, e))
             })
             .collect();
+        self.prediction = Some((next, predicted, experts.clone()));
+        if !Self::worth_reading_ahead(self.candidates, pred.mode()) {
+            return;
+        }
         let sources: Vec<prefetch::Source> = layer
             .tensors
             .iter()
