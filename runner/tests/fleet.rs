@@ -144,6 +144,12 @@ const VOLATILE: &[&str] = &[
     "stall_s",
     "prefill_dev_stall_s",
     "peak_rss_mib",
+    "peak_rss_anon_mib",
+    "peak_rss_file_mib",
+    "load_read_mib",
+    "ttft_s",
+    "prefetched",
+    "overlap_pct",
     "shard",
     // Prefix reuse depends on the decision that ran before in the same session.
     "n_reused",
