@@ -106,7 +106,7 @@ fn main() {
             "resident"
         }
     );
-    println!("| configuration | s | decisions/s | prompt tokens prefilled | vs reuse off | same best as off |");
+    println!("| configuration | s | decisions/s | prompt tokens prefilled | vs reuse off | same best as off (same scoring) |");
     println!("|---|---:|---:|---:|---:|---:|");
     let (t_off, off) = run(&m, &reqs, &opts(PrefixReuse::Off), Scoring::FirstToken);
     let rows = [
@@ -129,6 +129,7 @@ fn main() {
         ("sum, reuse on", PrefixReuse::On, Scoring::Sum),
     ];
     let mut on_first = 0.0;
+    let mut sum_off: Vec<DecideRecord> = Vec::new();
     for (name, reuse, scoring) in rows {
         let (t, recs) = if reuse == PrefixReuse::Off && scoring == Scoring::FirstToken {
             (t_off, off.clone())
@@ -139,16 +140,21 @@ fn main() {
             on_first = t;
         }
         let prefilled: u64 = recs.iter().map(|r| u64::from(r.n_prefilled)).sum();
-        let same = if scoring == Scoring::FirstToken {
-            let k = recs
-                .iter()
-                .zip(&off)
-                .filter(|(a, b)| a.best == b.best)
-                .count();
-            format!("{k}/{n}")
+        // `sum` rows are compared with `sum, reuse off` (the first of them, with itself).
+        if scoring == Scoring::Sum && sum_off.is_empty() {
+            sum_off = recs.clone();
+        }
+        let base = if scoring == Scoring::FirstToken {
+            &off
         } else {
-            "n/a (other scores)".into()
+            &sum_off
         };
+        let k = recs
+            .iter()
+            .zip(base)
+            .filter(|(a, b)| a.best == b.best)
+            .count();
+        let same = format!("{k}/{n}");
         println!(
             "| {name} | {t:.2} | {:.2} | {prefilled} | {:.2}x | {same} |",
             n as f64 / t,
