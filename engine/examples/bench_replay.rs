@@ -160,11 +160,58 @@ fn main() {
             n as f64 / t,
             t_off / t
         );
-        if scoring == Scoring::Sum && on_first > 0.0 {
+        if scoring == Scoring::Sum {
+            let (what, first) = if reuse == PrefixReuse::On {
+                ("on", on_first)
+            } else {
+                ("off", t_off)
+            };
             println!(
-                "| sum / first_token cost, reuse on | | | | {:.2}x | |",
-                t / on_first
+                "| sum / first_token cost, reuse {what} | | | | {:.2}x | |",
+                t / first
             );
         }
     }
+    // The same two reuse-on configurations once more, decision by decision in turn (alternating
+    // which goes first), so that a CPU shared with other work slows both alike.
+    let (tf, ts) = interleaved(&m, &reqs, &opts(PrefixReuse::On));
+    println!(
+        "| sum / first_token cost, reuse on, interleaved ({tf:.2} s / {ts:.2} s) | | | | {:.2}x | |",
+        ts / tf
+    );
+}
+
+/// Seconds spent by `first_token` and by `sum` on `reqs`, each in its own session, one decision
+/// of each in turn.
+fn interleaved(m: &Model, reqs: &[DecideRequest], opts: &SessionOptions) -> (f64, f64) {
+    let mut first = m.session(opts).expect("session");
+    let mut sum = m.session(opts).expect("session");
+    let (mut tf, mut ts) = (0.0, 0.0);
+    for (i, r) in reqs.iter().enumerate() {
+        for k in 0..2 {
+            let scoring = if (i + k) % 2 == 0 {
+                Scoring::FirstToken
+            } else {
+                Scoring::Sum
+            };
+            let s = if scoring == Scoring::Sum {
+                &mut sum
+            } else {
+                &mut first
+            };
+            let t0 = Instant::now();
+            s.decide(&DecideRequest {
+                scoring,
+                ..r.clone()
+            })
+            .expect("decide");
+            let t = t0.elapsed().as_secs_f64();
+            if scoring == Scoring::Sum {
+                ts += t;
+            } else {
+                tf += t;
+            }
+        }
+    }
+    (tf, ts)
 }
