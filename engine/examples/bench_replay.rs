@@ -106,7 +106,7 @@ fn main() {
             "resident"
         }
     );
-    println!("| configuration | s | decisions/s | prompt tokens prefilled | vs reuse off | same best as off |");
+    println!("| configuration | s | decisions/s | prompt tokens prefilled | vs reuse off | same best as off (same scoring) |");
     println!("|---|---:|---:|---:|---:|---:|");
     let (t_off, off) = run(&m, &reqs, &opts(PrefixReuse::Off), Scoring::FirstToken);
     let rows = [
@@ -129,6 +129,7 @@ fn main() {
         ("sum, reuse on", PrefixReuse::On, Scoring::Sum),
     ];
     let mut on_first = 0.0;
+    let mut sum_off: Vec<DecideRecord> = Vec::new();
     for (name, reuse, scoring) in rows {
         let (t, recs) = if reuse == PrefixReuse::Off && scoring == Scoring::FirstToken {
             (t_off, off.clone())
@@ -139,26 +140,78 @@ fn main() {
             on_first = t;
         }
         let prefilled: u64 = recs.iter().map(|r| u64::from(r.n_prefilled)).sum();
-        let same = if scoring == Scoring::FirstToken {
-            let k = recs
-                .iter()
-                .zip(&off)
-                .filter(|(a, b)| a.best == b.best)
-                .count();
-            format!("{k}/{n}")
+        // `sum` rows are compared with `sum, reuse off` (the first of them, with itself).
+        if scoring == Scoring::Sum && sum_off.is_empty() {
+            sum_off = recs.clone();
+        }
+        let base = if scoring == Scoring::FirstToken {
+            &off
         } else {
-            "n/a (other scores)".into()
+            &sum_off
         };
+        let k = recs
+            .iter()
+            .zip(base)
+            .filter(|(a, b)| a.best == b.best)
+            .count();
+        let same = format!("{k}/{n}");
         println!(
             "| {name} | {t:.2} | {:.2} | {prefilled} | {:.2}x | {same} |",
             n as f64 / t,
             t_off / t
         );
-        if scoring == Scoring::Sum && on_first > 0.0 {
+        if scoring == Scoring::Sum {
+            let (what, first) = if reuse == PrefixReuse::On {
+                ("on", on_first)
+            } else {
+                ("off", t_off)
+            };
             println!(
-                "| sum / first_token cost, reuse on | | | | {:.2}x | |",
-                t / on_first
+                "| sum / first_token cost, reuse {what} | | | | {:.2}x | |",
+                t / first
             );
         }
     }
+    // The same two reuse-on configurations once more, decision by decision in turn (alternating
+    // which goes first), so that a CPU shared with other work slows both alike.
+    let (tf, ts) = interleaved(&m, &reqs, &opts(PrefixReuse::On));
+    println!(
+        "| sum / first_token cost, reuse on, interleaved ({tf:.2} s / {ts:.2} s) | | | | {:.2}x | |",
+        ts / tf
+    );
+}
+
+/// Seconds spent by `first_token` and by `sum` on `reqs`, each in its own session, one decision
+/// of each in turn.
+fn interleaved(m: &Model, reqs: &[DecideRequest], opts: &SessionOptions) -> (f64, f64) {
+    let mut first = m.session(opts).expect("session");
+    let mut sum = m.session(opts).expect("session");
+    let (mut tf, mut ts) = (0.0, 0.0);
+    for (i, r) in reqs.iter().enumerate() {
+        for k in 0..2 {
+            let scoring = if (i + k) % 2 == 0 {
+                Scoring::FirstToken
+            } else {
+                Scoring::Sum
+            };
+            let s = if scoring == Scoring::Sum {
+                &mut sum
+            } else {
+                &mut first
+            };
+            let t0 = Instant::now();
+            s.decide(&DecideRequest {
+                scoring,
+                ..r.clone()
+            })
+            .expect("decide");
+            let t = t0.elapsed().as_secs_f64();
+            if scoring == Scoring::Sum {
+                ts += t;
+            } else {
+                tf += t;
+            }
+        }
+    }
+    (tf, ts)
 }

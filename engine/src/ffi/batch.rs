@@ -1,4 +1,5 @@
-//! An owned `llama_batch`: tokens, positions, one sequence id each.
+//! An owned `llama_batch`: tokens, positions, one sequence id each (or up to a fixed number, for
+//! tokens several sequences share).
 use ggml_sys as sys;
 
 use super::vocab::Token;
@@ -7,6 +8,8 @@ use super::vocab::Token;
 pub struct Batch {
     raw: sys::llama_batch,
     capacity: usize,
+    /// Sequence-id slots allocated per token.
+    seq_slots: usize,
 }
 
 impl Drop for Batch {
@@ -19,9 +22,20 @@ impl Drop for Batch {
 impl Batch {
     /// Allocates a batch for up to `capacity` tokens.
     pub fn new(capacity: usize) -> Self {
-        // SAFETY: allocates arrays of `capacity` entries with one sequence id slot each.
-        let raw = unsafe { sys::llama_batch_init(capacity as i32, 0, 1) };
-        Self { raw, capacity }
+        Self::with_seq_slots(capacity, 1)
+    }
+
+    /// Allocates a batch for up to `capacity` tokens, each of which may belong to up to
+    /// `seq_slots` sequences at once.
+    pub fn with_seq_slots(capacity: usize, seq_slots: usize) -> Self {
+        let seq_slots = seq_slots.max(1);
+        // SAFETY: allocates arrays of `capacity` entries with `seq_slots` sequence-id slots each.
+        let raw = unsafe { sys::llama_batch_init(capacity as i32, 0, seq_slots as i32) };
+        Self {
+            raw,
+            capacity,
+            seq_slots,
+        }
     }
 
     /// Empties the batch.
@@ -47,19 +61,35 @@ impl Batch {
 
     /// Appends `token` at position `pos` of sequence `seq`.
     pub fn push_seq(&mut self, token: Token, pos: i32, seq: i32, logits: bool) {
+        self.push_seqs(token, pos, &[seq], logits);
+    }
+
+    /// Appends `token` at position `pos` of every sequence in `seqs` (one KV cell they share;
+    /// llama.cpp masks attention by the first of them). Panics only on a programming error (more
+    /// tokens than capacity, no sequence or more sequences than the batch's slots).
+    pub fn push_seqs(&mut self, token: Token, pos: i32, seqs: &[i32], logits: bool) {
         let i = self.raw.n_tokens as usize;
         assert!(
             i < self.capacity,
             "batch overflow: capacity {}",
             self.capacity
         );
-        // SAFETY: `i < capacity`, and every array was allocated for `capacity` entries with one
-        // seq-id slot per entry by llama_batch_init.
+        assert!(
+            !seqs.is_empty() && seqs.len() <= self.seq_slots,
+            "{} sequence ids for {} slots",
+            seqs.len(),
+            self.seq_slots
+        );
+        // SAFETY: `i < capacity` and `seqs.len() <= seq_slots`, and llama_batch_init allocated
+        // every array for `capacity` entries and each entry's seq-id array for `seq_slots` ids.
         unsafe {
             *self.raw.token.add(i) = token;
             *self.raw.pos.add(i) = pos;
-            *self.raw.n_seq_id.add(i) = 1;
-            *(*self.raw.seq_id.add(i)).add(0) = seq;
+            *self.raw.n_seq_id.add(i) = seqs.len() as i32;
+            let ids = *self.raw.seq_id.add(i);
+            for (k, &seq) in seqs.iter().enumerate() {
+                *ids.add(k) = seq;
+            }
             *self.raw.logits.add(i) = logits as i8;
         }
         self.raw.n_tokens += 1;

@@ -1,6 +1,11 @@
 //! `decide`: one prefill (reusing what the cache holds of the prompt), no decode; each choice
 //! scored by its first token, or by every token of it with the choices as parallel sequences
-//! that share the prompt's KV cells.
+//! that share the prompt's KV cells. In the whole-choice modes the choices' rows run in the same
+//! batch as the prompt's last piece where they can (one graph, not two: on the CPU a graph of
+//! fewer than 64 rows also takes llama.cpp's per-row flash-attention path, which made each choice
+//! row cost several prompt rows once the cache is long).
+use std::time::Instant;
+
 use crate::error::{EngineError, Result};
 use crate::ffi::batch::Batch;
 use crate::ffi::vocab::Vocab;
@@ -35,6 +40,57 @@ struct Choice {
 /// One batch row of a choice sequence: (seq, pos, token, target), target = the (choice, token)
 /// this row's logits score.
 type Row = (i32, usize, i32, Option<(usize, i32)>);
+
+/// What a row of the prompt's last piece run with the choices asks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Out {
+    Nothing,
+    /// The prompt's last token: its logits are the prompt's.
+    Prompt,
+    /// Scores (choice, token).
+    Choice(usize, i32),
+}
+
+/// Splits `n` rows, of which `wants(r)` ask for logits, into consecutive pieces of at most `width`
+/// rows and `outputs` logit rows each; returns the piece ends.
+fn piece_ends(n: usize, width: usize, outputs: usize, wants: impl Fn(usize) -> bool) -> Vec<usize> {
+    let (width, outputs) = (width.max(1), outputs.max(1));
+    let mut ends = Vec::new();
+    let (mut start, mut outs) = (0, 0);
+    for r in 0..n {
+        let o = usize::from(wants(r));
+        if r - start == width || outs + o > outputs {
+            ends.push(r);
+            (start, outs) = (r, 0);
+        }
+        outs += o;
+    }
+    if n > start {
+        ends.push(n);
+    }
+    ends
+}
+
+/// The choices that need rows of their own: (choice, first position to decode). A choice whose
+/// whole text is one token that follows the prompt's own tokens needs nothing more.
+fn continuation_work(choices: &[Choice], ctx_len: usize) -> Vec<(usize, usize)> {
+    choices
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let start = c.shared.min(ctx_len);
+            (start < c.whole.len() - 1).then_some((i, start))
+        })
+        .collect()
+}
+
+/// The (choice, token) that the logits of choice `c`'s row at position `p` score: none before
+/// the prompt's end, nor for the first continuation token of a choice that shares the whole
+/// prompt (the prompt's own logits score it).
+fn row_target(c: &Choice, i: usize, p: usize, ctx_len: usize) -> Option<(usize, i32)> {
+    let target = (p + 1 >= ctx_len).then(|| (i, c.whole[p + 1]));
+    target.filter(|_| !(c.shared == ctx_len && p + 1 == ctx_len))
+}
 
 /// Index of the highest score and the margin to the second (infinite with one choice).
 fn best_and_margin(scores: &[f64]) -> (usize, f64) {
@@ -114,6 +170,14 @@ impl Session<'_> {
             });
         }
         let choices = self.plan_choices(req, &text, &tokens)?;
+        let work = if req.scoring == Scoring::FirstToken {
+            Vec::new()
+        } else {
+            continuation_work(&choices, tokens.len())
+        };
+        // The (choice, log-probability) of each continuation row, in row order, when the rows
+        // ran with the prompt's last piece.
+        let mut with_prompt: Option<Vec<(usize, f64)>> = None;
         let (_exec, before) = self.begin();
         let reuse = self.reuse_prefix(&tokens)?;
         let mut prefill_s = 0.0;
@@ -137,13 +201,21 @@ impl Session<'_> {
                     from = b;
                 }
             }
-            prefill_s += self.prefill(&tokens[from..], from, Outputs::Last, |_, _, _| Ok(()))?;
+            if self.can_run_with_prompt(&work) {
+                let t0 = Instant::now();
+                let r = self.prefill_with_choices(&tokens, from, &choices, &work);
+                prefill_s += t0.elapsed().as_secs_f64();
+                with_prompt = Some(r?);
+            } else {
+                prefill_s +=
+                    self.prefill(&tokens[from..], from, Outputs::Last, |_, _, _| Ok(()))?;
+                self.last_logits = self
+                    .ctx
+                    .logits(-1, self.n_vocab)
+                    .ok_or_else(|| EngineError::Decode("no logits after prefill".into()))?
+                    .to_vec();
+            }
             self.kv = tokens.clone();
-            self.last_logits = self
-                .ctx
-                .logits(-1, self.n_vocab)
-                .ok_or_else(|| EngineError::Decode("no logits after prefill".into()))?
-                .to_vec();
         }
         let last = log_softmax(&self.last_logits);
         let ctx_len = tokens.len();
@@ -157,8 +229,17 @@ impl Session<'_> {
                 }
             })
             .collect();
-        if req.scoring != Scoring::FirstToken {
-            self.score_continuations(&choices, ctx_len, &mut scores)?;
+        match with_prompt {
+            // Added in the order the separate batches add them, so both paths sum alike.
+            Some(lps) => {
+                for (i, lp) in lps {
+                    scores[i] += lp;
+                }
+            }
+            None if !work.is_empty() => {
+                self.score_continuations(&choices, &work, ctx_len, &mut scores)?
+            }
+            None => {}
         }
         let ntok: Vec<u32> = choices.iter().map(|c| c.n_cont as u32).collect();
         if req.scoring == Scoring::Mean {
@@ -235,25 +316,141 @@ impl Session<'_> {
         Ok(out)
     }
 
+    /// The choice sequences one batch can hold beside the prompt's (sequence 0).
+    fn choice_group(&self) -> usize {
+        (self.ctx.n_seq_max().min(SEQS) as usize)
+            .saturating_sub(1)
+            .max(1)
+    }
+
+    /// Whether `work` can run with the prompt's last piece (`prefill_with_choices`): there is
+    /// work, every choice gets a sequence of its own at once, no prefill device runs wide pieces
+    /// (whose width rule the prompt's pieces follow; the separate CPU batches keep it), and the
+    /// memory is a plain KV cache (not one that needs snapshots: a sliding window, a recurrent
+    /// state, where tokens shared by several sequences are not tried).
+    fn can_run_with_prompt(&self, work: &[(usize, usize)]) -> bool {
+        !work.is_empty()
+            && work.len() <= self.choice_group()
+            && self.model.arena.is_none()
+            && !self.snapshots
+    }
+
+    /// Prefills `tokens[from..]` with the choices' continuation rows after the prompt's last
+    /// piece, in the same graphs: the prompt's head in the pieces `prefill` would run, then its
+    /// last piece (its tokens also given to the sequences of the choices that share them) and the
+    /// choices' rows (sequences 1..), split into pieces of the same width. The prompt's cells and
+    /// pieces are those of a plain prefill; the choice rows no longer pay a graph of their own,
+    /// nor llama.cpp's per-row flash-attention path that a batch under 64 rows takes on the CPU.
+    /// Sets `last_logits`; returns each continuation row's (choice, log-probability), in the
+    /// order `score_continuations` adds them.
+    fn prefill_with_choices(
+        &mut self,
+        tokens: &[i32],
+        from: usize,
+        choices: &[Choice],
+        work: &[(usize, usize)],
+    ) -> Result<Vec<(usize, f64)>> {
+        let n = tokens.len();
+        let width = self.widths.cpu.max(1) as usize;
+        // Where `prefill(&tokens[from..])` would start its last piece.
+        let last = from + (n - from - 1) / width * width;
+        if last > from {
+            self.prefill(&tokens[from..last], from, Outputs::None, |_, _, _| Ok(()))?;
+        }
+        let result = self.run_last_piece_with_choices(tokens, last, choices, work);
+        // Whatever happened, the choice sequences leave nothing behind; after an error the cache
+        // no longer matches `kv` (the caller cleared it), the first error is the one reported.
+        for k in 0..work.len() {
+            self.ctx.seq_rm(k as i32 + 1, -1, -1);
+        }
+        if result.is_err() {
+            let _ = self.forget();
+        }
+        result
+    }
+
+    fn run_last_piece_with_choices(
+        &mut self,
+        tokens: &[i32],
+        last: usize,
+        choices: &[Choice],
+        work: &[(usize, usize)],
+    ) -> Result<Vec<(usize, f64)>> {
+        let n = tokens.len();
+        // Each choice's sequence holds the prompt's cells before its first decoded position: the
+        // cells already in the cache are copied, those of the last piece are written for it.
+        for (k, &(_, start)) in work.iter().enumerate() {
+            let seq = k as i32 + 1;
+            self.ctx.seq_rm(seq, -1, -1);
+            self.ctx.seq_cp(0, seq, 0, start.min(last) as i32);
+        }
+        let mut rows: Vec<(Vec<i32>, usize, i32, Out)> = Vec::new();
+        for (p, &tok) in tokens.iter().enumerate().skip(last) {
+            let mut seqs = vec![0];
+            seqs.extend(
+                work.iter()
+                    .enumerate()
+                    .filter(|&(_, &(_, start))| p < start)
+                    .map(|(k, _)| k as i32 + 1),
+            );
+            let out = if p + 1 == n {
+                Out::Prompt
+            } else {
+                Out::Nothing
+            };
+            rows.push((seqs, p, tok, out));
+        }
+        for (k, &(i, start)) in work.iter().enumerate() {
+            let c = &choices[i];
+            for p in start..c.whole.len() - 1 {
+                let out = match row_target(c, i, p, n) {
+                    Some((i, tok)) => Out::Choice(i, tok),
+                    None => Out::Nothing,
+                };
+                rows.push((vec![k as i32 + 1], p, c.whole[p], out));
+            }
+        }
+        let width = self.widths.cpu.max(1) as usize;
+        let ends = piece_ends(rows.len(), width, self.widths.outputs as usize, |r| {
+            rows[r].3 != Out::Nothing
+        });
+        let mut batch = Batch::with_seq_slots(width, work.len() + 1);
+        let mut lps = Vec::new();
+        let mut at = 0;
+        for end in ends {
+            let piece = &rows[at..end];
+            at = end;
+            batch.clear();
+            for (seqs, pos, tok, out) in piece {
+                batch.push_seqs(*tok, *pos as i32, seqs, *out != Out::Nothing);
+            }
+            self.run_batch(&batch)?;
+            for (r, (_, _, _, out)) in piece.iter().enumerate() {
+                let l = || {
+                    self.ctx
+                        .logits(r as i32, self.n_vocab)
+                        .ok_or_else(|| EngineError::Decode(format!("no logits for row {r}")))
+                };
+                match *out {
+                    Out::Nothing => {}
+                    Out::Prompt => self.last_logits = l()?.to_vec(),
+                    Out::Choice(i, tok) => lps.push((i, log_softmax(l()?)[tok as usize])),
+                }
+            }
+        }
+        Ok(lps)
+    }
+
     /// Adds to `scores` the log-probabilities of every continuation token the prompt's last
     /// logits did not already give, running the choices as sequences 1.. that share the prompt's
     /// cells (sequence 0), a group of them per batch.
     fn score_continuations(
         &mut self,
         choices: &[Choice],
+        work: &[(usize, usize)],
         ctx_len: usize,
         scores: &mut [f64],
     ) -> Result<()> {
-        // (choice, first position to decode); a choice whose whole text is one token that
-        // follows the prompt's own tokens needs nothing more.
-        let work: Vec<(usize, usize)> = choices
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| {
-                let start = c.shared.min(ctx_len);
-                (start < c.whole.len() - 1).then_some((i, start))
-            })
-            .collect();
         // CPU pieces; with a prefill device they stay narrower than any device piece, so a CPU
         // graph never takes the shape of a device graph (the width rule).
         let mut width = self.widths.cpu as usize;
@@ -262,9 +459,7 @@ impl Session<'_> {
                 .min(self.model.prefill_min_tokens.saturating_sub(1))
                 .max(1);
         }
-        let group = (self.ctx.n_seq_max().min(SEQS) as usize)
-            .saturating_sub(1)
-            .max(1);
+        let group = self.choice_group();
         let mut batch = Batch::new(width);
         let result = (|| {
             for chunk in work.chunks(group) {
@@ -275,14 +470,16 @@ impl Session<'_> {
                     self.ctx.seq_rm(seq, -1, -1);
                     self.ctx.seq_cp(0, seq, 0, start as i32);
                     for p in start..c.whole.len() - 1 {
-                        let target = (p + 1 >= ctx_len).then(|| (i, c.whole[p + 1]));
-                        // The first continuation token of a choice that shares the whole prompt
-                        // was scored from the prompt's own logits.
-                        let target = target.filter(|_| !(c.shared == ctx_len && p + 1 == ctx_len));
-                        rows.push((seq, p, c.whole[p], target));
+                        rows.push((seq, p, c.whole[p], row_target(c, i, p, ctx_len)));
                     }
                 }
-                for piece in rows.chunks(width) {
+                let ends = piece_ends(rows.len(), width, self.widths.outputs as usize, |r| {
+                    rows[r].3.is_some()
+                });
+                let mut at = 0;
+                for end in ends {
+                    let piece = &rows[at..end];
+                    at = end;
                     batch.clear();
                     for &(seq, pos, tok, target) in piece {
                         batch.push_seq(tok, pos as i32, seq, target.is_some());
@@ -314,11 +511,20 @@ impl Session<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::best_and_margin;
+    use super::{best_and_margin, piece_ends};
 
     #[test]
     fn best_and_margin_of_scores() {
         assert_eq!(best_and_margin(&[-1.0, -0.5, -3.0]), (1, 0.5));
         assert_eq!(best_and_margin(&[-2.0]).1, f64::INFINITY);
+    }
+
+    #[test]
+    fn pieces_respect_width_and_output_cap() {
+        assert_eq!(piece_ends(0, 4, 4, |_| true), Vec::<usize>::new());
+        assert_eq!(piece_ends(10, 4, 4, |_| false), vec![4, 8, 10]);
+        assert_eq!(piece_ends(10, 4, 2, |_| true), vec![2, 4, 6, 8, 10]);
+        // Rows 0..5 without logits (a prompt piece), then every row an output.
+        assert_eq!(piece_ends(9, 8, 3, |r| r >= 5), vec![8, 9]);
     }
 }

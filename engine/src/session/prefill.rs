@@ -13,6 +13,8 @@ pub(crate) enum Outputs {
     Last,
     /// Every token (perplexity).
     All,
+    /// No row (the prompt's head, when its last piece runs with the choices; decide.rs).
+    None,
 }
 
 impl Session<'_> {
@@ -37,7 +39,7 @@ impl Session<'_> {
     ) -> Result<f64> {
         // Every row an output (perplexity): a piece may not exceed the logit-row cap.
         let cap = |w: u32| match outputs {
-            Outputs::Last => w.max(1) as usize,
+            Outputs::Last | Outputs::None => w.max(1) as usize,
             Outputs::All => w.min(self.widths.outputs).max(1) as usize,
         };
         let cpu_width = cap(self.widths.cpu);
@@ -60,6 +62,7 @@ impl Session<'_> {
                 let want = match outputs {
                     Outputs::Last => at + 1 == tokens.len(),
                     Outputs::All => true,
+                    Outputs::None => false,
                 };
                 batch.push(t, (pos0 + at) as i32, want);
             }
