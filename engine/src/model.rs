@@ -419,18 +419,6 @@ impl Model {
     /// Renders `user` as one user message with the model's template, reasoning off where the
     /// template has a thinking block; the text unchanged when the model has no usable template.
     pub fn render_user_message(&self, user: &str) -> Result<String> {
-        let Some(t) = self.template.as_deref() else {
-            return Ok(user.to_string());
-        };
-        Ok(match crate::ffi::model::apply_chat_template(t, user)? {
-            Some(mut s) => {
-                // Reasoning off, as Qwen3's own template does with enable_thinking=false.
-                if t.contains("<think>") && !s.trim_end().ends_with("</think>") {
-                    s.push_str("<think>\n\n</think>\n\n");
-                }
-                s
-            }
-            None => user.to_string(),
-        })
+        crate::tokenizer::render_user_message(self.template.as_deref(), user)
     }
 }

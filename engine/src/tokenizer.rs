@@ -77,8 +77,9 @@ impl Tokenizer {
 }
 
 /// Renders `user` as one user message with `template`, reasoning off where the template has a
-/// thinking block; the text unchanged without a usable template. The same rule as
-/// `Model::render_user_message`, which a decision runs under.
+/// thinking block (as Qwen3's own template does with enable_thinking=false); the text unchanged
+/// without a usable template. `Model::render_user_message` and the check's tokenizer both use it,
+/// so a check tokenizes exactly as the run will.
 pub(crate) fn render_user_message(template: Option<&str>, user: &str) -> Result<String> {
     let Some(t) = template else {
         return Ok(user.to_string());
