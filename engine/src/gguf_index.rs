@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::{EngineError, Result};
-use crate::ffi::gguf::GgufFile;
+use crate::ffi::gguf::{GgufFile, TensorInfo};
 use crate::model::check_gguf_file;
 
 /// One tensor's bytes on disk.
@@ -22,6 +22,8 @@ pub struct TensorLocation {
 pub struct GgufIndex {
     files: Vec<(PathBuf, u64)>,
     tensors: HashMap<String, TensorLocation>,
+    /// Every tensor's type and shape, all shards.
+    infos: Vec<TensorInfo>,
     first: GgufFile,
 }
 
@@ -80,6 +82,7 @@ impl GgufIndex {
         }
         let mut files = Vec::new();
         let mut tensors = HashMap::new();
+        let mut infos = Vec::new();
         for (i, p) in paths.iter().enumerate() {
             let (len, header) = if i == 0 && p == path {
                 (len, None)
@@ -107,6 +110,7 @@ impl GgufIndex {
                     });
                 }
             }
+            infos.extend(g.tensor_infos());
             let base = g.data_offset();
             for (name, off, size) in g.tensors() {
                 let end = base.saturating_add(off).saturating_add(size);
@@ -145,6 +149,7 @@ impl GgufIndex {
         Ok(Self {
             files,
             tensors,
+            infos,
             first,
         })
     }
@@ -157,6 +162,11 @@ impl GgufIndex {
     /// Bytes of all shards.
     pub fn total_file_bytes(&self) -> u64 {
         self.files.iter().map(|(_, l)| l).sum()
+    }
+
+    /// Every tensor's name, type and shape, all shards, in file order.
+    pub fn tensor_infos(&self) -> &[TensorInfo] {
+        &self.infos
     }
 
     /// Where a tensor lives.

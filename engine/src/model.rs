@@ -204,18 +204,11 @@ impl Model {
             mmap: true,
             kv_overrides,
         };
-        // A streamed model loads without reading its experts; anything that path cannot build
-        // loads the llama.cpp way, which reads the whole file, and says so.
+        // A streamed model loads without reading its experts; what that path cannot build (an
+        // absent optional tensor no neutral value stands in for) loads the llama.cpp way, which
+        // reads the whole file, and says so.
         let unfilled = match &opts.stream {
-            Some(so) if !so.llama_load => match lean_load::load_unfilled(&index, &params)? {
-                Ok(u) => Some(u),
-                Err(why) => {
-                    warnings.push(format!(
-                        "loading the whole file the llama.cpp way ({why}): the load reads every expert once"
-                    ));
-                    None
-                }
-            },
+            Some(so) if !so.llama_load => Some(lean_load::load_unfilled(&index, &params)?),
             _ => None,
         };
         let lean = match unfilled {

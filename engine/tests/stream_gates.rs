@@ -38,11 +38,15 @@ fn stream(cache_mb: u64, read_all: bool) -> Option<StreamOptions> {
 
 /// Runs several generates, a perplexity and a decision in one session (S1 lives here).
 fn run(path: &Path, stream: Option<StreamOptions>) -> (Outcome, bmoe_engine::StreamCounters) {
+    let lean = stream.as_ref().is_some_and(|s| !s.llama_load);
     let m = Model::load(&LoadOptions {
         stream,
         ..LoadOptions::new(path)
     })
     .expect("load");
+    // Every model of the set (the split GGUF too) loads streamed without reading an expert, so
+    // the gates hold that load to llama.cpp's, which the resident run uses.
+    assert_eq!(m.lean_load().is_some(), lean, "{:?}", m.warnings());
     let mut s = m
         .session(&bmoe_engine::SessionOptions {
             // One compute thread: on a 2-core VM, direct-read interrupts make two threads spin in

@@ -136,6 +136,12 @@ impl GgufBuilder {
         }
     }
 
+    /// Copies every key-value of `src` (its tensor infos are not copied).
+    pub fn copy_kv(&mut self, src: &GgufFile) {
+        // SAFETY: both contexts are live; gguf copies the values.
+        unsafe { sys::gguf_set_kv(self.gguf.as_ptr(), src.gguf.as_ptr()) }
+    }
+
     /// Bytes of header (including padding up to the data section).
     pub fn meta_bytes(&self) -> Vec<u8> {
         // SAFETY: live context; the buffer is sized by gguf itself.
@@ -204,11 +210,6 @@ impl GgufFile {
         NonNull::new(raw).map(|gguf| Self { gguf }).ok_or_else(|| {
             super::log::recent_reason().unwrap_or_else(|| "unreadable GGUF header".into())
         })
-    }
-
-    /// The raw context, for the model loader (which only reads it).
-    pub(crate) fn raw(&self) -> *mut sys::gguf_context {
-        self.gguf.as_ptr()
     }
 
     /// Absolute offset of the data section.
@@ -487,5 +488,23 @@ impl GgufFile {
                 _ => None,
             }
         }
+    }
+}
+
+/// A live gguf context the model loader may read (a file's header, or one built in memory).
+pub(crate) trait GgufMeta {
+    /// The context; it stays valid while `self` lives.
+    fn raw(&self) -> *mut sys::gguf_context;
+}
+
+impl GgufMeta for GgufFile {
+    fn raw(&self) -> *mut sys::gguf_context {
+        self.gguf.as_ptr()
+    }
+}
+
+impl GgufMeta for GgufBuilder {
+    fn raw(&self) -> *mut sys::gguf_context {
+        self.gguf.as_ptr()
     }
 }

@@ -78,8 +78,8 @@ impl LlamaModel {
     /// page committed), and every weight tensor it created is returned so that the caller binds
     /// each one to its bytes. Tensors the architecture creates that the file does not hold come
     /// back too (the caller must refuse those).
-    pub fn load_unfilled(
-        meta: &super::gguf::GgufFile,
+    pub(crate) fn load_unfilled(
+        meta: &dyn super::gguf::GgufMeta,
         p: &RawLoadParams,
     ) -> Result<(LlamaModel, Vec<super::tensor::TensorPtr>), String> {
         super::backend_init();

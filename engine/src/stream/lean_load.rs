@@ -9,7 +9,7 @@ use std::fs::File;
 use memmap2::{Advice, Mmap, MmapOptions};
 
 use crate::error::{EngineError, Result};
-use crate::ffi::gguf::TensorInfo;
+use crate::ffi::gguf::{GgufBuilder, GgufMeta, TensorInfo};
 use crate::ffi::model::{LlamaModel, RawLoadParams};
 use crate::ffi::region::Region;
 use crate::ffi::tensor::TensorPtr;
@@ -46,23 +46,31 @@ fn load_err(index: &GgufIndex, reason: String) -> EngineError {
     }
 }
 
-/// Builds the model without reading tensor data. `Ok(Err(reason))` when this model cannot load
-/// that way (the caller loads it the llama.cpp way): a split GGUF (llama.cpp would type the tensors
-/// of the other shards from the first shard's header).
-pub(crate) fn load_unfilled(
-    index: &GgufIndex,
-    params: &RawLoadParams,
-) -> Result<std::result::Result<Unfilled, String>> {
-    if index.files().len() > 1 {
-        return Ok(Err("the GGUF is split into shards".into()));
-    }
-    let (raw, created) = LlamaModel::load_unfilled(index.header(), params)
-        .map_err(|reason| load_err(index, reason))?;
+/// Builds the model without reading tensor data. For a split GGUF llama.cpp is given one header
+/// holding the first shard's metadata and every shard's tensor table (llama.cpp types each
+/// tensor it creates from the header it is given).
+pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result<Unfilled> {
+    let built = if index.files().len() > 1 {
+        let mut b = GgufBuilder::new(index.tensor_infos().len());
+        b.copy_kv(index.header());
+        for t in index.tensor_infos() {
+            let rank = t.ne.iter().rposition(|&n| n != 1).map_or(1, |i| i + 1);
+            b.add_tensor(&t.name, t.ty, &t.ne[..rank]);
+        }
+        Some(b)
+    } else {
+        None
+    };
+    let meta: &dyn GgufMeta = match &built {
+        Some(b) => b,
+        None => index.header(),
+    };
+    let (raw, created) =
+        LlamaModel::load_unfilled(meta, params).map_err(|reason| load_err(index, reason))?;
     let infos: HashMap<String, TensorInfo> = index
-        .header()
         .tensor_infos()
-        .into_iter()
-        .map(|t| (t.name.clone(), t))
+        .iter()
+        .map(|t| (t.name.clone(), t.clone()))
         .collect();
     let mut tensors = Vec::with_capacity(created.len());
     let mut largest = 0;
@@ -80,10 +88,10 @@ pub(crate) fn load_unfilled(
                 index,
                 format!(
                     "tensor {name}: the file holds type {} shape {:?} ({} bytes); the architecture expects type {} shape {:?} ({} bytes)",
-                    info.ty,
+                    crate::ffi::quant::type_name(info.ty),
                     info.ne,
                     loc.size,
-                    t.layout().ty(),
+                    crate::ffi::quant::type_name(t.layout().ty()),
                     t.ne(),
                     t.nbytes()
                 ),
@@ -97,12 +105,12 @@ pub(crate) fn load_unfilled(
     for t in tensors.iter().map(|(t, _)| t).chain(&absent) {
         t.rebind(zeros.as_mut_ptr());
     }
-    Ok(Ok(Unfilled {
+    Ok(Unfilled {
         raw,
         tensors,
         absent,
         zeros,
-    }))
+    })
 }
 
 /// The value an absent optional tensor must hold so that the ops reading it change nothing.
