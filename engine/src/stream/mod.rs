@@ -446,6 +446,13 @@ impl Streamer {
         mode == prefetch::Prefetch::Wrong || n < CANDIDATE_WARMUP || u >= MIN_PRECISION * n
     }
 
+    /// Whether `prefetch_after` wants the router input (a copy of it costs on every routing node).
+    pub fn wants_router_input(&self) -> bool {
+        self.predictor
+            .as_ref()
+            .is_some_and(prefetch::Predictor::uses_router_input)
+    }
+
     /// After layer `il`'s routing node: reads ahead what the next MoE layer is predicted to route
     /// to, from `x` (the rows of `n_embd` values this layer's router read). Only for a few tokens
     /// at a time (decode): a wide prefill piece routes to nearly every expert anyway.
@@ -453,7 +460,7 @@ impl Streamer {
         let (Some(pred), Some(pf)) = (&self.predictor, self.prefetcher.as_mut()) else {
             return;
         };
-        if n_embd == 0 || x.len() / n_embd > MAX_PREFETCH_TOKENS {
+        if pred.uses_router_input() && (n_embd == 0 || x.len() / n_embd > MAX_PREFETCH_TOKENS) {
             return;
         }
         let Some(next) = pred.next_layer(il) else {

@@ -51,7 +51,11 @@ impl Predictor {
         for (&il, w) in routers {
             let [n_embd, n_expert, ..] = w.ne();
             let n = (n_embd * n_expert) as usize;
-            let rows = quant::to_f32(w.layout().ty(), w.bytes(), n)?;
+            // `repeat` never applies a router: only the layer order is needed.
+            let rows = match mode {
+                Prefetch::Repeat => Vec::new(),
+                _ => quant::to_f32(w.layout().ty(), w.bytes(), n)?,
+            };
             out.insert(
                 il,
                 Router {
@@ -66,6 +70,11 @@ impl Predictor {
     /// How it predicts.
     pub(crate) fn mode(&self) -> Prefetch {
         self.mode
+    }
+
+    /// Whether predictions read the routing node's router input.
+    pub(crate) fn uses_router_input(&self) -> bool {
+        self.mode != Prefetch::Repeat
     }
 
     /// The MoE layer after `il` (the first one after the last: the next token's).
