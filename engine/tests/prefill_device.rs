@@ -2,7 +2,6 @@
 //! fronting the CPU backend on 127.0.0.1 (same kernels: placement is the only difference).
 mod common;
 
-use bmoe_engine::ffi::registry::Device;
 use bmoe_engine::ffi::rpc;
 use bmoe_engine::{
     CancelToken, DecideRequest, GenerateOptions, LoadOptions, Model, PrefillOptions,
@@ -69,19 +68,7 @@ fn an_unknown_device_leaves_the_run_on_the_cpu_and_says_so() {
     assert_eq!(r, cpu);
 }
 
-/// The loopback device (started once per test binary).
-fn loopback() -> String {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        let endpoint =
-            rpc::start_loopback_server(Device::cpu().unwrap(), 2).expect("loopback server");
-        let devs = rpc::add_server(&endpoint).expect("add server");
-        assert_eq!(devs.len(), 1);
-        assert_eq!(devs[0].description, endpoint);
-        devs[0].name.clone()
-    })
-    .clone()
-}
+use common::gates::{arena_run as run_all, device, load, loopback, narrow};
 
 /// G16/G17 on the resident model: generate bytes, perplexity bits and decision bits of a run
 /// whose wide pieces go through the arena on the loopback device equal the all-CPU run.
@@ -157,88 +144,11 @@ fn a_closed_rpc_port_is_refused_before_ggml_sees_it() {
     assert!(e.contains("cannot reach"), "{e}");
 }
 
-/// What a streamed run produced, compared bit for bit.
-#[derive(Debug, PartialEq)]
-struct Outcome {
-    generated: Vec<Vec<u8>>,
-    nll_bits: u64,
-    logp_bits: Vec<u64>,
-}
-
-const PROMPTS: [&str; 2] = [
-    "The arena holds two layers of the model at a time while the device computes.",
-    "A second prompt in the same session, routed a little differently from the first one.",
-];
-
-/// Pieces of 16 on both sides, one compute thread (see the stream gates).
-fn narrow() -> bmoe_engine::SessionOptions {
-    bmoe_engine::SessionOptions {
-        threads: 1,
-        n_ubatch: 16,
-        n_ubatch_device: 16,
-        ..common::session_opts()
-    }
-}
-
-/// Two generates, a perplexity and a decision in one session, pieces of 16 (wide ones on the
-/// device when it has one). One compute thread: see the stream gates.
-fn run_all(m: &Model) -> Outcome {
-    let mut s = m.session(&narrow()).unwrap();
-    let opts = GenerateOptions {
-        n_predict: 8,
-        ..Default::default()
-    };
-    let generated = PROMPTS
-        .iter()
-        .map(|p| s.generate(p, &opts, &CancelToken::new()).unwrap().bytes)
-        .collect();
-    let ppl = s
-        .perplexity(&"Perplexity through a streamed arena, piece by piece. ".repeat(3))
-        .unwrap();
-    let d = s
-        .decide(&DecideRequest {
-            prefix: "Choose one of the letters below, then stop. ".repeat(2),
-            suffix: "A, B or C?".into(),
-            choices: vec!["A".into(), "B".into(), "C".into()],
-            ..Default::default()
-        })
-        .unwrap();
-    Outcome {
-        generated,
-        nll_bits: ppl.nll_mean.to_bits(),
-        logp_bits: d.choice_logp.iter().map(|v| v.to_bits()).collect(),
-    }
-}
+const PROMPTS: [&str; 1] =
+    ["The arena holds two layers of the model at a time while the device computes."];
 
 fn streamed(cache_mb: u64) -> Option<bmoe_engine::StreamOptions> {
-    Some(bmoe_engine::StreamOptions {
-        cache_mb,
-        io_threads: 2,
-        ..Default::default()
-    })
-}
-
-fn device(name: &str, routed: bool) -> PrefillOptions {
-    PrefillOptions {
-        device: name.into(),
-        min_tokens: 8,
-        loaders: 3,
-        routed,
-        ..Default::default()
-    }
-}
-
-fn load(
-    path: &std::path::Path,
-    stream: Option<bmoe_engine::StreamOptions>,
-    p: Option<PrefillOptions>,
-) -> Model {
-    Model::load(&LoadOptions {
-        stream,
-        prefill: p,
-        ..LoadOptions::new(path)
-    })
-    .expect("load")
+    common::gates::stream(cache_mb, false)
 }
 
 /// G16 on a streamed model: the arena reads the experts from the GGUF. Output, perplexity and

@@ -6,144 +6,16 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use bmoe_engine::stream::prefetch::Prefetch;
 use bmoe_engine::synth::{write_model, Preset, SynthArch, SynthSpec};
 use bmoe_engine::{
-    CancelToken, DecideRequest, DenseWeights, EngineError, GenerateOptions, LoadOptions, Model,
-    StreamOptions,
+    CancelToken, DenseWeights, EngineError, GenerateOptions, LoadOptions, Model, StreamOptions,
 };
+use common::gates::stream;
 
-const PROMPTS: [&str; 3] = [
-    "Stream the experts, please.",
-    "A second prompt routes elsewhere.",
-    "And a third, longer one that goes through several ubatch pieces of the prompt.",
-];
-
-/// What a run produced, compared bit for bit.
-#[derive(Debug, PartialEq)]
-struct Outcome {
-    generated: Vec<Vec<u8>>,
-    nll_bits: u64,
-    logp_bits: Vec<u64>,
-}
-
-fn stream(cache_mb: u64, read_all: bool) -> Option<StreamOptions> {
-    Some(StreamOptions {
-        cache_mb,
-        io_threads: 2,
-        read_all_experts: read_all,
-        ..Default::default()
-    })
-}
-
-/// Runs several generates, a perplexity and a decision in one session (S1 lives here).
-fn run(path: &Path, stream: Option<StreamOptions>) -> (Outcome, bmoe_engine::StreamCounters) {
-    let lean = stream.as_ref().is_some_and(|s| !s.llama_load);
-    let m = Model::load(&LoadOptions {
-        stream,
-        ..LoadOptions::new(path)
-    })
-    .expect("load");
-    // Every model of the set (the split GGUF too) loads streamed without reading an expert, so
-    // the gates hold that load to llama.cpp's, which the resident run uses.
-    assert_eq!(m.lean_load().is_some(), lean, "{:?}", m.warnings());
-    let mut s = m
-        .session(&bmoe_engine::SessionOptions {
-            // One compute thread: on a 2-core VM, direct-read interrupts make two threads spin in
-            // ggml's barriers for milliseconds per graph split (docs/streaming.md); results are the
-            // same, only slower.
-            threads: 1,
-            // Narrow pieces: with many experts a piece routes to only some of them.
-            n_ubatch: 8,
-            ..common::session_opts()
-        })
-        .unwrap();
-    let opts = GenerateOptions {
-        n_predict: 12,
-        ..Default::default()
-    };
-    let generated = PROMPTS
-        .iter()
-        .map(|p| s.generate(p, &opts, &CancelToken::new()).unwrap().bytes)
-        .collect();
-    let ppl = s
-        .perplexity(&"Perplexity text for the gate. ".repeat(3))
-        .unwrap();
-    let d = s
-        .decide(&DecideRequest {
-            prefix: "Choose. ".into(),
-            suffix: "A, B or C?".into(),
-            choices: vec!["A".into(), "B".into(), "C".into()],
-            ..Default::default()
-        })
-        .unwrap();
-    let out = Outcome {
-        generated,
-        nll_bits: ppl.nll_mean.to_bits(),
-        logp_bits: d.choice_logp.iter().map(|v| v.to_bits()).collect(),
-    };
-    (out, m.stream_counters())
-}
+const PROMPTS: [&str; 1] = ["Stream the experts, please."];
 
 fn gates(path: &Path) {
-    let (resident, rc) = run(path, None);
-    assert_eq!(rc.read_bytes, 0);
-
-    // G1: no cache, shared slots reused by every layer.
-    let (g1, c1) = run(path, stream(0, false));
-    assert_eq!(
-        g1, resident,
-        "G1: streamed (cache off) differs from resident"
-    );
-    assert!(c1.read_bytes > 0 && c1.cache_hits == 0);
-
-    // G2: a cache smaller than the model's experts, so it must evict.
-    let (g2, c2) = run(path, stream(1, false));
-    assert_eq!(
-        g2, resident,
-        "G2: streamed (evicting cache) differs from resident"
-    );
-    assert!(c2.evictions > 0, "G2 must evict: {c2:?}");
-    assert!(c2.cache_hits > 0, "G2 must hit sometimes: {c2:?}");
-    assert!(c2.resident_bytes <= 1 << 20);
-
-    // G19: reads ahead never change a result. G2 ran with the router's prediction (the default);
-    // a prediction that is always wrong (the experts the next router ranks lowest) and no
-    // prediction at all give the same bits, with the same evicting cache.
-    assert!(c2.prefetched > 0, "G2 must read ahead: {c2:?}");
-    for mode in [Prefetch::Wrong, Prefetch::Off] {
-        let (g, c) = run(
-            path,
-            Some(StreamOptions {
-                prefetch: mode,
-                ..stream(1, false).unwrap()
-            }),
-        );
-        assert_eq!(g, resident, "G19: prefetch {mode:?} differs from resident");
-        match mode {
-            Prefetch::Off => assert_eq!(c.prefetched, 0),
-            _ => assert!(c.prefetched > 0, "{c:?}"),
-        }
-        eprintln!(
-            "G19 {}: prefetch {mode:?}: {} read ahead, {} misses served by them of {} (router: {} of {})",
-            path.display(),
-            c.prefetched,
-            c.prefetch_used,
-            c.cache_misses,
-            c2.prefetch_used,
-            c2.cache_misses
-        );
-    }
-
-    // G3: reading every expert gives the same as reading only the routed ones, and reads more.
-    let (g3, c3) = run(path, stream(0, true));
-    assert_eq!(g3, resident, "G3: reading every expert differs");
-    assert!(
-        c3.read_bytes > c1.read_bytes,
-        "selective must read less: {} vs {}",
-        c1.read_bytes,
-        c3.read_bytes
-    );
+    common::gates::stream_gates(path);
 }
 
 #[test]

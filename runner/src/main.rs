@@ -90,6 +90,8 @@ enum Command {
     Devices(direct::DevicesArgs),
     /// Write a synthetic MoE GGUF.
     Synth(direct::SynthArgs),
+    /// List the model architectures this build writes and checks (coverage: docs/architectures.md).
+    Archs(direct::ArchsArgs),
     /// Generate text once.
     Generate(direct::GenerateArgs),
     /// Score choices after a prompt (one prefill, no decode).
@@ -389,6 +391,7 @@ fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode
     match cmd {
         Command::Devices(a) => done(direct::run_devices(a)),
         Command::Synth(a) => done(direct::run_synth(a)),
+        Command::Archs(a) => done(direct::run_archs(a)),
         Command::Generate(mut a) => {
             a.engine.verbose = verbose;
             done(direct::run_generate(a))

@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
+pub mod gates;
+
 use bmoe_engine::synth::{write_model, Preset, SynthArch, SynthSpec};
 
 static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();

@@ -78,6 +78,14 @@ pub struct DevicesArgs {
     pub json: bool,
 }
 
+/// `bmoe archs`.
+#[derive(Debug, Args)]
+pub struct ArchsArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `bmoe synth`: write a synthetic MoE GGUF.
 #[derive(Debug, Args)]
 pub struct SynthArgs {
@@ -88,7 +96,7 @@ pub struct SynthArgs {
     #[arg(long, value_parser = ["tiny", "small", "bench"], default_value = "tiny")]
     pub preset: String,
     /// Architecture.
-    #[arg(long, value_parser = ["qwen3moe", "olmoe", "llama"], default_value = "qwen3moe")]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bmoe_engine::synth::SynthArch::NAMES), default_value = "qwen3moe")]
     pub arch: String,
     /// Transformer blocks.
     #[arg(long)]

@@ -1,5 +1,6 @@
-//! Per-architecture knowledge of synthetic models, in one place: metadata keys and the tensors
-//! each architecture's llama.cpp graph creates.
+//! Per-architecture knowledge of synthetic models, in one place (this folder): metadata keys and
+//! the tensors each architecture's llama.cpp graph creates. An architecture with more than a few
+//! lines of its own lives in a file here named for it; this module dispatches.
 use super::spec::SynthSpec;
 use crate::error::{EngineError, Result};
 use crate::ffi::gguf::GgufBuilder;
@@ -62,6 +63,19 @@ impl SynthArch {
 
     /// The names `parse` accepts.
     pub const NAMES: &'static [&'static str] = &["qwen3moe", "olmoe", "llama"];
+
+    /// What sets this architecture apart, in one line (`bmoe archs`).
+    pub fn about(self) -> &'static str {
+        match self {
+            SynthArch::Qwen3Moe => {
+                "attention with per-head q/k norms; gate/up/down experts, softmax top-k renormalised"
+            }
+            SynthArch::Olmoe => {
+                "attention with full-width q/k norms; gate/up/down experts, softmax top-k"
+            }
+            SynthArch::Llama => "dense (no experts): the paths that must refuse or ignore experts",
+        }
+    }
 
     /// Makes a preset shape legal for this architecture.
     pub(crate) fn adjust(self, mut s: SynthSpec) -> SynthSpec {
