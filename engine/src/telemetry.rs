@@ -22,6 +22,9 @@ pub struct StreamCounters {
     pub prefetched: u64,
     /// Cache misses served by a read ahead (overlapped with compute).
     pub prefetch_used: u64,
+    /// Of the expert slices those reads ahead filled, the ones whose pages were moved into place
+    /// (page-aligned expert slices; the rest are copied).
+    pub prefetch_moved: u64,
     /// Experts routed to at routing nodes that had a prediction (whatever the cache held).
     pub predicted_routed: u64,
     /// Of those, the ones the prediction named.
@@ -50,6 +53,7 @@ impl StreamCounters {
             resident_bytes: self.resident_bytes,
             prefetched: self.prefetched - before.prefetched,
             prefetch_used: self.prefetch_used - before.prefetch_used,
+            prefetch_moved: self.prefetch_moved - before.prefetch_moved,
             predicted_routed: self.predicted_routed - before.predicted_routed,
             predicted_right: self.predicted_right - before.predicted_right,
         }

@@ -40,6 +40,27 @@ fn gates_many_experts() {
 }
 
 #[test]
+fn gates_page_aligned_experts() {
+    // Q4_0 experts 256 x 256: each expert slice is 36,864 bytes, 9 whole pages, so a read ahead's
+    // pages are moved into the tensor's region (no copy); a move to the wrong place or of the
+    // wrong length changes the bits.
+    let spec = SynthSpec {
+        n_embd: 256,
+        n_ff_exp: 256,
+        n_expert: 16,
+        expert_type: bmoe_engine::synth::WeightType::Q4_0,
+        ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
+    };
+    let path = common::model("page-aligned-experts", &spec);
+    gates(&path);
+    let (_, c) = common::gates::stream_run(&path, stream(1, false));
+    assert!(
+        c.prefetch_used > 0 && c.prefetch_moved > 0,
+        "reads ahead must be moved into place: {c:?}"
+    );
+}
+
+#[test]
 fn gates_split_gguf() {
     let dir = common::dir().join("split-stream");
     let r = write_model(

@@ -78,6 +78,39 @@ impl Region {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
+    /// Moves the pages of `src` to `[off, off + src.len())` of this region without copying
+    /// (`mremap`): the read-ahead path fills a region of its own on a reader thread, then the
+    /// owner of the tensor's region takes the pages in at the routing node. Only for a
+    /// page-aligned `off` and a `src` of exactly `len` bytes (a whole number of pages); otherwise,
+    /// or when the kernel refuses, `src` comes back for the caller to copy.
+    pub fn adopt(&mut self, off: usize, len: usize, src: Region) -> Result<(), Region> {
+        let page = page_size();
+        let fits = off.is_multiple_of(page)
+            && src.len == len
+            && off.checked_add(len).is_some_and(|end| end <= self.len);
+        if !fits {
+            return Err(src);
+        }
+        // SAFETY: both ranges are private anonymous mappings owned by these two values
+        // (`&mut self` and `src` by value, so nothing else reads or writes either); the
+        // destination lies inside this mapping and is replaced atomically by MREMAP_FIXED; on
+        // success the source range no longer exists, so `src` is forgotten instead of unmapped.
+        let p = unsafe {
+            libc::mremap(
+                src.ptr.as_ptr().cast(),
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                self.ptr.as_ptr().add(off).cast::<libc::c_void>(),
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(src);
+        }
+        std::mem::forget(src);
+        Ok(())
+    }
+
     /// Hands back the whole pages inside `[off, off + len)`; partial pages at the edges stay,
     /// since a neighbour may live on them. Returns the bytes released.
     pub fn release(&mut self, off: usize, len: usize) -> usize {
@@ -104,6 +137,29 @@ impl Region {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adopt_moves_whole_pages_and_refuses_the_rest() {
+        let page = page_size();
+        let mut dst = Region::reserve(4 * page).unwrap();
+        dst.as_mut_slice().fill(1);
+        let mut src = Region::reserve(2 * page).unwrap();
+        src.as_mut_slice().fill(9);
+        assert!(dst.adopt(page, 2 * page, src).is_ok());
+        let s = dst.as_mut_slice();
+        assert_eq!(
+            (s[page - 1], s[page], s[3 * page - 1], s[3 * page]),
+            (1, 9, 9, 1)
+        );
+        // Unaligned offset, wrong length, past the end: the pages come back untouched.
+        for (off, len) in [(page / 2, 2 * page), (0, page), (3 * page, 2 * page)] {
+            let mut src = Region::reserve(2 * page).unwrap();
+            src.as_mut_slice().fill(5);
+            let mut back = dst.adopt(off, len, src).unwrap_err();
+            assert!(back.as_mut_slice().iter().all(|&b| b == 5));
+        }
+        assert_eq!(dst.as_mut_slice()[0], 1);
+    }
 
     #[test]
     fn release_zeroes_only_whole_pages() {

@@ -35,6 +35,10 @@ const CANDIDATE_WINDOW: f64 = 512.0;
 /// Decode-sized graphs only: wider pieces read nearly every expert on demand anyway.
 pub(crate) const MAX_PREFETCH_TOKENS: usize = 4;
 
+/// Reads ahead moved into expert regions (`Region::adopt`) before the rest are copied: each move
+/// may add two mappings, and a process may hold about 65,000 (`vm.max_map_count`).
+const MAX_ADOPTED: u64 = 12_000;
+
 /// Below this many bytes per routing node, reads run on the calling thread.
 const INLINE_READ_BYTES: usize = 1 << 20;
 
@@ -77,6 +81,8 @@ pub struct Streamer {
     n_expert: u32,
     read_all: bool,
     counters: StreamCounters,
+    /// Expert slices whose pages were moved in from a read ahead.
+    adopted: u64,
     /// Copies of the dense weights (`dense_weights = anon`), kept alive here.
     _dense: Vec<Region>,
     /// Bytes of routed experts one token reads when nothing is cached.
@@ -240,6 +246,7 @@ impl Streamer {
             n_expert,
             read_all: opts.read_all_experts,
             counters: StreamCounters::default(),
+            adopted: 0,
             _dense: dense,
             token_bytes,
             budget_bytes,
@@ -253,6 +260,7 @@ impl Streamer {
         if let Some(p) = &self.prefetcher {
             c.prefetched = p.issued;
             c.prefetch_used = p.used;
+            c.prefetch_moved = self.adopted;
         }
         c.resident_bytes = match &self.lru {
             Some(l) => l.resident_bytes(),
@@ -354,14 +362,26 @@ impl Streamer {
                 let Some(bytes) = p.take(il, e as u32) else {
                     continue;
                 };
-                for (t, b) in layer.tensors.iter().zip(&bytes) {
+                for (t, chunk) in layer.tensors.iter().zip(bytes) {
                     let base = t.ptr.data();
                     let Some(r) = regions.iter_mut().find(|r| r.as_mut_ptr() == base) else {
                         continue;
                     };
-                    let at = e * t.expert_bytes;
-                    r.as_mut_slice()[at..at + t.expert_bytes].copy_from_slice(b);
-                    self.counters.read_bytes += b.len() as u64;
+                    let (at, eb) = (e * t.expert_bytes, t.expert_bytes);
+                    // Moving the pages in costs no copy and no page faults here; each move can
+                    // split the region's mapping in two, so past a bound (the kernel's map
+                    // count is limited) the bytes are copied instead.
+                    let moved = if self.adopted < MAX_ADOPTED {
+                        r.adopt(at, eb, chunk)
+                    } else {
+                        Err(chunk)
+                    };
+                    match moved {
+                        Ok(()) => self.adopted += 1,
+                        Err(mut chunk) => r.as_mut_slice()[at..at + eb]
+                            .copy_from_slice(&chunk.as_mut_slice()[..eb]),
+                    }
+                    self.counters.read_bytes += eb as u64;
                 }
                 if let Some(lru) = self.lru.as_mut() {
                     lru.insert(il, e as u32, layer_bytes);

@@ -10,6 +10,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
 use crate::ffi::quant;
+use crate::ffi::region::Region;
 use crate::ffi::tensor::TensorPtr;
 use crate::io::DirectReader;
 
@@ -115,11 +116,12 @@ impl Predictor {
     }
 }
 
-/// One expert read ahead: its bytes per expert tensor of the layer, in the layer's tensor order.
+/// One expert read ahead: its bytes per expert tensor of the layer, in the layer's tensor order,
+/// each in pages of its own that the routing node can move into the tensor's region.
 struct Staged {
     layer: u32,
     expert: u32,
-    bytes: std::io::Result<Vec<Vec<u8>>>,
+    bytes: std::io::Result<Vec<Region>>,
 }
 
 /// Where one expert tensor of a layer lives in the file.
@@ -139,7 +141,7 @@ pub(crate) struct Prefetcher {
     tx: Sender<Staged>,
     rx: Receiver<Staged>,
     pending: HashSet<(u32, u32)>,
-    staged: HashMap<(u32, u32), Vec<Vec<u8>>>,
+    staged: HashMap<(u32, u32), Vec<Region>>,
     /// Experts read ahead.
     pub(crate) issued: u64,
     /// Misses served from a read ahead.
@@ -193,12 +195,16 @@ impl Prefetcher {
             let sources = sources.to_vec();
             self.pool.spawn(move || {
                 let lane = lane_base + rayon::current_thread_index().unwrap_or(0);
+                // The pages are touched here, on the reader's thread, not by the compute thread
+                // that later takes them.
                 let bytes = sources
                     .iter()
                     .map(|s| {
-                        let mut buf = vec![0u8; s.expert_bytes];
+                        let mut buf = Region::reserve(s.expert_bytes)?;
                         let off = s.offset + e as u64 * s.expert_bytes as u64;
-                        reader.read(lane, s.file, off, &mut buf).map(|_| buf)
+                        reader
+                            .read(lane, s.file, off, &mut buf.as_mut_slice()[..s.expert_bytes])
+                            .map(|_| buf)
                     })
                     .collect();
                 // The streamer may be gone (model dropped): nothing to deliver to.
@@ -230,7 +236,7 @@ impl Prefetcher {
 
     /// The read-ahead bytes of (`layer`, `expert`), waiting while its read is in flight; `None`
     /// when it was not read ahead (or its read failed: the caller reads it itself).
-    pub(crate) fn take(&mut self, layer: u32, expert: u32) -> Option<Vec<Vec<u8>>> {
+    pub(crate) fn take(&mut self, layer: u32, expert: u32) -> Option<Vec<Region>> {
         let key = (layer, expert);
         self.drain();
         while self.pending.contains(&key) {
