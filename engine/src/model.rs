@@ -271,6 +271,11 @@ impl Model {
                 if st.direct.iter().any(|d| !d) {
                     warnings.push("O_DIRECT is not usable on the model's file system; expert reads go through the page cache".into());
                 }
+                if so.dense_weights == crate::options::DenseWeights::Anon {
+                    if let Some(m) = &dense_maps {
+                        m.release_file_pages();
+                    }
+                }
                 Some(Arc::new(Mutex::new(st)))
             }
             _ => None,

@@ -265,6 +265,18 @@ impl Unfilled {
 }
 
 impl DenseMaps {
+    /// Hands back the pages of the file mappings once the dense weights live elsewhere
+    /// (`dense_weights = anon`): they leave the process's resident set instead of staying
+    /// mapped beside their copies. Anything that still read the mapping would fault the file's
+    /// bytes back in, so this is safe even if a weight was missed.
+    pub(crate) fn release_file_pages(&self) {
+        for m in &self._maps {
+            // SAFETY: a read-only shared file mapping: DONTNEED only drops its page-table
+            // entries; a later access reads the same bytes from the file again.
+            let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+
     /// Bytes of dense weights bound into the mappings.
     pub(crate) fn dense_bytes(&self) -> u64 {
         self.dense_bytes
