@@ -516,3 +516,22 @@ impl Streamer {
         pf.issue(next, &experts, &sources);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::prefetch::Prefetch;
+    use super::*;
+
+    #[test]
+    fn reads_ahead_pause_while_few_candidates_turn_out_misses() {
+        let worth = Streamer::worth_reading_ahead;
+        // Until 64 candidates were scored, the share is not trusted.
+        assert!(worth((CANDIDATE_WARMUP - 1.0, 0.0), Prefetch::Router));
+        // Then at least half of them must have been misses.
+        assert!(!worth((100.0, 49.0), Prefetch::Router));
+        assert!(worth((100.0, 50.0), Prefetch::Router));
+        assert!(!worth((100.0, 10.0), Prefetch::Repeat));
+        // The always-wrong control reads regardless.
+        assert!(worth((100.0, 0.0), Prefetch::Wrong));
+    }
+}
