@@ -4,6 +4,11 @@
 //!
 //! `bench_prefill MODEL [THREADS] [DEVICE] [stream|resident] [UBATCH]`
 //!
+//! Next to each measured time it prints two floors: the read-bound floor (the routed arena's bytes
+//! over the disk's O_DIRECT bandwidth, which `scripts/bench-prefill` measures in the same run and
+//! passes as `BMOE_DIRECT_MIBS`), and the compute floor: llama.cpp's own prefill of the same prompt
+//! with every layer on the device (`LoadOptions::offload`, the model resident there).
+//!
 //! DEVICE `loopback` (the default) starts an in-process ggml RPC server fronting this CPU: the
 //! same kernels on both sides, so the numbers are the mechanism's own cost (arena traffic, graph
 //! transfer over loopback TCP), not a speed-up. Any other name (`CUDA0`) is a real device.
@@ -33,7 +38,11 @@ fn main() {
     let threads: u32 = arg(1).and_then(|s| s.parse().ok()).unwrap_or(2);
     let device = arg(2).unwrap_or("loopback");
     let streamed = arg(3).unwrap_or("stream") != "resident";
-    let ubatch: u32 = arg(4).and_then(|s| s.parse().ok()).unwrap_or(512);
+    let ubatch: u32 = arg(4).and_then(|s| s.parse().ok()).unwrap_or(2048);
+    let direct_mibs: Option<f64> = std::env::var("BMOE_DIRECT_MIBS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&v: &f64| v > 0.0);
     let loopback = device == "loopback";
     let dev = if loopback {
         let endpoint = rpc::start_loopback_server(Device::cpu().expect("cpu"), threads as usize)
@@ -74,6 +83,12 @@ fn main() {
     let cpu = load(None);
     let whole = load(on_dev(false));
     let routed = load(on_dev(true));
+    // llama.cpp's own path with every layer on the device: the compute floor.
+    let offloaded = Model::load(&LoadOptions {
+        offload: Some(dev.clone()),
+        ..LoadOptions::new(&model)
+    })
+    .expect("load with every layer on the device");
     assert!(
         whole.info().prefill_device.is_some(),
         "device {dev} did not join the run"
@@ -85,6 +100,7 @@ fn main() {
         n_ubatch_device: ubatch,
         ..Default::default()
     };
+    println!("build: {}", bmoe_engine::system_info());
     println!(
         "model {model} ({}), {threads} threads, CPU ubatch 512, device ubatch {ubatch}, device {dev}{}",
         if streamed { "moe_stream, no expert cache" } else { "resident" },
@@ -95,11 +111,15 @@ fn main() {
         }
     );
     println!(
-        "{:>6} {:>8} {:>8} {:>8} {:>7} {:>7} {:>9} {:>9} {:>7} {:>7} {:>7} {:>6} {:>5}",
+        "{:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>9} {:>10} {:>7} {:>7} {:>7} {:>6} {:>5}",
         "tokens",
         "cpu s",
         "whole s",
         "routed s",
+        "floor rd",
+        "floor cp",
+        "r/rd",
+        "r/cp",
         "cpu/w",
         "cpu/r",
         "whole MiB",
@@ -134,6 +154,25 @@ fn main() {
                 .expect("measured")
         };
         let (c, w, r) = (run(&cpu), run(&whole), run(&routed));
+        let o = {
+            let mut s = offloaded
+                .session(&SessionOptions {
+                    n_ubatch: ubatch,
+                    ..sess.clone()
+                })
+                .expect("session");
+            s.generate(&warm, &opts, &CancelToken::new())
+                .expect("warm-up");
+            s.generate(&measured, &opts, &CancelToken::new())
+                .expect("measured")
+        };
+        // The read-bound floor applies to a streamed model (a resident one reads nothing).
+        let floor_rd = direct_mibs
+            .filter(|_| streamed)
+            .map(|bw| r.prefill_dev.read_mib() / bw);
+        let floor_cp = o.timing.prefill_s;
+        let fmt_s = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+        let fmt_x = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}x"));
         let same = c.tokens == w.tokens && c.tokens == r.tokens;
         if loopback {
             assert!(same, "the loopback device must match the CPU bit for bit");
@@ -143,11 +182,15 @@ fn main() {
         let (np, ub) = (c.timing.n_prompt as u64, u64::from(ubatch));
         let graphs = (np / ub + u64::from(np % ub >= 32)).max(1) as f64;
         println!(
-            "{:>6} {:>8.3} {:>8.3} {:>8.3} {:>6.2}x {:>6.2}x {:>9.1} {:>10.1} {:>6.0}% {:>6.0}% {:>6.0}% {:>5.0}% {:>5}",
+            "{:>6} {:>8.3} {:>8.3} {:>8.3} {:>8} {:>8.3} {:>7} {:>7} {:>6.2}x {:>6.2}x {:>9.1} {:>10.1} {:>6.0}% {:>6.0}% {:>6.0}% {:>5.0}% {:>5}",
             c.timing.n_prompt,
             c.timing.prefill_s,
             w.timing.prefill_s,
             r.timing.prefill_s,
+            fmt_s(floor_rd),
+            floor_cp,
+            fmt_x(floor_rd.map(|f| r.timing.prefill_s / f)),
+            fmt_x(Some(r.timing.prefill_s / floor_cp)),
             c.timing.prefill_s / w.timing.prefill_s,
             c.timing.prefill_s / r.timing.prefill_s,
             w.prefill_dev.read_mib(),
@@ -160,6 +203,7 @@ fn main() {
         );
     }
     println!(
-        "cpu/w, cpu/r: CPU prefill time over device prefill time (whole layers, routed). stall: share of device prefill spent waiting on the arena. routed%: experts routed per layer per device graph. miss%: routed experts the prediction missed (read at the routing node). same: the generated token equals the CPU's."
+        "floor rd: the routed arena's bytes over the disk's O_DIRECT bandwidth ({}; streamed only). floor cp: llama.cpp's own prefill with every layer on the device (model resident there). r/rd, r/cp: routed device prefill over each floor. cpu/w, cpu/r: CPU prefill time over device prefill time (whole layers, routed). stall: share of device prefill spent waiting on the arena. routed%: experts routed per layer per device graph. miss%: routed experts the prediction missed (read at the routing node). same: the generated token equals the CPU's.",
+        direct_mibs.map_or("not measured".to_string(), |v| format!("{v:.0} MiB/s"))
     );
 }

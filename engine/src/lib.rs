@@ -21,7 +21,7 @@ pub mod tokenizer;
 
 pub use error::{EngineError, Result};
 pub use ffi::log::set_verbose as set_log_verbose;
-pub use ffi::registry::{backend_names, devices, Device, DeviceInfo, DeviceKind};
+pub use ffi::registry::{backend_names, devices, system_info, Device, DeviceInfo, DeviceKind};
 pub use model::{LeanLoadInfo, Model, ModelInfo};
 pub use options::{
     DecideRequest, DenseWeights, GenerateOptions, LoadOptions, PacingFault, PrefillOptions,

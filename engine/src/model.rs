@@ -198,11 +198,24 @@ impl Model {
                 crate::device::Resolution::Cpu(reason) => warnings.push(reason),
             }
         }
+        let mut gpu_layers = 0;
+        if let Some(name) = &opts.offload {
+            match crate::device::resolve(name) {
+                crate::device::Resolution::Device(d, _) => {
+                    devices.push(d);
+                    gpu_layers = -1;
+                }
+                crate::device::Resolution::Cpu(reason) => {
+                    return Err(EngineError::InvalidOption(format!("offload: {reason}")))
+                }
+            }
+        }
         devices.push(cpu);
         let params = RawLoadParams {
             devices,
             mmap: true,
             kv_overrides,
+            gpu_layers,
         };
         // A streamed model loads without reading its experts; what that path cannot build (an
         // absent optional tensor no neutral value stands in for) loads the llama.cpp way, which

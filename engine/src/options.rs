@@ -124,6 +124,9 @@ pub struct LoadOptions {
     pub stream: Option<StreamOptions>,
     /// Prefill device; `None` = everything on the CPU.
     pub prefill: Option<PrefillOptions>,
+    /// Every layer on this device, llama.cpp's own offload (`n_gpu_layers` = all): the compute
+    /// floor device-prefill benchmarks compare against. Not with `stream` or `prefill`.
+    pub offload: Option<String>,
 }
 
 impl LoadOptions {
@@ -137,6 +140,13 @@ impl LoadOptions {
             limits::CACHE_MB.check(so.cache_mb)?;
             if let Some(f) = so.auto_cache_floor_mb {
                 limits::CACHE_FLOOR_MB.check(f)?;
+            }
+        }
+        if let Some(dev) = &self.offload {
+            if self.stream.is_some() || self.prefill.is_some() {
+                return Err(EngineError::InvalidOption(format!(
+                    "offload to {dev} puts every layer on that device; it cannot be combined with moe_stream or a prefill device"
+                )));
             }
         }
         if let Some(p) = &self.prefill {

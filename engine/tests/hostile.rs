@@ -64,6 +64,7 @@ fn a_llama_cpp_exception_is_an_error_not_an_abort() {
             devices: vec![cpu],
             mmap: true,
             kv_overrides: vec![],
+            gpu_layers: 0,
         },
     )
     .expect("llama.cpp loads the file");

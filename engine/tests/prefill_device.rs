@@ -573,3 +573,39 @@ fn g23_the_routed_full_fallback_fires_is_counted_and_stays_identical() {
         "layers read whole leave less to read at the routing node: {fallback:?} vs {off:?}"
     );
 }
+
+/// llama.cpp's own offload (every layer on the device), the compute floor of
+/// `scripts/bench-prefill`: on the loopback device it gives the CPU's bits; combined with
+/// streaming or a prefill device it is refused before anything loads.
+#[test]
+fn offload_to_the_loopback_device_equals_the_cpu_and_collides_with_streaming() {
+    let name = loopback();
+    let path = common::tiny();
+    let cpu = run(&Model::load(&LoadOptions::new(&path)).unwrap());
+    let m = Model::load(&LoadOptions {
+        offload: Some(name.clone()),
+        ..LoadOptions::new(&path)
+    })
+    .unwrap();
+    let off = run(&m);
+    assert_eq!(
+        (&off.0, &off.1),
+        (&cpu.0, &cpu.1),
+        "offload differs from the CPU"
+    );
+    let e = Model::load(&LoadOptions {
+        offload: Some(name),
+        stream: common::gates::stream(0, false),
+        ..LoadOptions::new(&path)
+    })
+    .err()
+    .expect("offload with streaming must be refused");
+    assert!(e.to_string().contains("cannot be combined"), "{e}");
+    let e = Model::load(&LoadOptions {
+        offload: Some("NOPE0".into()),
+        ..LoadOptions::new(&path)
+    })
+    .err()
+    .expect("an unknown offload device must be refused");
+    assert!(e.to_string().contains("NOPE0"), "{e}");
+}

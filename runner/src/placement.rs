@@ -426,6 +426,7 @@ pub fn engine_options(
 ) -> (bmoe_engine::LoadOptions, bmoe_engine::SessionOptions) {
     let load = bmoe_engine::LoadOptions {
         path: model.to_path_buf(),
+        offload: None,
         n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
         stream: s.moe_stream.then_some(bmoe_engine::StreamOptions {
             cache_mb: p.cache_mb,

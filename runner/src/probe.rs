@@ -123,6 +123,7 @@ pub fn run_child(model: &Path) -> anyhow::Result<()> {
         n_expert_used: None,
         stream: None,
         prefill: None,
+        offload: None,
     })?;
     let mut s = m.session(&SessionOptions {
         threads: 1,

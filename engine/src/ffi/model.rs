@@ -24,6 +24,8 @@ pub struct RawLoadParams {
     pub mmap: bool,
     /// Metadata overrides.
     pub kv_overrides: Vec<KvOverride>,
+    /// Layers on the first non-CPU device (`n_gpu_layers`; -1 = all).
+    pub gpu_layers: i32,
 }
 
 /// An owned `llama_model`.
@@ -283,7 +285,7 @@ fn model_params(
     };
     mp.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
     mp.use_extra_bufts = false;
-    mp.n_gpu_layers = 0;
+    mp.n_gpu_layers = p.gpu_layers;
     mp.kv_overrides = if p.kv_overrides.is_empty() {
         std::ptr::null()
     } else {

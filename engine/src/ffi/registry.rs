@@ -141,6 +141,18 @@ pub fn backend_names() -> Vec<String> {
         .collect()
 }
 
+/// llama.cpp's system info: the CPU features this build's kernels use (`AVX2 = 1`, ...), for
+/// benchmark headers.
+pub fn system_info() -> String {
+    super::backend_init();
+    // SAFETY: returns a pointer to a static string llama.cpp owns (or NULL).
+    cstr(unsafe { sys::llama_print_system_info() })
+        .trim()
+        .trim_end_matches('|')
+        .trim()
+        .to_string()
+}
+
 impl Device {
     /// True when a backend can be created on the device (then freed at once).
     pub fn opens(&self) -> bool {

@@ -236,6 +236,8 @@ impl EngineArgs {
     pub fn load_options(&self) -> LoadOptions {
         LoadOptions {
             path: self.model.clone(),
+            // llama.cpp's own offload is a benchmark baseline (engine/examples/bench_prefill.rs).
+            offload: None,
             n_expert_used: self.n_expert_used,
             stream: self.moe_stream.then(|| StreamOptions {
                 cache_mb: match self.cache_mb {

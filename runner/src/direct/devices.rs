@@ -8,6 +8,7 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
         let v = serde_json::json!({
             "backends": bmoe_engine::backend_names(),
             "devices": devices,
+            "system_info": bmoe_engine::system_info(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -27,5 +28,6 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
             d.description
         );
     }
+    println!("system: {}", bmoe_engine::system_info());
     Ok(())
 }
