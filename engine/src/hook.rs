@@ -181,6 +181,11 @@ impl EvalHook for EngineHook {
                 if tensor::on_buft(t, a.buft()) {
                     a.count_node();
                 }
+                // Profiling: every node, so the scheduler computes and the hook times each alone.
+                if a.explaining() {
+                    a.explain_asked();
+                    return true;
+                }
                 return topk || a.pacing_layer(tensor::name(t)).is_some();
             }
         }
@@ -200,14 +205,20 @@ impl EvalHook for EngineHook {
             if self.arena_active.load(Ordering::Relaxed) {
                 // In a wide graph the experts come from the arena; the streamer stays out of it.
                 let r = match arena.lock() {
-                    Ok(mut a) => match (routing, a.pacing_layer(name)) {
-                        (Some(il), _) => match tensor::read_ids_anywhere(t) {
-                            Some(ids) => a.on_routing(il, &ids),
-                            None => Err(format!("routing node of layer {il} is not readable I32")),
-                        },
-                        (None, Some(il)) => a.on_layer_done(il),
-                        (None, None) => Ok(()),
-                    },
+                    Ok(mut a) => {
+                        // Profiling (a no-op otherwise): the node just computed, timed alone.
+                        a.explain_observed(t);
+                        match (routing, a.pacing_layer(name)) {
+                            (Some(il), _) => match tensor::read_ids_anywhere(t) {
+                                Some(ids) => a.on_routing(il, &ids),
+                                None => {
+                                    Err(format!("routing node of layer {il} is not readable I32"))
+                                }
+                            },
+                            (None, Some(il)) => a.on_layer_done(il),
+                            (None, None) => Ok(()),
+                        }
+                    }
                     Err(_) => Err("the arena panicked earlier".into()),
                 };
                 if let Err(e) = r {

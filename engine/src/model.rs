@@ -361,6 +361,14 @@ impl Model {
         &self.warnings
     }
 
+    /// The device-prefill profiling report since the last call (`explain`); `None` when the
+    /// mode is off or no device joined.
+    pub fn explain_prefill(&self) -> Option<crate::device::explain::ExplainReport> {
+        self.arena
+            .as_ref()
+            .and_then(|a| a.lock().ok().and_then(|mut a| a.take_explain()))
+    }
+
     /// Cumulative expert-streaming counters (zero when not streaming).
     pub fn stream_counters(&self) -> crate::telemetry::StreamCounters {
         self.stream

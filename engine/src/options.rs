@@ -74,6 +74,9 @@ pub struct PrefillOptions {
     pub routed: bool,
     /// A layer routing to more than this share of its experts gets the next layer read whole.
     pub routed_full: f64,
+    /// Profiling mode (`--explain-prefill`): every node of a device graph computed and timed
+    /// alone, per op and backend, with why each op left on the CPU is there (slows the graph).
+    pub explain: bool,
     /// Gate knob, not a setting: milliseconds each loader job sleeps first (a slow loader must
     /// change no result).
     pub loader_delay_ms: u64,
@@ -103,6 +106,7 @@ impl Default for PrefillOptions {
             loaders: 8,
             routed: true,
             routed_full: 0.85,
+            explain: false,
             loader_delay_ms: 0,
             skip_demand_reads: false,
             skip_layer_wait: false,

@@ -609,3 +609,47 @@ fn offload_to_the_loopback_device_equals_the_cpu_and_collides_with_streaming() {
     .expect("an unknown offload device must be refused");
     assert!(e.to_string().contains("NOPE0"), "{e}");
 }
+
+/// The profiling mode (`--explain-prefill`): every node of the device graphs timed alone, per op
+/// and backend; on the loopback device nearly every matmul runs there (target: at least 95%),
+/// each op left on the CPU comes with a reason, and the result stays the CPU's bit for bit.
+#[test]
+fn explain_prefill_profiles_device_graphs_and_changes_no_result() {
+    let name = loopback();
+    let path = common::tiny();
+    let cpu = run(&Model::load(&LoadOptions::new(&path)).unwrap());
+    let plain = Model::load(&with_device(&name)).unwrap();
+    run(&plain);
+    assert!(plain.explain_prefill().is_none(), "off unless asked for");
+    let m = Model::load(&LoadOptions {
+        prefill: Some(PrefillOptions {
+            explain: true,
+            ..with_device(&name).prefill.unwrap()
+        }),
+        ..LoadOptions::new(&path)
+    })
+    .unwrap();
+    let dev = run(&m);
+    assert_eq!(
+        (&dev.0, &dev.1),
+        (&cpu.0, &cpu.1),
+        "explain changed the result"
+    );
+    let r = m.explain_prefill().expect("a report");
+    eprintln!("{}", r.render());
+    assert!(r.graphs > 0 && r.splits >= r.graphs, "{r:?}");
+    assert!(r.matmuls > 0, "{r:?}");
+    let pct = r.matmul_device_pct().unwrap();
+    assert!(pct >= 95.0, "matmuls on the device: {pct:.1}% {r:?}");
+    assert!(
+        r.ops
+            .iter()
+            .any(|o| o.op == "MUL_MAT_ID"
+                && o.side == Some(bmoe_engine::device::explain::Side::Device)),
+        "{r:?}"
+    );
+    assert!(r.ops.iter().all(|o| o.nodes > 0 && o.seconds >= 0.0));
+    assert!(r.cpu_ops.iter().all(|c| !c.reason.is_empty()));
+    // Taken: the next report starts over.
+    assert_eq!(m.explain_prefill().unwrap().graphs, 0);
+}

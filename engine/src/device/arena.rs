@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::device::explain::{Explain, ExplainReport, NodeSeen, Side};
 use crate::device::loader::{Job, Loaders, Source, Target, Ticket};
 use crate::ffi::buffer::{BufferType, WeightsBuffer};
 use crate::ffi::probe::device_takes_matmul_of;
 use crate::ffi::quant;
 use crate::ffi::registry::Device;
-use crate::ffi::tensor::{Binding, Layout, TensorPtr};
+use crate::ffi::tensor::{self, Binding, Layout, TensorPtr};
 use crate::gguf_index::GgufIndex;
 use crate::hook::{layer_of, Capture};
 use crate::io::DirectReader;
@@ -97,6 +98,9 @@ pub struct Arena {
     refused: BTreeMap<String, (usize, String)>,
     /// (from, to) type names of weights converted for the device, with a count.
     converted: BTreeMap<(String, String), usize>,
+    device: Device,
+    /// The profiling mode's accumulator (`explain`).
+    explain: Option<Explain>,
 }
 
 /// The type the device copy of a refused matrix takes: the nearest the device's matmul accepts
@@ -310,6 +314,8 @@ impl Arena {
             counters: PrefillDevCounters::default(),
             refused,
             converted: converted_types,
+            device,
+            explain: opts.explain.then(Explain::default),
         })
     }
 
@@ -354,6 +360,65 @@ impl Arena {
     /// The layer whose last node `name` is, when it is a pacing point.
     pub fn pacing_layer(&self, name: &str) -> Option<u32> {
         self.last_node.get(name).copied()
+    }
+
+    /// Whether the profiling mode asks for every node.
+    pub fn explaining(&self) -> bool {
+        self.explain.is_some()
+    }
+
+    /// Profiling: the scheduler is about to compute `t` alone.
+    pub fn explain_asked(&mut self) {
+        if let Some(x) = self.explain.as_mut() {
+            x.asked();
+        }
+    }
+
+    /// Profiling: `t` has been computed; records its op, side, time, inputs from the other side
+    /// and, for a CPU node, why the device did not take it.
+    pub fn explain_observed(&mut self, t: &ggml_sys::ggml_tensor) {
+        let Some(x) = self.explain.as_mut() else {
+            return;
+        };
+        let side_of = |t: &ggml_sys::ggml_tensor| {
+            if tensor::on_buft(t, self.buft) {
+                Side::Device
+            } else {
+                Side::Cpu
+            }
+        };
+        let side = side_of(t);
+        let inputs = (0..ggml_sys::GGML_MAX_SRC)
+            .filter_map(|i| tensor::src(t, i))
+            .map(|s| {
+                (
+                    s as *const _ as usize,
+                    tensor::nbytes(s) as u64,
+                    tensor::name(s),
+                )
+            })
+            .collect();
+        let (supported, unreadable) = if side == Side::Cpu {
+            (
+                crate::ffi::probe::supports_node(self.device, t),
+                crate::ffi::probe::unreadable_inputs(self.device, t),
+            )
+        } else {
+            (true, Vec::new())
+        };
+        x.observed(NodeSeen {
+            op: tensor::op_desc(t),
+            name: tensor::name(t),
+            side,
+            supported,
+            unreadable,
+            inputs,
+        });
+    }
+
+    /// The profiling report since the last one (`None` when the mode is off).
+    pub fn take_explain(&mut self) -> Option<ExplainReport> {
+        self.explain.as_mut().map(Explain::take)
     }
 
     /// Counts a node the device computes.
@@ -475,6 +540,9 @@ impl Arena {
         }
         self.active.store(true, Ordering::Relaxed);
         self.graph = GraphState::default();
+        if let Some(x) = self.explain.as_mut() {
+            x.begin_graph();
+        }
         self.enqueue_layer(0);
         self.enqueue_layer(1);
         self.counters.tokens += tokens;

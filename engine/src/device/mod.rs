@@ -1,6 +1,7 @@
 //! The prefill device (`prefill_device`): resolving the name to a ggml device that opens, or saying
 //! why the run stays on the CPU.
 pub mod arena;
+pub mod explain;
 pub mod loader;
 
 use crate::ffi::registry::{devices, Device, DeviceKind};

@@ -47,3 +47,38 @@ pub fn device_takes_matmul_of(
 pub fn type_name(w: TensorPtr) -> String {
     super::quant::type_name(w.layout().ty())
 }
+
+/// Whether `dev` supports the live graph node `t`'s op for its types and shapes.
+pub fn supports_node(dev: Device, t: &sys::ggml_tensor) -> bool {
+    // SAFETY: `t` is a live node of the graph being computed; supports_op only inspects its op,
+    // types and shapes.
+    unsafe { sys::ggml_backend_dev_supports_op(dev.raw(), t) }
+}
+
+/// The inputs of the live graph node `t` that live in a buffer `dev` cannot read: (name, whether
+/// it is a model weight).
+pub fn unreadable_inputs(dev: Device, t: &sys::ggml_tensor) -> Vec<(String, bool)> {
+    (0..sys::GGML_MAX_SRC)
+        .filter_map(|i| super::tensor::src(t, i))
+        .filter_map(|s| {
+            let root = super::tensor::view_root(s);
+            if root.buffer.is_null() {
+                return None;
+            }
+            // SAFETY: a non-null buffer of a live tensor is a live buffer; supports_buft only
+            // compares buffer types.
+            let readable = unsafe {
+                sys::ggml_backend_dev_supports_buft(
+                    dev.raw(),
+                    sys::ggml_backend_buffer_get_type(root.buffer),
+                )
+            };
+            (!readable).then(|| {
+                (
+                    super::tensor::name(s).to_string(),
+                    super::tensor::is_weight(root),
+                )
+            })
+        })
+        .collect()
+}

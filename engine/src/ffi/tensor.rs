@@ -39,6 +39,25 @@ pub fn view_root(t: &sys::ggml_tensor) -> &sys::ggml_tensor {
     }
 }
 
+/// ggml's name of `t`'s op (`MUL_MAT`, ...; unary ops by their own name).
+pub fn op_desc(t: &sys::ggml_tensor) -> &'static str {
+    // SAFETY: `t` is a live tensor; ggml_op_desc returns a pointer into a static name table.
+    let p = unsafe { sys::ggml_op_desc(t) };
+    if p.is_null() {
+        return "?";
+    }
+    // SAFETY: a NUL-terminated static string.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_str()
+        .unwrap_or("?")
+}
+
+/// Bytes of `t`'s data.
+pub fn nbytes(t: &sys::ggml_tensor) -> usize {
+    // SAFETY: `t` is a live tensor; ggml_nbytes only reads its shape and type.
+    unsafe { sys::ggml_nbytes(t) }
+}
+
 /// True when `t` lives in a weights buffer (a model weight, not an activation).
 pub fn is_weight(t: &sys::ggml_tensor) -> bool {
     // SAFETY: a non-null buffer of a live tensor is a live buffer.

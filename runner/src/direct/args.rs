@@ -219,6 +219,11 @@ pub struct EngineArgs {
     /// A layer routing to more than this share of its experts gets the next layer read whole.
     #[arg(long, default_value_t = 0.85, value_parser = routed_full_arg)]
     pub prefill_routed_full: f64,
+    /// Profile device prefill: every node of a device graph timed alone, per op and backend,
+    /// bytes copied between CPU and device, splits, and why each op left on the CPU is there
+    /// (slows prefill; needs --prefill-device).
+    #[arg(long, requires = "prefill_device")]
+    pub explain_prefill: bool,
     /// Prefix reuse between consecutive decisions: auto (bit-identical to a fresh prefill), on
     /// (whole common prefix, fastest) or off.
     #[arg(long, value_enum, default_value = "auto")]
@@ -265,6 +270,7 @@ impl EngineArgs {
                 loaders: self.prefill_loaders.or(auto_loaders()) as usize,
                 routed: !self.no_prefill_routed,
                 routed_full: self.prefill_routed_full,
+                explain: self.explain_prefill,
                 ..PrefillOptions::default()
             }),
         }

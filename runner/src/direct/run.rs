@@ -44,6 +44,13 @@ fn load(e: &EngineArgs) -> anyhow::Result<Model> {
     Ok(m)
 }
 
+/// The profiling report of `--explain-prefill`, when it ran.
+fn print_explain(m: &bmoe_engine::Model) {
+    if let Some(r) = m.explain_prefill() {
+        eprint!("{}", r.render());
+    }
+}
+
 fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
     eprintln!(
         "prefill: {} tokens in {:.3} s ({:.1} tok/s)",
@@ -131,6 +138,7 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         writeln!(out)?;
     }
     print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
+    print_explain(&model);
     let (anon, file) = rss.peaks_mib();
     let mib = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "?".into());
     eprintln!(
@@ -213,6 +221,7 @@ pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
         }
     );
     print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
+    print_explain(&model);
     Ok(())
 }
 
@@ -232,5 +241,6 @@ pub fn run_ppl(a: PplArgs) -> anyhow::Result<()> {
         );
     }
     print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
+    print_explain(&model);
     Ok(())
 }
