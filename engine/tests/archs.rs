@@ -68,8 +68,30 @@ fn generate(path: &Path) -> Vec<u8> {
     .bytes
 }
 
+/// What several cells share, computed once per architecture: the resident run the stream gates
+/// compare against, and G1's counters (G3 compares its reads with them).
+#[derive(Default)]
+struct Shared {
+    resident: Option<gates::Outcome>,
+    g1: Option<bmoe_engine::StreamCounters>,
+}
+
+impl Shared {
+    fn resident(&mut self, path: &Path) -> &gates::Outcome {
+        self.resident.get_or_insert_with(|| gates::resident(path))
+    }
+
+    fn g1(&mut self, path: &Path) -> bmoe_engine::StreamCounters {
+        if self.g1.is_none() {
+            let r = self.resident.get_or_insert_with(|| gates::resident(path));
+            self.g1 = Some(gates::g1(path, r));
+        }
+        self.g1.clone().unwrap_or_default()
+    }
+}
+
 /// Runs one cell; `Err` carries the panic message.
-fn cell(arch: SynthArch, name: &str) -> Result<(), String> {
+fn cell(arch: SynthArch, name: &str, shared: &mut Shared) -> Result<(), String> {
     let path = tiny(arch);
     let run = || match name {
         "loads" => {
@@ -105,13 +127,16 @@ fn cell(arch: SynthArch, name: &str) -> Result<(), String> {
             assert!(p.nll_mean.is_finite() && p.nll_mean > 0.0, "{p:?}");
         }
         "G1" => {
-            gates::g1(&path, &gates::resident(&path));
+            shared.g1(&path);
         }
-        "G2" => gates::g2(&path, &gates::resident(&path)),
+        "G2" => {
+            let r = shared.resident(&path);
+            gates::g2(&path, r)
+        }
         "G3" => {
-            let r = gates::resident(&path);
-            let c1 = gates::g1(&path, &r);
-            gates::g3(&path, &r, &c1);
+            let c1 = shared.g1(&path);
+            let r = shared.resident(&path);
+            gates::g3(&path, r, &c1);
         }
         "G16" => gates::g16(&path),
         "G17f" => gates::g17f(&many_experts(arch)),
@@ -132,13 +157,14 @@ fn coverage(arch: SynthArch) {
     std::fs::create_dir_all(&dir).unwrap();
     let mut rows = String::new();
     let mut wrong = Vec::new();
+    let mut shared = Shared::default();
     for name in CELLS {
         let gap = GAPS
             .iter()
             .find(|(a, c, _, _)| *a == arch.name() && *c == name);
         let (status, note) = match gap {
             Some((_, _, false, why)) => ("not run", why.to_string()),
-            _ => match (cell(arch, name), gap) {
+            _ => match (cell(arch, name, &mut shared), gap) {
                 (Ok(()), None) => ("ok", String::new()),
                 (Err(e), Some((_, _, _, why))) => {
                     ("gap", format!("{why} (fails: {})", first_line(&e)))
