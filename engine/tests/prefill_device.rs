@@ -323,8 +323,29 @@ fn a_failed_arena_read_fails_the_call_and_the_session_recovers() {
 /// identical: the device copy is F16), and the CPU's own weights are untouched afterwards.
 #[test]
 fn a_refused_weight_type_is_converted_for_the_device_copy_only() {
+    // F32 norms and matrices of the tiny model -> F16.
+    converted_gate(&common::tiny(), "f32", "f16");
+    // The specification's quantized path: Q6_K dense matrices -> Q8_0.
+    let q6k = common::model(
+        "tiny-q6k-dense",
+        &bmoe_engine::synth::SynthSpec {
+            n_embd: 256,
+            dense_type: bmoe_engine::synth::WeightType::Q6_K,
+            ..bmoe_engine::synth::SynthSpec::preset(
+                bmoe_engine::synth::Preset::Tiny,
+                bmoe_engine::synth::SynthArch::Qwen3Moe,
+            )
+        },
+    );
+    converted_gate(&q6k, "q6_K", "q8_0");
+}
+
+/// Loads `path` with the device's matmul made to refuse `from` (gate knob): the device copy is
+/// `to`, the device computes, the perplexity stays close to the CPU's, and the CPU's own weights
+/// come back bit for bit for the pieces it runs.
+fn converted_gate(path: &std::path::Path, from: &str, to: &str) {
     let name = loopback();
-    let path = common::tiny();
+    let path = path.to_path_buf();
     let text = "Perplexity through a converted arena, piece by piece. ".repeat(3);
     let narrow = narrow();
     let cpu_model = load(&path, None, None);
@@ -337,14 +358,14 @@ fn a_refused_weight_type_is_converted_for_the_device_copy_only() {
         &path,
         None,
         Some(PrefillOptions {
-            refuse_types: vec!["f32".into()],
+            refuse_types: vec![from.into()],
             ..device(&name, true)
         }),
     );
     assert!(
-        m.warnings()
-            .iter()
-            .any(|w| w.contains("does not take f32") && w.contains("as f16")),
+        m.warnings().iter().any(
+            |w| w.contains(&format!("does not take {from}")) && w.contains(&format!("as {to}"))
+        ),
         "{:?}",
         m.warnings()
     );
@@ -356,7 +377,7 @@ fn a_refused_weight_type_is_converted_for_the_device_copy_only() {
     );
     assert!(
         (p.nll_mean - cpu.nll_mean).abs() < 0.05,
-        "converted device copy: nll {} vs CPU {}",
+        "converted device copy ({from} -> {to}): nll {} vs CPU {}",
         p.nll_mean,
         cpu.nll_mean
     );

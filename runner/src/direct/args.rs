@@ -123,10 +123,10 @@ pub struct SynthArgs {
     #[arg(long)]
     pub ctx: Option<u32>,
     /// Type of the routed experts.
-    #[arg(long, value_parser = ["f32", "f16", "q8_0", "q4_0", "q4_k"])]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bmoe_engine::synth::WeightType::NAMES))]
     pub expert_type: Option<String>,
     /// Type of the other matrices.
-    #[arg(long, value_parser = ["f32", "f16", "q8_0", "q4_0", "q4_k"])]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bmoe_engine::synth::WeightType::NAMES))]
     pub dense_type: Option<String>,
     /// Router skew: 0 = even routing, larger = a few experts take most tokens.
     #[arg(long)]
