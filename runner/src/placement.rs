@@ -451,6 +451,7 @@ pub fn engine_options(
                 loaders: s.loaders.or(crate::config::settings::auto_loaders()) as usize,
                 routed: s.routed,
                 routed_full: s.routed_full,
+                explain: s.explain,
                 ..Default::default()
             }),
     };

@@ -362,6 +362,10 @@ pub struct PrefillValues {
     #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routed_full: Option<f64>,
+    /// Profile device prefill: every node of a device graph timed alone (slows prefill); the
+    /// report goes to stderr and to `<csv>.explain.jsonl`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<bool>,
     /// Experts used per token (top-k) override; 0 = the model's own. Lossy when changed.
     #[schemars(range(min = N_EXPERT_USED.min, max = N_EXPERT_USED.max))]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -413,6 +417,8 @@ pub struct Settings {
     /// Whole-layer threshold of the routed arena.
     #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
     pub routed_full: f64,
+    /// Profile device prefill (slows it).
+    pub explain: bool,
     /// top-k override (0 = the model's).
     #[schemars(range(min = N_EXPERT_USED.min, max = N_EXPERT_USED.max))]
     pub n_expert_used: u32,
@@ -439,6 +445,7 @@ impl Default for Settings {
             cpu_ubatch: 512,
             routed: true,
             routed_full: 0.85,
+            explain: false,
             n_expert_used: 0,
             prefix_reuse: PrefixReuse::Auto,
         }
@@ -470,6 +477,7 @@ pub const KEYS: &[&str] = &[
     "cpu_ubatch",
     "routed",
     "routed_full",
+    "explain",
     "n_expert_used",
     "prefix_reuse",
 ];

@@ -371,6 +371,8 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
             progress.end_unit();
             break;
         }
+        // The profiling report covers the measured items only.
+        let _ = model.explain_prefill();
 
         for (item, rep) in pending {
             if stop.requested() {
@@ -431,6 +433,9 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
             summary.prefill_tokens += u64::from(prefilled);
             progress.item_done(u64::from(prefilled));
         }
+        if let Some(r) = model.explain_prefill() {
+            report_explain(&progress, &write_to, &base, &r)?;
+        }
         progress.end_unit();
         if summary.interrupted {
             break;
@@ -459,6 +464,40 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         })
         .collect();
     Ok(summary)
+}
+
+/// `[prefill] explain`: the unit's profiling report on stderr and as one JSON line in
+/// `<csv>.explain.jsonl` (job, profile, sweep point, report).
+fn report_explain(
+    progress: &Progress,
+    csv: &Path,
+    base: &Row,
+    r: &bmoe_engine::device::explain::ExplainReport,
+) -> anyhow::Result<()> {
+    progress.println(&format!(
+        "{} / {} {}:\n{}",
+        base.job,
+        base.profile,
+        base.point,
+        r.render().trim_end()
+    ));
+    let mut path = csv.as_os_str().to_owned();
+    path.push(".explain.jsonl");
+    let line = serde_json::json!({
+        "job": base.job,
+        "profile": base.profile,
+        "point": base.point,
+        "run_id": base.run_id,
+        "report": r,
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", Path::new(&path).display()))?;
+    std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes())
+        .with_context(|| format!("writing {}", Path::new(&path).display()))?;
+    Ok(())
 }
 
 fn generate_options(lj: &LoadedJob) -> GenerateOptions {
