@@ -21,6 +21,8 @@ pub enum WeightType {
     Q4_0,
     /// 4-bit k-quant, blocks of 256.
     Q4_K,
+    /// 4-bit microscaling float (gpt-oss experts), blocks of 32.
+    MXFP4,
 }
 
 impl WeightType {
@@ -32,10 +34,11 @@ impl WeightType {
             WeightType::Q8_0 => sys::GGML_TYPE_Q8_0,
             WeightType::Q4_0 => sys::GGML_TYPE_Q4_0,
             WeightType::Q4_K => sys::GGML_TYPE_Q4_K,
+            WeightType::MXFP4 => sys::GGML_TYPE_MXFP4,
         }
     }
 
-    /// Parses `f32`, `f16`, `q8_0`, `q4_0`, `q4_k` (case-insensitive).
+    /// Parses `f32`, `f16`, `q8_0`, `q4_0`, `q4_k`, `mxfp4` (case-insensitive).
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s.to_ascii_lowercase().as_str() {
             "f32" => WeightType::F32,
@@ -43,12 +46,13 @@ impl WeightType {
             "q8_0" => WeightType::Q8_0,
             "q4_0" => WeightType::Q4_0,
             "q4_k" => WeightType::Q4_K,
+            "mxfp4" => WeightType::MXFP4,
             _ => return None,
         })
     }
 
     /// The names `parse` accepts.
-    pub const NAMES: &'static [&'static str] = &["f32", "f16", "q8_0", "q4_0", "q4_k"];
+    pub const NAMES: &'static [&'static str] = &["f32", "f16", "q8_0", "q4_0", "q4_k", "mxfp4"];
 }
 
 /// Named shapes.
