@@ -201,3 +201,13 @@ fn qwen3moe() {
 fn olmoe() {
     coverage(SynthArch::Olmoe);
 }
+
+#[test]
+fn gpt_oss() {
+    coverage(SynthArch::GptOss);
+}
+
+#[test]
+fn gemma4() {
+    coverage(SynthArch::Gemma4);
+}

@@ -79,6 +79,7 @@ fn every_weight_type_loads() {
         (WeightType::F16, WeightType::Q8_0, 128),
         (WeightType::Q4_0, WeightType::Q4_0, 128),
         (WeightType::Q4_K, WeightType::Q4_K, 256),
+        (WeightType::MXFP4, WeightType::Q8_0, 128),
     ]
     .into_iter()
     .enumerate()

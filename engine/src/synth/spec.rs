@@ -23,6 +23,8 @@ pub enum WeightType {
     Q4_K,
     /// 6-bit k-quant, blocks of 256 (a type some devices' matmuls refuse).
     Q6_K,
+    /// 4-bit microscaling float (gpt-oss experts), blocks of 32.
+    MXFP4,
 }
 
 impl WeightType {
@@ -35,10 +37,11 @@ impl WeightType {
             WeightType::Q4_0 => sys::GGML_TYPE_Q4_0,
             WeightType::Q4_K => sys::GGML_TYPE_Q4_K,
             WeightType::Q6_K => sys::GGML_TYPE_Q6_K,
+            WeightType::MXFP4 => sys::GGML_TYPE_MXFP4,
         }
     }
 
-    /// Parses `f32`, `f16`, `q8_0`, `q4_0`, `q4_k`, `q6_k` (case-insensitive).
+    /// Parses `f32`, `f16`, `q8_0`, `q4_0`, `q4_k`, `q6_k`, `mxfp4` (case-insensitive).
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s.to_ascii_lowercase().as_str() {
             "f32" => WeightType::F32,
@@ -47,12 +50,14 @@ impl WeightType {
             "q4_0" => WeightType::Q4_0,
             "q4_k" => WeightType::Q4_K,
             "q6_k" => WeightType::Q6_K,
+            "mxfp4" => WeightType::MXFP4,
             _ => return None,
         })
     }
 
     /// The names `parse` accepts.
-    pub const NAMES: &'static [&'static str] = &["f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k"];
+    pub const NAMES: &'static [&'static str] =
+        &["f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"];
 }
 
 /// Named shapes.

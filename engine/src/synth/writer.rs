@@ -54,7 +54,7 @@ fn shard_paths(path: &Path, n: u32) -> Vec<PathBuf> {
 
 fn tensor_type(spec: &SynthSpec, role: Role) -> sys::ggml_type {
     match role {
-        Role::Norm | Role::Router => sys::GGML_TYPE_F32,
+        Role::Norm | Role::Router | Role::Bias | Role::Scale => sys::GGML_TYPE_F32,
         Role::Embedding | Role::Dense => spec.dense_type.ggml(),
         Role::Expert => spec.expert_type.ggml(),
     }
@@ -72,6 +72,13 @@ fn slice_values(spec: &SynthSpec, t: &TensorPlan, index: u64, perm: &[usize]) ->
     let mut rng = Rng::for_stream(spec.seed, &t.name, index);
     match t.role {
         Role::Norm => vec![1.0; ne0 * rows],
+        // Large enough to move every result they enter, small enough to keep activations sane.
+        Role::Bias => rng.fill(ne0 * rows, 0.1),
+        Role::Scale => rng
+            .fill(ne0 * rows, 0.25)
+            .into_iter()
+            .map(|v| 1.0 + v)
+            .collect(),
         Role::Embedding => {
             // A shared offset gives hidden states a consistent direction the router skew acts on.
             let dc = if spec.router_skew > 0.0 { 0.5 } else { 0.0 };

@@ -1,6 +1,9 @@
 //! Per-architecture knowledge of synthetic models, in one place (this folder): metadata keys and
 //! the tensors each architecture's llama.cpp graph creates. An architecture with more than a few
 //! lines of its own lives in a file here named for it; this module dispatches.
+mod gemma4;
+mod gpt_oss;
+
 use super::spec::SynthSpec;
 use crate::error::{EngineError, Result};
 use crate::ffi::gguf::GgufBuilder;
@@ -14,6 +17,10 @@ pub enum SynthArch {
     Olmoe,
     /// Llama: a dense model (no experts), for the paths that must refuse or ignore experts.
     Llama,
+    /// gpt-oss: attention sinks, sliding-window layers, biased router, MXFP4 experts with biases.
+    GptOss,
+    /// Gemma 4 MoE: a shared MLP beside fused gate_up experts with a per-expert scale.
+    Gemma4,
 }
 
 /// What a tensor holds, which decides how its data is made.
@@ -29,6 +36,10 @@ pub(crate) enum Role {
     Router,
     /// Routed experts `[ne0, ne1, n_expert]` in the expert type.
     Expert,
+    /// Biases and attention sinks: small values around zero, F32.
+    Bias,
+    /// Scales some op multiplies by: values around one, F32.
+    Scale,
 }
 
 /// One tensor to write.
@@ -48,6 +59,8 @@ impl SynthArch {
             SynthArch::Qwen3Moe => "qwen3moe",
             SynthArch::Olmoe => "olmoe",
             SynthArch::Llama => "llama",
+            SynthArch::GptOss => "gpt-oss",
+            SynthArch::Gemma4 => "gemma4",
         }
     }
 
@@ -57,12 +70,14 @@ impl SynthArch {
             "qwen3moe" => SynthArch::Qwen3Moe,
             "olmoe" => SynthArch::Olmoe,
             "llama" => SynthArch::Llama,
+            "gpt-oss" => SynthArch::GptOss,
+            "gemma4" => SynthArch::Gemma4,
             _ => return None,
         })
     }
 
     /// The names `parse` accepts.
-    pub const NAMES: &'static [&'static str] = &["qwen3moe", "olmoe", "llama"];
+    pub const NAMES: &'static [&'static str] = &["qwen3moe", "olmoe", "llama", "gpt-oss", "gemma4"];
 
     /// What sets this architecture apart, in one line (`bmoe archs`).
     pub fn about(self) -> &'static str {
@@ -74,11 +89,18 @@ impl SynthArch {
                 "attention with full-width q/k norms; gate/up/down experts, softmax top-k"
             }
             SynthArch::Llama => "dense (no experts): the paths that must refuse or ignore experts",
+            SynthArch::GptOss => gpt_oss::ABOUT,
+            SynthArch::Gemma4 => gemma4::ABOUT,
         }
     }
 
     /// Makes a preset shape legal for this architecture.
     pub(crate) fn adjust(self, mut s: SynthSpec) -> SynthSpec {
+        match self {
+            SynthArch::GptOss => return gpt_oss::adjust(s),
+            SynthArch::Gemma4 => return gemma4::adjust(s),
+            _ => {}
+        }
         if self == SynthArch::Olmoe {
             // OLMoE normalises q/k over the full width before splitting heads: no GQA.
             s.n_head_kv = s.n_head;
@@ -124,10 +146,17 @@ impl SynthArch {
             SynthArch::Olmoe | SynthArch::Llama => {
                 g.set_u32(&format!("{a}.feed_forward_length"), s.n_ff_exp);
             }
+            SynthArch::GptOss => gpt_oss::write_metadata(a, s, g),
+            SynthArch::Gemma4 => gemma4::write_metadata(a, s, g),
         }
     }
 
     pub(crate) fn tensors(self, s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
+        match self {
+            SynthArch::GptOss => return gpt_oss::tensors(s, n_vocab),
+            SynthArch::Gemma4 => return gemma4::tensors(s, n_vocab),
+            _ => {}
+        }
         let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
         let (hd, h, hkv) = (
             i64::from(s.head_dim()),
@@ -155,7 +184,7 @@ impl SynthArch {
         let qk_norm = match self {
             SynthArch::Qwen3Moe => Some((hd, hd)),
             SynthArch::Olmoe => Some((h * hd, hkv * hd)),
-            SynthArch::Llama => None,
+            SynthArch::Llama | SynthArch::GptOss | SynthArch::Gemma4 => None,
         };
         for il in 0..s.n_layer {
             let l = Some(il);
