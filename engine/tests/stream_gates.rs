@@ -55,6 +55,18 @@ fn gates_page_aligned_experts() {
 }
 
 #[test]
+fn gates_tied_output() {
+    // No output.weight in the file: llama.cpp ties the output to token_embd; the lean load binds
+    // the output tensor llama.cpp creates from the header to the embeddings' bytes, so the model
+    // loads lean (asserted by the gates) and matches the resident run.
+    let spec = SynthSpec {
+        tied_output: true,
+        ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
+    };
+    gates(&common::model("tied-output", &spec));
+}
+
+#[test]
 fn gates_split_gguf() {
     let dir = common::dir().join("split-stream");
     let r = write_model(

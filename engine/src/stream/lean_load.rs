@@ -39,6 +39,10 @@ pub(crate) struct DenseMaps {
     n_absent: usize,
 }
 
+/// (tensor the architecture creates, file tensor that stands in for it when the file lacks it):
+/// llama.cpp's convention for tied weights, the same for every architecture.
+const TIED: &[(&str, &str)] = &[("output.weight", "token_embd.weight")];
+
 fn load_err(index: &GgufIndex, reason: String) -> EngineError {
     EngineError::ModelLoad {
         path: index.files()[0].0.clone(),
@@ -77,7 +81,18 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
     let mut absent = Vec::new();
     for t in created {
         let name = t.name();
-        let (Some(loc), Some(info)) = (index.get(&name), infos.get(&name)) else {
+        let found = match (index.get(&name), infos.get(&name)) {
+            (Some(loc), Some(info)) => Some((loc, info)),
+            // Tied embeddings: a file without an output matrix uses the token embeddings
+            // (llama.cpp's file load creates the output as their duplicate; built from a header
+            // it creates a separate tensor the file does not hold). Same shape and type only.
+            _ => TIED
+                .iter()
+                .find(|(absent, _)| *absent == name)
+                .and_then(|(_, from)| index.get(from).zip(infos.get(*from)))
+                .filter(|(_, info)| info.ne == t.ne() && info.ty == t.layout().ty()),
+        };
+        let Some((loc, info)) = found else {
             largest = largest.max(t.nbytes());
             absent.push(t);
             continue;

@@ -114,6 +114,9 @@ pub struct SynthSpec {
     pub seed: u64,
     /// Number of GGUF shards (1 = a single file).
     pub split: u32,
+    /// Leave `output.weight` out: the model's output ties to its token embeddings, as many
+    /// released models do.
+    pub tied_output: bool,
 }
 
 impl SynthSpec {
@@ -134,6 +137,7 @@ impl SynthSpec {
             router_skew: 0.0,
             seed: 42,
             split: 1,
+            tied_output: false,
         };
         let s = match p {
             Preset::Tiny => base,

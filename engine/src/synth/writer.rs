@@ -136,7 +136,10 @@ fn tensor_bytes(spec: &SynthSpec, t: &TensorPlan) -> Vec<u8> {
 pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
     spec.validate()?;
     crate::ffi::backend_init();
-    let plans = spec.arch.tensors(spec, vocab::N_VOCAB);
+    let mut plans = spec.arch.tensors(spec, vocab::N_VOCAB);
+    if spec.tied_output {
+        plans.retain(|t| t.name != "output.weight");
+    }
     let paths = shard_paths(path, spec.split);
     let per_shard = spec.n_layer.div_ceil(spec.split);
     let shard_of = |t: &TensorPlan| t.layer.map(|l| l / per_shard).unwrap_or(0) as usize;

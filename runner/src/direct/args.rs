@@ -137,6 +137,9 @@ pub struct SynthArgs {
     /// Write this many GGUF shards.
     #[arg(long)]
     pub split: Option<u32>,
+    /// Leave the output matrix out (tied to the token embeddings, as many released models are).
+    #[arg(long)]
+    pub tied_output: bool,
 }
 
 /// How the weights that are not routed experts are held while streaming.

@@ -38,6 +38,7 @@ pub fn run_synth(a: SynthArgs) -> anyhow::Result<()> {
         router_skew: a.router_skew.unwrap_or(p.router_skew),
         seed: a.seed.unwrap_or(p.seed),
         split: a.split.unwrap_or(p.split),
+        tied_output: a.tied_output,
     };
     let t0 = std::time::Instant::now();
     let r =
