@@ -175,3 +175,13 @@ fn qwen3moe() {
 fn olmoe() {
     coverage(SynthArch::Olmoe);
 }
+
+#[test]
+fn qwen35moe() {
+    coverage(SynthArch::Qwen35Moe);
+}
+
+#[test]
+fn nemotron_h_moe() {
+    coverage(SynthArch::NemotronHMoe);
+}

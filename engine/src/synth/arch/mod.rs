@@ -1,6 +1,9 @@
 //! Per-architecture knowledge of synthetic models, in one place (this folder): metadata keys and
 //! the tensors each architecture's llama.cpp graph creates. An architecture with more than a few
 //! lines of its own lives in a file here named for it; this module dispatches.
+mod nemotron_h_moe;
+mod qwen35moe;
+
 use super::spec::SynthSpec;
 use crate::error::{EngineError, Result};
 use crate::ffi::gguf::GgufBuilder;
@@ -14,6 +17,10 @@ pub enum SynthArch {
     Olmoe,
     /// Llama: a dense model (no experts), for the paths that must refuse or ignore experts.
     Llama,
+    /// Qwen3.5/3.6 MoE: Gated-DeltaNet (recurrent) and gated attention layers, a shared expert.
+    Qwen35Moe,
+    /// Nemotron-H MoE: Mamba2, attention and MoE blocks; ungated ReLU² experts, latent projections.
+    NemotronHMoe,
 }
 
 /// What a tensor holds, which decides how its data is made.
@@ -29,6 +36,10 @@ pub(crate) enum Role {
     Router,
     /// Routed experts `[ne0, ne1, n_expert]` in the expert type.
     Expert,
+    /// Small F32 values, for what a non-matmul op reads (convolution kernels, biases, gates).
+    Small,
+    /// Negative F32 values: a recurrent layer's decay rates (`A`), so its state fades.
+    Decay,
 }
 
 /// One tensor to write.
@@ -48,6 +59,8 @@ impl SynthArch {
             SynthArch::Qwen3Moe => "qwen3moe",
             SynthArch::Olmoe => "olmoe",
             SynthArch::Llama => "llama",
+            SynthArch::Qwen35Moe => "qwen35moe",
+            SynthArch::NemotronHMoe => "nemotron_h_moe",
         }
     }
 
@@ -57,12 +70,15 @@ impl SynthArch {
             "qwen3moe" => SynthArch::Qwen3Moe,
             "olmoe" => SynthArch::Olmoe,
             "llama" => SynthArch::Llama,
+            "qwen35moe" => SynthArch::Qwen35Moe,
+            "nemotron_h_moe" => SynthArch::NemotronHMoe,
             _ => return None,
         })
     }
 
     /// The names `parse` accepts.
-    pub const NAMES: &'static [&'static str] = &["qwen3moe", "olmoe", "llama"];
+    pub const NAMES: &'static [&'static str] =
+        &["qwen3moe", "olmoe", "llama", "qwen35moe", "nemotron_h_moe"];
 
     /// What sets this architecture apart, in one line (`bmoe archs`).
     pub fn about(self) -> &'static str {
@@ -74,6 +90,8 @@ impl SynthArch {
                 "attention with full-width q/k norms; gate/up/down experts, softmax top-k"
             }
             SynthArch::Llama => "dense (no experts): the paths that must refuse or ignore experts",
+            SynthArch::Qwen35Moe => qwen35moe::ABOUT,
+            SynthArch::NemotronHMoe => nemotron_h_moe::ABOUT,
         }
     }
 
@@ -83,7 +101,11 @@ impl SynthArch {
             // OLMoE normalises q/k over the full width before splitting heads: no GQA.
             s.n_head_kv = s.n_head;
         }
-        s
+        match self {
+            SynthArch::Qwen35Moe => qwen35moe::adjust(s),
+            SynthArch::NemotronHMoe => nemotron_h_moe::adjust(s),
+            _ => s,
+        }
     }
 
     pub(crate) fn validate(self, s: &SynthSpec) -> Result<()> {
@@ -92,6 +114,9 @@ impl SynthArch {
                 "olmoe needs kv heads == heads (got {} and {})",
                 s.n_head_kv, s.n_head
             )));
+        }
+        if self == SynthArch::NemotronHMoe {
+            return nemotron_h_moe::validate(s);
         }
         Ok(())
     }
@@ -124,10 +149,17 @@ impl SynthArch {
             SynthArch::Olmoe | SynthArch::Llama => {
                 g.set_u32(&format!("{a}.feed_forward_length"), s.n_ff_exp);
             }
+            SynthArch::Qwen35Moe => qwen35moe::write_metadata(s, g),
+            SynthArch::NemotronHMoe => nemotron_h_moe::write_metadata(s, g),
         }
     }
 
     pub(crate) fn tensors(self, s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
+        match self {
+            SynthArch::Qwen35Moe => return qwen35moe::tensors(s, n_vocab),
+            SynthArch::NemotronHMoe => return nemotron_h_moe::tensors(s, n_vocab),
+            _ => {}
+        }
         let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
         let (hd, h, hkv) = (
             i64::from(s.head_dim()),
@@ -155,7 +187,7 @@ impl SynthArch {
         let qk_norm = match self {
             SynthArch::Qwen3Moe => Some((hd, hd)),
             SynthArch::Olmoe => Some((h * hd, hkv * hd)),
-            SynthArch::Llama => None,
+            _ => None,
         };
         for il in 0..s.n_layer {
             let l = Some(il);
