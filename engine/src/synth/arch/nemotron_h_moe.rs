@@ -65,9 +65,11 @@ impl Mamba {
     }
 }
 
-/// The routed experts' width (`moe_latent_size`): half the model width.
+/// The routed experts' width (`moe_latent_size`): three quarters of the model width (the
+/// released Super has a quarter; wider here so the tiny model's experts outgrow the 1 MiB cache
+/// the eviction gate G2 runs with).
 pub(crate) fn latent(s: &SynthSpec) -> u32 {
-    s.n_embd / 2
+    s.n_embd / 4 * 3
 }
 
 /// The shared expert's width: twice a routed expert's, as released (3712 vs 1856).
@@ -78,6 +80,8 @@ fn shared_ff(s: &SynthSpec) -> u32 {
 /// The released GGUFs (Q4_K_M) keep routed experts in Q4_K: a preset asking for Q4_0 experts
 /// gets Q4_K where every expert row is a whole number of its 256-wide blocks.
 pub(crate) fn adjust(mut s: SynthSpec) -> SynthSpec {
+    // Many small experts, as released (128, top-6): four times the preset's count.
+    s.n_expert *= 4;
     if s.expert_type == WeightType::Q4_0 && [latent(&s), s.n_ff_exp].iter().all(|w| w % 256 == 0) {
         s.expert_type = WeightType::Q4_K;
     }
