@@ -19,7 +19,7 @@ const CONV_KERNEL: u32 = 4;
 
 /// Whether layer `il` is a Gated-DeltaNet (recurrent) layer.
 pub(crate) fn is_recurrent(il: u32) -> bool {
-    (il + 1) % FULL_ATTENTION_INTERVAL != 0
+    !(il + 1).is_multiple_of(FULL_ATTENTION_INTERVAL)
 }
 
 /// The DeltaNet's shape, derived from the spec so every preset stays consistent: key heads =
