@@ -245,6 +245,10 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
     // the heads (the attention's broadcast matmul asserts it when the graph is built).
     let heads = scalar_or_array(path, g, &k("attention.head_count"), n_layer)?.unwrap_or_default();
     let heads_kv = scalar_or_array(path, g, &k("attention.head_count_kv"), n_layer)?;
+    let kv_per_layer = matches!(
+        g.kv_type(&k("attention.head_count_kv")),
+        Some(KvType::Array(..))
+    );
     for (il, &h) in heads.iter().enumerate() {
         if h < 0 || h > i64::from(u16::MAX) {
             return Err(invalid(
@@ -253,11 +257,18 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
             ));
         }
         if let Some(kv) = &heads_kv {
-            let hk = if kv.len() == 1 {
-                kv[0]
-            } else {
+            let per_layer = kv_per_layer;
+            let hk = if per_layer {
                 kv.get(il).copied().unwrap_or(0)
+            } else {
+                kv[0]
             };
+            // A per-layer 0 is a layer without attention (a hybrid model's recurrent or
+            // feed-forward block: llama.cpp's nemotron-h.cpp:14 tells them apart by it); such a
+            // layer builds no attention, so nothing divides by it.
+            if per_layer && hk == 0 {
+                continue;
+            }
             if h > 0 && (hk <= 0 || h % hk != 0) {
                 return Err(invalid(
                     path,

@@ -18,6 +18,26 @@ pub struct TensorLocation {
     pub size: u64,
 }
 
+/// One piece of every expert of an expert tensor on disk: expert `e`'s piece is `bytes` long at
+/// `offset + e * bytes` of file `file`. An expert's bytes in memory are its pieces in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertPart {
+    /// Index into [`GgufIndex::files`].
+    pub file: usize,
+    /// Absolute offset of expert 0's piece.
+    pub offset: u64,
+    /// Bytes of one expert's piece.
+    pub bytes: usize,
+}
+
+/// Suffixes of a fused expert tensor and of the stored tensors it concatenates, in row order
+/// (llama.cpp's `build_moe_ffn` reads the gate rows first, then the up rows: llama-graph.cpp
+/// 2234-2237).
+const FUSED_EXPERTS: &[(&str, &[&str])] = &[(
+    "ffn_gate_up_exps.weight",
+    &["ffn_gate_exps.weight", "ffn_up_exps.weight"],
+)];
+
 /// The tensor table of a (possibly split) GGUF.
 pub struct GgufIndex {
     files: Vec<(PathBuf, u64)>,
@@ -174,6 +194,90 @@ impl GgufIndex {
         self.tensors.get(name)
     }
 
+    /// Where the experts of the expert tensor `name` (`n_expert` experts of `expert_bytes`, type
+    /// `ty`, `ne0` wide) lie on disk: the tensor itself, or, for a fused tensor the file stores
+    /// as its separate parts, each part. llama.cpp creates a fused gate/up tensor whenever it
+    /// builds a model from a header alone (`create_tensor_gate_up_exps` marks it optional but not
+    /// `TENSOR_SKIP_IF_VIRTUAL`: llama-model.cpp:3406, llama-model-loader.cpp:1292), while the
+    /// released GGUFs of those architectures store gate and up apart. `None` when neither fits.
+    pub fn expert_parts(
+        &self,
+        name: &str,
+        ty: crate::ffi::gguf::GgmlType,
+        ne0: i64,
+        n_expert: u64,
+        expert_bytes: usize,
+    ) -> Option<Vec<ExpertPart>> {
+        let part = |n: &str| {
+            let loc = self.tensors.get(n)?;
+            let info = self.infos.iter().find(|i| i.name == n)?;
+            let per = loc.size.checked_div(n_expert)?;
+            (info.ty == ty && info.ne[0] == ne0 && info.ne[2] as u64 == n_expert)
+                .then_some(ExpertPart {
+                    file: loc.file,
+                    offset: loc.offset,
+                    bytes: per as usize,
+                })
+                .filter(|_| per * n_expert == loc.size)
+        };
+        let parts = match part(name) {
+            Some(p) => vec![p],
+            None => {
+                let (il, suffix) = name.strip_prefix("blk.")?.split_once('.')?;
+                let (_, parts) = FUSED_EXPERTS.iter().find(|(f, _)| *f == suffix)?;
+                parts
+                    .iter()
+                    .map(|p| part(&format!("blk.{il}.{p}")))
+                    .collect::<Option<Vec<_>>>()?
+            }
+        };
+        (parts.iter().map(|p| p.bytes).sum::<usize>() == expert_bytes).then_some(parts)
+    }
+
+    /// The fused expert tensors the file stores only as their parts (name, type, shape): a
+    /// model built from the header alone is given these too, so llama.cpp creates each fused
+    /// tensor in its parts' type (it takes F32 for a tensor the header lacks:
+    /// llama-model-loader.cpp:1296-1300).
+    pub fn fused_infos(&self) -> Vec<TensorInfo> {
+        let mut out = Vec::new();
+        for info in &self.infos {
+            let Some((il, suffix)) = info
+                .name
+                .strip_prefix("blk.")
+                .and_then(|r| r.split_once('.'))
+            else {
+                continue;
+            };
+            for (fused, parts) in FUSED_EXPERTS {
+                if parts.first() != Some(&suffix) {
+                    continue;
+                }
+                let name = format!("blk.{il}.{fused}");
+                let infos: Option<Vec<&TensorInfo>> = parts
+                    .iter()
+                    .map(|p| {
+                        let n = format!("blk.{il}.{p}");
+                        self.infos.iter().find(|i| i.name == n)
+                    })
+                    .collect();
+                let Some(infos) = infos else { continue };
+                let same = infos
+                    .iter()
+                    .all(|i| i.ty == info.ty && i.ne[0] == info.ne[0] && i.ne[2..] == info.ne[2..]);
+                if same && !self.tensors.contains_key(&name) {
+                    let mut ne = info.ne;
+                    ne[1] = infos.iter().map(|i| i.ne[1]).sum();
+                    out.push(TensorInfo {
+                        name,
+                        ty: info.ty,
+                        ne,
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// Tensors indexed.
     pub fn len(&self) -> usize {
         self.tensors.len()
@@ -209,5 +313,52 @@ mod tests {
         let p = split_paths(Path::new("/m/x-00001-of-00003.gguf"), 3).unwrap();
         assert_eq!(p[2], PathBuf::from("/m/x-00003-of-00003.gguf"));
         assert!(split_paths(Path::new("/m/x.gguf"), 3).is_none());
+    }
+
+    #[test]
+    fn a_fused_expert_tensor_is_found_as_its_stored_parts() {
+        use crate::synth::{write_model, Preset, SynthArch, SynthSpec};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let spec = SynthSpec::preset(Preset::Tiny, SynthArch::Qwen35Moe);
+        write_model(&spec, &path).unwrap();
+        let ix = GgufIndex::open(&path).unwrap();
+        let (ty, x) = (spec.expert_type.ggml(), u64::from(spec.n_expert));
+        let (e, f) = (i64::from(spec.n_embd), spec.n_ff_exp as usize);
+        let row = crate::ffi::quant::row_size(ty, e as usize);
+        let gate = ix.get("blk.1.ffn_gate_exps.weight").unwrap().clone();
+        let up = ix.get("blk.1.ffn_up_exps.weight").unwrap().clone();
+        // Stored as such: one piece.
+        let one = ix.expert_parts("blk.1.ffn_up_exps.weight", ty, e, x, f * row);
+        assert_eq!(one.unwrap()[0].offset, up.offset);
+        // Not stored, fused: gate rows then up rows of each expert.
+        let parts = ix
+            .expert_parts("blk.1.ffn_gate_up_exps.weight", ty, e, x, 2 * f * row)
+            .unwrap();
+        assert_eq!(
+            parts
+                .iter()
+                .map(|p| (p.offset, p.bytes))
+                .collect::<Vec<_>>(),
+            [(gate.offset, f * row), (up.offset, f * row)]
+        );
+        // A shape or type the parts do not have is not theirs.
+        assert!(ix
+            .expert_parts("blk.1.ffn_gate_up_exps.weight", ty, e, x, f * row)
+            .is_none());
+        let f32 = ggml_sys::GGML_TYPE_F32;
+        assert!(ix
+            .expert_parts("blk.1.ffn_gate_up_exps.weight", f32, e, x, 2 * f * row)
+            .is_none());
+        assert!(ix
+            .expert_parts("blk.1.ffn_down_up_exps.weight", ty, e, x, 2 * f * row)
+            .is_none());
+        let fused = ix.fused_infos();
+        assert_eq!(fused.len(), spec.n_layer as usize);
+        assert_eq!(fused[1].name, "blk.1.ffn_gate_up_exps.weight");
+        assert_eq!(
+            (fused[1].ty, fused[1].ne),
+            (ty, [e, 2 * f as i64, x as i64, 1])
+        );
     }
 }

@@ -211,3 +211,13 @@ fn gpt_oss() {
 fn gemma4() {
     coverage(SynthArch::Gemma4);
 }
+
+#[test]
+fn qwen35moe() {
+    coverage(SynthArch::Qwen35Moe);
+}
+
+#[test]
+fn nemotron_h_moe() {
+    coverage(SynthArch::NemotronHMoe);
+}

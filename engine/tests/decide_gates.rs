@@ -244,3 +244,57 @@ fn g18c_sum_scoring_equals_first_token_and_teacher_forcing() {
     assert_eq!(again.reuse, ReuseOutcome::Hit);
     assert_eq!(bits(&again), bits(&r));
 }
+
+/// G18b on a memory with a recurrent state (hybrid models): it cannot drop the tail of a
+/// sequence, so reuse keeps a prefix only by restoring the state saved where the rendered prefix
+/// ends; `auto` must still equal `off` bit for bit and `on` keep every `best`, and the trace must
+/// really restore (a repeated decision hits).
+fn g18b_recurrent(arch: bmoe_engine::synth::SynthArch) {
+    let spec = bmoe_engine::synth::SynthSpec::preset(bmoe_engine::synth::Preset::Tiny, arch);
+    let m = Model::load(&LoadOptions::new(common::model(
+        &format!("decide-{}", arch.name()),
+        &spec,
+    )))
+    .unwrap();
+    let off = replay(&m, PrefixReuse::Off);
+    let on = replay(&m, PrefixReuse::On);
+    let auto = replay(&m, PrefixReuse::Auto);
+    let mut worst = 0.0f64;
+    for (i, ((a, b), c)) in off.iter().zip(&on).zip(&auto).enumerate() {
+        assert_eq!(
+            bits(a),
+            bits(c),
+            "{}: decision {i}: auto != off",
+            arch.name()
+        );
+        assert_eq!(
+            a.best,
+            b.best,
+            "{}: decision {i}: best differs",
+            arch.name()
+        );
+        worst = worst.max(max_delta(a, b));
+    }
+    assert!(worst <= 1e-2, "{}: {worst}", arch.name());
+    for (what, runs) in [("on", &on), ("auto", &auto)] {
+        let outcomes: Vec<&str> = runs.iter().map(|r| r.reuse.as_str()).collect();
+        for o in ["restore", "hit"] {
+            assert!(outcomes.contains(&o), "{what}: no {o} in {outcomes:?}");
+        }
+        let reused: u32 = runs.iter().map(|r| r.n_reused).sum();
+        eprintln!(
+            "G18b {} {what}: kept {reused} prompt tokens; max |delta| on vs off {worst:e}",
+            arch.name()
+        );
+    }
+}
+
+#[test]
+fn g18b_recurrent_qwen35moe() {
+    g18b_recurrent(bmoe_engine::synth::SynthArch::Qwen35Moe);
+}
+
+#[test]
+fn g18b_recurrent_nemotron_h_moe() {
+    g18b_recurrent(bmoe_engine::synth::SynthArch::NemotronHMoe);
+}

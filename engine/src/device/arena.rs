@@ -40,8 +40,9 @@ struct ExpertWeight {
     off: usize,
     host: Binding,
     expert_bytes: usize,
-    /// (file, offset of expert 0) when experts are streamed: read from the GGUF, not the host.
-    file: Option<(usize, u64)>,
+    /// Each expert's pieces in the GGUF when experts are streamed: read from the file, not the
+    /// host (one piece unless the tensor is a fused one the file stores as its parts).
+    file: Option<Vec<crate::gguf_index::ExpertPart>>,
 }
 
 struct Layer {
@@ -217,12 +218,19 @@ impl Arena {
                 n_expert = n_expert.max(t.ne()[2] as usize);
                 max_read = max_read.max(expert_bytes);
                 let file = match streamed {
-                    Some(index) => {
-                        let loc = index
-                            .get(name)
-                            .ok_or_else(|| format!("tensor {name} is not in the GGUF index"))?;
-                        Some((loc.file, loc.offset))
-                    }
+                    Some(index) => Some(
+                        index
+                            .expert_parts(
+                                name,
+                                t.layout().ty(),
+                                t.ne()[0],
+                                t.ne()[2] as u64,
+                                expert_bytes,
+                            )
+                            .ok_or_else(|| {
+                                format!("tensor {name}: its experts are not in the GGUF")
+                            })?,
+                    ),
                     None => None,
                 };
                 layer.experts.push(ExpertWeight {
@@ -455,8 +463,13 @@ impl Arena {
         for (e, _) in which.iter().enumerate().filter(|(_, &w)| w) {
             for w in &layer.experts {
                 let at = e * w.expert_bytes;
-                let source = match w.file {
-                    Some((file, offset)) => Source::File(file, offset + at as u64),
+                let source = match &w.file {
+                    Some(parts) => Source::File(
+                        parts
+                            .iter()
+                            .map(|p| (p.file, p.offset + (e * p.bytes) as u64, p.bytes))
+                            .collect(),
+                    ),
                     None => Source::Host(w.host, at),
                 };
                 jobs.push(Job {

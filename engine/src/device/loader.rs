@@ -25,8 +25,8 @@ pub enum Source {
     Host(Binding, usize),
     /// Bytes the arena owns (a weight converted at load for the device).
     Owned(Arc<Vec<u8>>),
-    /// The GGUF: file index and absolute offset.
-    File(usize, u64),
+    /// The GGUF: one expert's pieces (file, absolute offset, bytes), read one after another.
+    File(Vec<(usize, u64, usize)>),
 }
 
 /// Where a job's bytes go.
@@ -240,18 +240,22 @@ fn run(
             &all[off..off + job.len]
         }
         Source::Owned(b) => b.as_slice(),
-        &Source::File(file, offset) => {
+        Source::File(parts) => {
             let reader = reader.ok_or("no reader for an expert read")?;
-            if job.len > max_read {
+            if job.len > max_read || parts.iter().map(|p| p.2).sum::<usize>() != job.len {
                 return Err(format!(
-                    "expert read of {} bytes is over the limit",
+                    "expert read of {} bytes is over the limit or not its pieces' sum",
                     job.len
                 ));
             }
             buf.resize(job.len, 0);
-            reader
-                .read(lane, file, offset, buf)
-                .map_err(|e| format!("reading experts for the device: {e}"))?;
+            let mut at = 0;
+            for &(file, offset, len) in parts {
+                reader
+                    .read(lane, file, offset, &mut buf[at..at + len])
+                    .map_err(|e| format!("reading experts for the device: {e}"))?;
+                at += len;
+            }
             buf
         }
     };

@@ -193,6 +193,17 @@ impl LlamaModel {
         unsafe { sys::llama_model_n_swa(self.raw()).max(0) as u32 }
     }
 
+    /// Whether the model's memory keeps a recurrent state per sequence (a recurrent or hybrid
+    /// model): such a memory holds one state per sequence, at its last position, so it cannot
+    /// drop the tail of a sequence nor copy part of one (llama-memory-recurrent.cpp:198-213,
+    /// 261-296).
+    pub fn has_recurrent_state(&self) -> bool {
+        // SAFETY: read-only queries on a live model.
+        unsafe {
+            sys::llama_model_is_recurrent(self.raw()) || sys::llama_model_is_hybrid(self.raw())
+        }
+    }
+
     /// Training context length.
     pub fn n_ctx_train(&self) -> u32 {
         // SAFETY: read-only query on a live model.

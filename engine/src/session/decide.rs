@@ -467,8 +467,18 @@ impl Session<'_> {
                 for (k, &(i, start)) in chunk.iter().enumerate() {
                     let seq = k as i32 + 1;
                     let c = &choices[i];
+                    // A recurrent state cannot be copied up to a position: a choice that parts
+                    // from the prompt before its end (it merged with the prompt's last token)
+                    // runs from the first token in a sequence of its own.
+                    let start = if self.recurrent && start < ctx_len {
+                        0
+                    } else {
+                        start
+                    };
                     self.ctx.seq_rm(seq, -1, -1);
-                    self.ctx.seq_cp(0, seq, 0, start as i32);
+                    if start > 0 {
+                        self.ctx.seq_cp(0, seq, 0, start as i32);
+                    }
                     for p in start..c.whole.len() - 1 {
                         rows.push((seq, p, c.whole[p], row_target(c, i, p, ctx_len)));
                     }

@@ -94,9 +94,12 @@ pub struct Session<'m> {
     /// Sequence 0's state saved at a boundary the next prompts are expected to repeat, for a
     /// memory that cannot keep a prefix by dropping the rest (sliding window, recurrent).
     pub(crate) saved: Option<reuse::Snapshot>,
-    /// Whether decisions save such states: the model has a sliding window, or the memory once
-    /// refused a partial removal.
+    /// Whether decisions save such states: the model has a sliding window or a recurrent state,
+    /// or the memory once refused a partial removal.
     pub(crate) snapshots: bool,
+    /// The memory keeps one recurrent state per sequence: a sequence copied from another holds
+    /// all of it, never a range of positions.
+    pub(crate) recurrent: bool,
     pub(crate) n_ctx: usize,
     pub(crate) n_vocab: usize,
     abort: Arc<AtomicBool>,
@@ -182,7 +185,8 @@ impl<'m> Session<'m> {
             last_logits: Vec::new(),
             prefix_reuse: opts.prefix_reuse,
             saved: None,
-            snapshots: model.raw.n_swa() > 0,
+            snapshots: model.raw.n_swa() > 0 || model.raw.has_recurrent_state(),
+            recurrent: model.raw.has_recurrent_state(),
             n_ctx,
             n_vocab: model.info.n_vocab as usize,
             abort,

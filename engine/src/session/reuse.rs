@@ -82,15 +82,18 @@ impl Session<'_> {
             }
         }
         // A sliding-window cache may already have dropped positions the kept prefix needs (the
-        // rule llama.cpp's own server applies before it reuses a slot).
+        // rule llama.cpp's own server applies before it reuses a slot). A recurrent state's
+        // smallest position is its last one (a hybrid memory reports the larger of its two
+        // minimums): the same test sends it here whenever the prefix is shorter than the cache.
         let pos_min = self.ctx.seq_pos_min(0);
         let n_swa = self.model.raw.n_swa() as usize;
         if pos_min > 0 && pos_min as usize > keep.saturating_sub(n_swa) {
-            return self.restore_or_miss(
-                tokens,
-                keep,
-                "sliding window already dropped part of the prefix",
-            );
+            let why = if self.recurrent {
+                "a recurrent state cannot drop part of a sequence"
+            } else {
+                "sliding window already dropped part of the prefix"
+            };
+            return self.restore_or_miss(tokens, keep, why);
         }
         // Recurrent and hybrid memories refuse to drop part of a sequence.
         if keep < self.kv.len() && !self.ctx.seq_rm(0, keep as i32, -1) {

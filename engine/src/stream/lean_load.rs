@@ -25,6 +25,9 @@ pub(crate) struct Unfilled {
     /// Tensors the architecture created that the file does not hold (optional ones llama.cpp's
     /// own load would have left out).
     absent: Vec<TensorPtr>,
+    /// Fused expert tensors the architecture created whose parts the file holds apart (see
+    /// `GgufIndex::expert_parts`): the streamer assembles each expert from its parts.
+    assembled: Vec<TensorPtr>,
     zeros: Region,
 }
 
@@ -53,11 +56,15 @@ fn load_err(index: &GgufIndex, reason: String) -> EngineError {
 /// Builds the model without reading tensor data. For a split GGUF llama.cpp is given one header
 /// holding the first shard's metadata and every shard's tensor table (llama.cpp types each
 /// tensor it creates from the header it is given).
+///
+/// A fused expert tensor the file stores as its parts is added to that header (see
+/// `GgufIndex::fused_infos`): llama.cpp creates it from a header alone whatever the file holds.
 pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result<Unfilled> {
-    let built = if index.files().len() > 1 {
-        let mut b = GgufBuilder::new(index.tensor_infos().len());
+    let fused = index.fused_infos();
+    let built = if index.files().len() > 1 || !fused.is_empty() {
+        let mut b = GgufBuilder::new(index.tensor_infos().len() + fused.len());
         b.copy_kv(index.header());
-        for t in index.tensor_infos() {
+        for t in index.tensor_infos().iter().chain(&fused) {
             let rank = t.ne.iter().rposition(|&n| n != 1).map_or(1, |i| i + 1);
             b.add_tensor(&t.name, t.ty, &t.ne[..rank]);
         }
@@ -79,6 +86,7 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
     let mut tensors = Vec::with_capacity(created.len());
     let mut largest = 0;
     let mut absent = Vec::new();
+    let mut assembled = Vec::new();
     for t in created {
         let name = t.name();
         let found = match (index.get(&name), infos.get(&name)) {
@@ -94,7 +102,13 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
         };
         let Some((loc, info)) = found else {
             largest = largest.max(t.nbytes());
-            absent.push(t);
+            let (ne, nb) = (t.ne(), t.nb());
+            let parts = index.expert_parts(&name, t.layout().ty(), ne[0], ne[2] as u64, nb[2]);
+            if parts.is_some_and(|p| p.len() > 1) {
+                assembled.push(t);
+            } else {
+                absent.push(t);
+            }
             continue;
         };
         // What llama.cpp's own load checks (shape and type from the header, size in the file).
@@ -117,13 +131,19 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
     }
     let zeros = Region::reserve(largest)
         .map_err(|e| load_err(index, format!("reserving address space: {e}")))?;
-    for t in tensors.iter().map(|(t, _)| t).chain(&absent) {
+    for t in tensors
+        .iter()
+        .map(|(t, _)| t)
+        .chain(&absent)
+        .chain(&assembled)
+    {
         t.rebind(zeros.as_mut_ptr());
     }
     Ok(Unfilled {
         raw,
         tensors,
         absent,
+        assembled,
         zeros,
     })
 }
@@ -234,6 +254,13 @@ impl Unfilled {
             .values()
             .flat_map(|roles| roles.values().copied())
             .collect();
+        // Only the streamer fills an assembled tensor, and only the expert matrices it streams.
+        if let Some(t) = self.assembled.iter().find(|t| !experts.contains(t)) {
+            return Ok(Err(format!(
+                "the architecture creates {}, which the file holds as separate parts, and no expert matmul reads it",
+                t.name()
+            )));
+        }
         let mut maps = Vec::new();
         for (path, _) in index.files() {
             let f = File::open(path).map_err(|e| {

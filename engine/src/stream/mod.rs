@@ -46,10 +46,10 @@ const INLINE_READ_BYTES: usize = 1 << 20;
 struct ExpertTensor {
     role: ExpertRole,
     ptr: TensorPtr,
-    file: usize,
-    /// Absolute offset of expert 0.
-    offset: u64,
-    /// Bytes per expert (`nb[2]`).
+    /// Where each expert's bytes are on disk, piece by piece (one piece unless the tensor is a
+    /// fused one the file stores as its parts).
+    parts: Vec<crate::gguf_index::ExpertPart>,
+    /// Bytes per expert in memory (`nb[2]`, the pieces' sum).
     expert_bytes: usize,
 }
 
@@ -130,26 +130,24 @@ impl Streamer {
             let mut layer_expert_bytes = 0u64;
             for (&role, &ptr) in roles {
                 let name = ptr.name();
-                let loc = index
-                    .get(&name)
-                    .ok_or_else(|| stream_err(format!("tensor {name} is not in the GGUF index")))?;
                 let ne = ptr.ne();
                 let expert_bytes = ptr.nb()[2];
-                if expert_bytes as u64 * ne[2] as u64 != loc.size || ptr.nbytes() as u64 != loc.size
-                {
-                    return Err(stream_err(format!(
-                        "tensor {name}: {} experts of {expert_bytes} bytes do not match its {} bytes in the file",
-                        ne[2], loc.size
-                    )));
-                }
+                let parts = index
+                    .expert_parts(&name, ptr.layout().ty(), ne[0], ne[2] as u64, expert_bytes)
+                    .filter(|_| ptr.nbytes() == expert_bytes * ne[2] as usize)
+                    .ok_or_else(|| {
+                        stream_err(format!(
+                            "tensor {name}: its {} experts of {expert_bytes} bytes are not in the GGUF, neither stored as such nor as the parts of a fused tensor",
+                            ne[2]
+                        ))
+                    })?;
                 n_expert = n_expert.max(ne[2] as u32);
                 max_read = max_read.max(expert_bytes);
                 layer_expert_bytes += expert_bytes as u64;
                 tensors.push(ExpertTensor {
                     role,
                     ptr,
-                    file: loc.file,
-                    offset: loc.offset,
+                    parts,
                     expert_bytes,
                 });
             }
@@ -396,7 +394,7 @@ impl Streamer {
             let Some(t) = layer.tensors.iter().find(|t| t.ptr.data() == base) else {
                 continue;
             };
-            let (file, offset, eb) = (t.file, t.offset, t.expert_bytes);
+            let eb = t.expert_bytes;
             for (e, dst) in region
                 .as_mut_slice()
                 .chunks_mut(eb)
@@ -404,7 +402,12 @@ impl Streamer {
                 .take(misses.len())
             {
                 if misses[e] {
-                    jobs.push((dst, file, offset + (e * eb) as u64));
+                    let mut rest = dst;
+                    for p in &t.parts {
+                        let (piece, tail) = rest.split_at_mut(p.bytes);
+                        jobs.push((piece, p.file, p.offset + (e * p.bytes) as u64));
+                        rest = tail;
+                    }
                 }
             }
         }
@@ -508,8 +511,7 @@ impl Streamer {
             .tensors
             .iter()
             .map(|t| prefetch::Source {
-                file: t.file,
-                offset: t.offset,
+                parts: t.parts.clone(),
                 expert_bytes: t.expert_bytes,
             })
             .collect();

@@ -125,11 +125,11 @@ struct Staged {
 }
 
 /// Where one expert tensor of a layer lives in the file.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Source {
-    pub(crate) file: usize,
-    /// Absolute offset of expert 0.
-    pub(crate) offset: u64,
+    /// Each expert's pieces on disk, in memory order.
+    pub(crate) parts: Vec<crate::gguf_index::ExpertPart>,
+    /// Bytes of one expert (the pieces' sum).
     pub(crate) expert_bytes: usize,
 }
 
@@ -201,10 +201,18 @@ impl Prefetcher {
                     .iter()
                     .map(|s| {
                         let mut buf = Region::reserve(s.expert_bytes)?;
-                        let off = s.offset + e as u64 * s.expert_bytes as u64;
-                        reader
-                            .read(lane, s.file, off, &mut buf.as_mut_slice()[..s.expert_bytes])
-                            .map(|_| buf)
+                        let mut at = 0;
+                        for p in &s.parts {
+                            let off = p.offset + e as u64 * p.bytes as u64;
+                            reader.read(
+                                lane,
+                                p.file,
+                                off,
+                                &mut buf.as_mut_slice()[at..at + p.bytes],
+                            )?;
+                            at += p.bytes;
+                        }
+                        Ok(buf)
                     })
                     .collect();
                 // The streamer may be gone (model dropped): nothing to deliver to.

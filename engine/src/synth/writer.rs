@@ -54,7 +54,9 @@ fn shard_paths(path: &Path, n: u32) -> Vec<PathBuf> {
 
 fn tensor_type(spec: &SynthSpec, role: Role) -> sys::ggml_type {
     match role {
-        Role::Norm | Role::Router | Role::Bias | Role::Scale => sys::GGML_TYPE_F32,
+        Role::Norm | Role::Router | Role::Bias | Role::Scale | Role::Small | Role::Decay => {
+            sys::GGML_TYPE_F32
+        }
         Role::Embedding | Role::Dense => spec.dense_type.ggml(),
         Role::Expert => spec.expert_type.ggml(),
     }
@@ -88,6 +90,15 @@ fn slice_values(spec: &SynthSpec, t: &TensorPlan, index: u64, perm: &[usize]) ->
                 .collect()
         }
         Role::Dense | Role::Expert => rng.fill(ne0 * rows, (3.0 / ne0 as f32).sqrt()),
+        // Small beside what they act on: a selection bias of this size reorders close experts
+        // without picking the same few for every token.
+        Role::Small => rng.fill(ne0 * rows, 0.1),
+        // In [-1, -0.25): every step keeps between about a third and most of the state.
+        Role::Decay => rng
+            .fill(ne0 * rows, 1.0)
+            .into_iter()
+            .map(|u| -0.25 - 0.75 * u.abs())
+            .collect(),
         Role::Router => {
             let mut v = rng.fill(ne0 * rows, (3.0 / ne0 as f32).sqrt());
             if spec.router_skew > 0.0 {
@@ -189,16 +200,29 @@ pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
         std::fs::rename(&tmp, p).map_err(|e| io_err(p, e))?;
         bytes += padded;
     }
+    // One expert of one MoE layer: its slice of every expert tensor of that layer (whatever the
+    // architecture's matrices and widths are).
     let ety = spec.expert_type.ggml();
-    let (e, f) = (spec.n_embd as usize, spec.n_ff_exp as usize);
-    let expert_bytes = (2 * quant::row_size(ety, e) * f + quant::row_size(ety, f) * e) as u64;
+    let first_moe = plans
+        .iter()
+        .find(|t| t.role == Role::Expert)
+        .and_then(|t| t.layer);
+    let expert_bytes: u64 = plans
+        .iter()
+        .filter(|t| t.role == Role::Expert && t.layer == first_moe)
+        .map(|t| (quant::row_size(ety, t.ne[0] as usize) * t.ne[1] as usize) as u64)
+        .sum();
+    let n_moe_layers = plans
+        .iter()
+        .filter(|t| t.role == Role::Expert)
+        .filter_map(|t| t.layer)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len() as u64;
     Ok(SynthReport {
         files: paths,
         bytes,
         n_tensors: plans.len(),
         expert_bytes,
-        routed_bytes_per_token: expert_bytes
-            * u64::from(spec.n_expert_used)
-            * u64::from(spec.n_layer),
+        routed_bytes_per_token: expert_bytes * u64::from(spec.n_expert_used) * n_moe_layers,
     })
 }

@@ -3,6 +3,8 @@
 //! lines of its own lives in a file here named for it; this module dispatches.
 mod gemma4;
 mod gpt_oss;
+mod nemotron_h_moe;
+mod qwen35moe;
 
 use super::spec::SynthSpec;
 use crate::error::{EngineError, Result};
@@ -21,6 +23,10 @@ pub enum SynthArch {
     GptOss,
     /// Gemma 4 MoE: a shared MLP beside fused gate_up experts with a per-expert scale.
     Gemma4,
+    /// Qwen3.5/3.6 MoE: Gated-DeltaNet (recurrent) and gated attention layers, a shared expert.
+    Qwen35Moe,
+    /// Nemotron-H MoE: Mamba2, attention and MoE blocks; ungated ReLU² experts, latent projections.
+    NemotronHMoe,
 }
 
 /// What a tensor holds, which decides how its data is made.
@@ -40,6 +46,10 @@ pub(crate) enum Role {
     Bias,
     /// Scales some op multiplies by: values around one, F32.
     Scale,
+    /// Small F32 values, for what a non-matmul op reads (convolution kernels, biases, gates).
+    Small,
+    /// Negative F32 values: a recurrent layer's decay rates (`A`), so its state fades.
+    Decay,
 }
 
 /// One tensor to write.
@@ -61,6 +71,8 @@ impl SynthArch {
             SynthArch::Llama => "llama",
             SynthArch::GptOss => "gpt-oss",
             SynthArch::Gemma4 => "gemma4",
+            SynthArch::Qwen35Moe => "qwen35moe",
+            SynthArch::NemotronHMoe => "nemotron_h_moe",
         }
     }
 
@@ -72,12 +84,22 @@ impl SynthArch {
             "llama" => SynthArch::Llama,
             "gpt-oss" => SynthArch::GptOss,
             "gemma4" => SynthArch::Gemma4,
+            "qwen35moe" => SynthArch::Qwen35Moe,
+            "nemotron_h_moe" => SynthArch::NemotronHMoe,
             _ => return None,
         })
     }
 
     /// The names `parse` accepts.
-    pub const NAMES: &'static [&'static str] = &["qwen3moe", "olmoe", "llama", "gpt-oss", "gemma4"];
+    pub const NAMES: &'static [&'static str] = &[
+        "qwen3moe",
+        "olmoe",
+        "llama",
+        "gpt-oss",
+        "gemma4",
+        "qwen35moe",
+        "nemotron_h_moe",
+    ];
 
     /// What sets this architecture apart, in one line (`bmoe archs`).
     pub fn about(self) -> &'static str {
@@ -91,6 +113,8 @@ impl SynthArch {
             SynthArch::Llama => "dense (no experts): the paths that must refuse or ignore experts",
             SynthArch::GptOss => gpt_oss::ABOUT,
             SynthArch::Gemma4 => gemma4::ABOUT,
+            SynthArch::Qwen35Moe => qwen35moe::ABOUT,
+            SynthArch::NemotronHMoe => nemotron_h_moe::ABOUT,
         }
     }
 
@@ -105,7 +129,11 @@ impl SynthArch {
             // OLMoE normalises q/k over the full width before splitting heads: no GQA.
             s.n_head_kv = s.n_head;
         }
-        s
+        match self {
+            SynthArch::Qwen35Moe => qwen35moe::adjust(s),
+            SynthArch::NemotronHMoe => nemotron_h_moe::adjust(s),
+            _ => s,
+        }
     }
 
     pub(crate) fn validate(self, s: &SynthSpec) -> Result<()> {
@@ -114,6 +142,9 @@ impl SynthArch {
                 "olmoe needs kv heads == heads (got {} and {})",
                 s.n_head_kv, s.n_head
             )));
+        }
+        if self == SynthArch::NemotronHMoe {
+            return nemotron_h_moe::validate(s);
         }
         Ok(())
     }
@@ -148,6 +179,8 @@ impl SynthArch {
             }
             SynthArch::GptOss => gpt_oss::write_metadata(a, s, g),
             SynthArch::Gemma4 => gemma4::write_metadata(a, s, g),
+            SynthArch::Qwen35Moe => qwen35moe::write_metadata(s, g),
+            SynthArch::NemotronHMoe => nemotron_h_moe::write_metadata(s, g),
         }
     }
 
@@ -155,6 +188,8 @@ impl SynthArch {
         match self {
             SynthArch::GptOss => return gpt_oss::tensors(s, n_vocab),
             SynthArch::Gemma4 => return gemma4::tensors(s, n_vocab),
+            SynthArch::Qwen35Moe => return qwen35moe::tensors(s, n_vocab),
+            SynthArch::NemotronHMoe => return nemotron_h_moe::tensors(s, n_vocab),
             _ => {}
         }
         let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
@@ -184,7 +219,7 @@ impl SynthArch {
         let qk_norm = match self {
             SynthArch::Qwen3Moe => Some((hd, hd)),
             SynthArch::Olmoe => Some((h * hd, hkv * hd)),
-            SynthArch::Llama | SynthArch::GptOss | SynthArch::Gemma4 => None,
+            _ => None,
         };
         for il in 0..s.n_layer {
             let l = Some(il);
