@@ -175,3 +175,18 @@ fn qwen3moe() {
 fn olmoe() {
     coverage(SynthArch::Olmoe);
 }
+
+#[test]
+fn qwen2moe() {
+    coverage(SynthArch::Qwen2Moe);
+}
+
+#[test]
+fn glm4moe() {
+    coverage(SynthArch::Glm4Moe);
+}
+
+#[test]
+fn deepseek2() {
+    coverage(SynthArch::Deepseek2);
+}

@@ -54,13 +54,14 @@ fn shard_paths(path: &Path, n: u32) -> Vec<PathBuf> {
 
 fn tensor_type(spec: &SynthSpec, role: Role) -> sys::ggml_type {
     match role {
-        Role::Norm | Role::Router => sys::GGML_TYPE_F32,
+        Role::Norm | Role::Router | Role::Bias => sys::GGML_TYPE_F32,
         Role::Embedding | Role::Dense => spec.dense_type.ggml(),
         Role::Expert => spec.expert_type.ggml(),
     }
 }
 
-/// The f32 values of one 2-D slice (a whole tensor, or expert `index` of an expert tensor).
+/// The f32 values of one 2-D slice (a whole 2-D tensor, or slice `index` along `ne2` of a 3-D
+/// one: an expert of an expert tensor).
 fn slice_values(spec: &SynthSpec, t: &TensorPlan, index: u64, perm: &[usize]) -> Vec<f32> {
     let ne0 = t.ne[0] as usize;
     let rows: usize = t.ne[1..]
@@ -81,6 +82,8 @@ fn slice_values(spec: &SynthSpec, t: &TensorPlan, index: u64, perm: &[usize]) ->
                 .collect()
         }
         Role::Dense | Role::Expert => rng.fill(ne0 * rows, (3.0 / ne0 as f32).sqrt()),
+        // Large enough to change which experts a biased selection picks.
+        Role::Bias => rng.fill(ne0 * rows, 0.1),
         Role::Router => {
             let mut v = rng.fill(ne0 * rows, (3.0 / ne0 as f32).sqrt());
             if spec.router_skew > 0.0 {
@@ -112,7 +115,8 @@ fn tensor_bytes(spec: &SynthSpec, t: &TensorPlan) -> Vec<u8> {
     let ty = tensor_type(spec, t.role);
     let ne0 = t.ne[0] as usize;
     let perm = t.layer.map(|l| layer_perm(spec, l)).unwrap_or_default();
-    if t.role == Role::Expert {
+    // 3-D tensors (experts, MLA's per-head matrices) are made and quantized a slice at a time.
+    if t.ne.len() > 2 {
         let n = t.ne[2] as u64;
         let parts: Vec<Vec<u8>> = (0..n)
             .into_par_iter()
@@ -130,6 +134,18 @@ pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
     spec.validate()?;
     crate::ffi::backend_init();
     let plans = spec.arch.tensors(spec, vocab::N_VOCAB);
+    for t in &plans {
+        let ty = tensor_type(spec, t.role);
+        let b = quant::block_size(ty) as i64;
+        if t.ne[0] % b != 0 {
+            return Err(EngineError::Synth(format!(
+                "tensor {}: type {} packs rows in blocks of {b}, but a row is {} wide",
+                t.name,
+                quant::type_name(ty),
+                t.ne[0]
+            )));
+        }
+    }
     let paths = shard_paths(path, spec.split);
     let per_shard = spec.n_layer.div_ceil(spec.split);
     let shard_of = |t: &TensorPlan| t.layer.map(|l| l / per_shard).unwrap_or(0) as usize;

@@ -5,6 +5,10 @@ use super::spec::SynthSpec;
 use crate::error::{EngineError, Result};
 use crate::ffi::gguf::GgufBuilder;
 
+mod deepseek2;
+mod glm4moe;
+mod qwen2moe;
+
 /// Architectures `synth` can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SynthArch {
@@ -14,6 +18,12 @@ pub enum SynthArch {
     Olmoe,
     /// Llama: a dense model (no experts), for the paths that must refuse or ignore experts.
     Llama,
+    /// Qwen2-MoE: a shared expert behind its own sigmoid gate.
+    Qwen2Moe,
+    /// GLM-4.5: leading dense layer, shared expert, biased sigmoid routing.
+    Glm4Moe,
+    /// DeepSeek-V3: MLA attention, leading dense layer, shared expert, grouped biased routing.
+    Deepseek2,
 }
 
 /// What a tensor holds, which decides how its data is made.
@@ -29,6 +39,8 @@ pub(crate) enum Role {
     Router,
     /// Routed experts `[ne0, ne1, n_expert]` in the expert type.
     Expert,
+    /// A bias (added, not multiplied): small values, F32.
+    Bias,
 }
 
 /// One tensor to write.
@@ -41,6 +53,16 @@ pub(crate) struct TensorPlan {
     pub layer: Option<u32>,
 }
 
+/// A `TensorPlan`.
+pub(super) fn plan(name: String, ne: Vec<i64>, role: Role, layer: Option<u32>) -> TensorPlan {
+    TensorPlan {
+        name,
+        ne,
+        role,
+        layer,
+    }
+}
+
 impl SynthArch {
     /// llama.cpp's architecture string.
     pub fn name(self) -> &'static str {
@@ -48,6 +70,9 @@ impl SynthArch {
             SynthArch::Qwen3Moe => "qwen3moe",
             SynthArch::Olmoe => "olmoe",
             SynthArch::Llama => "llama",
+            SynthArch::Qwen2Moe => "qwen2moe",
+            SynthArch::Glm4Moe => "glm4moe",
+            SynthArch::Deepseek2 => "deepseek2",
         }
     }
 
@@ -57,12 +82,22 @@ impl SynthArch {
             "qwen3moe" => SynthArch::Qwen3Moe,
             "olmoe" => SynthArch::Olmoe,
             "llama" => SynthArch::Llama,
+            "qwen2moe" => SynthArch::Qwen2Moe,
+            "glm4moe" => SynthArch::Glm4Moe,
+            "deepseek2" => SynthArch::Deepseek2,
             _ => return None,
         })
     }
 
     /// The names `parse` accepts.
-    pub const NAMES: &'static [&'static str] = &["qwen3moe", "olmoe", "llama"];
+    pub const NAMES: &'static [&'static str] = &[
+        "qwen3moe",
+        "olmoe",
+        "llama",
+        "qwen2moe",
+        "glm4moe",
+        "deepseek2",
+    ];
 
     /// What sets this architecture apart, in one line (`bmoe archs`).
     pub fn about(self) -> &'static str {
@@ -74,6 +109,9 @@ impl SynthArch {
                 "attention with full-width q/k norms; gate/up/down experts, softmax top-k"
             }
             SynthArch::Llama => "dense (no experts): the paths that must refuse or ignore experts",
+            SynthArch::Qwen2Moe => qwen2moe::ABOUT,
+            SynthArch::Glm4Moe => glm4moe::ABOUT,
+            SynthArch::Deepseek2 => deepseek2::ABOUT,
         }
     }
 
@@ -83,7 +121,17 @@ impl SynthArch {
             // OLMoE normalises q/k over the full width before splitting heads: no GQA.
             s.n_head_kv = s.n_head;
         }
-        s
+        match self {
+            SynthArch::Qwen2Moe | SynthArch::Glm4Moe | SynthArch::Deepseek2 => {
+                let s = real_release_types(s);
+                if self == SynthArch::Deepseek2 {
+                    deepseek2::adjust(s)
+                } else {
+                    s
+                }
+            }
+            _ => s,
+        }
     }
 
     pub(crate) fn validate(self, s: &SynthSpec) -> Result<()> {
@@ -93,7 +141,11 @@ impl SynthArch {
                 s.n_head_kv, s.n_head
             )));
         }
-        Ok(())
+        match self {
+            SynthArch::Glm4Moe => glm4moe::validate(s),
+            SynthArch::Deepseek2 => deepseek2::validate(s),
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn write_metadata(self, s: &SynthSpec, g: &mut GgufBuilder) {
@@ -124,10 +176,19 @@ impl SynthArch {
             SynthArch::Olmoe | SynthArch::Llama => {
                 g.set_u32(&format!("{a}.feed_forward_length"), s.n_ff_exp);
             }
+            SynthArch::Qwen2Moe => qwen2moe::metadata(s, g),
+            SynthArch::Glm4Moe => glm4moe::metadata(s, g),
+            SynthArch::Deepseek2 => deepseek2::metadata(s, g),
         }
     }
 
     pub(crate) fn tensors(self, s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
+        match self {
+            SynthArch::Qwen2Moe => return qwen2moe::tensors(s, n_vocab),
+            SynthArch::Glm4Moe => return glm4moe::tensors(s, n_vocab),
+            SynthArch::Deepseek2 => return deepseek2::tensors(s, n_vocab),
+            _ => {}
+        }
         let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
         let (hd, h, hkv) = (
             i64::from(s.head_dim()),
@@ -155,7 +216,7 @@ impl SynthArch {
         let qk_norm = match self {
             SynthArch::Qwen3Moe => Some((hd, hd)),
             SynthArch::Olmoe => Some((h * hd, hkv * hd)),
-            SynthArch::Llama => None,
+            _ => None,
         };
         for il in 0..s.n_layer {
             let l = Some(il);
@@ -189,4 +250,17 @@ impl SynthArch {
         }
         out
     }
+}
+
+/// The types of the real Q4_K_M releases where the preset's shapes allow them: Q4_K experts when
+/// their rows come in whole 256-blocks (the presets' Q4_0 stands in for it otherwise).
+fn real_release_types(mut s: SynthSpec) -> SynthSpec {
+    let k = crate::ffi::quant::block_size(super::spec::WeightType::Q4_K.ggml()) as u32;
+    if s.expert_type == super::spec::WeightType::Q4_0
+        && s.n_embd.is_multiple_of(k)
+        && s.n_ff_exp.is_multiple_of(k)
+    {
+        s.expert_type = super::spec::WeightType::Q4_K;
+    }
+    s
 }
