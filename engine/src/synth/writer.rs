@@ -198,13 +198,18 @@ pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
     let ety = spec.expert_type.ggml();
     let (e, f) = (spec.n_embd as usize, spec.n_ff_exp as usize);
     let expert_bytes = (2 * quant::row_size(ety, e) * f + quant::row_size(ety, f) * e) as u64;
+    // Leading dense layers route nothing.
+    let moe_layers = plans
+        .iter()
+        .filter(|t| t.role == Role::Expert)
+        .filter_map(|t| t.layer)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len() as u64;
     Ok(SynthReport {
         files: paths,
         bytes,
         n_tensors: plans.len(),
         expert_bytes,
-        routed_bytes_per_token: expert_bytes
-            * u64::from(spec.n_expert_used)
-            * u64::from(spec.n_layer),
+        routed_bytes_per_token: expert_bytes * u64::from(spec.n_expert_used) * moe_layers,
     })
 }
