@@ -221,7 +221,15 @@ impl Model {
         // absent optional tensor no neutral value stands in for) loads the llama.cpp way, which
         // reads the whole file, and says so.
         let unfilled = match &opts.stream {
-            Some(so) if !so.llama_load => Some(lean_load::load_unfilled(&index, &params)?),
+            Some(so) if !so.llama_load => match lean_load::unsupported(&index, &arch) {
+                None => Some(lean_load::load_unfilled(&index, &params)?),
+                Some(why) => {
+                    warnings.push(format!(
+                        "loading the whole file the llama.cpp way ({why}): the load reads every expert once"
+                    ));
+                    None
+                }
+            },
             _ => None,
         };
         let lean = match unfilled {

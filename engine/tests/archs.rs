@@ -221,3 +221,18 @@ fn qwen35moe() {
 fn nemotron_h_moe() {
     coverage(SynthArch::NemotronHMoe);
 }
+
+#[test]
+fn qwen2moe() {
+    coverage(SynthArch::Qwen2Moe);
+}
+
+#[test]
+fn glm4moe() {
+    coverage(SynthArch::Glm4Moe);
+}
+
+#[test]
+fn deepseek2() {
+    coverage(SynthArch::Deepseek2);
+}

@@ -97,13 +97,18 @@ pub fn read_ids(t: &sys::ggml_tensor) -> Option<Vec<i32>> {
     decode_ids(t, raw)
 }
 
+/// How many first sources `router_input` follows from a routing node before giving up.
+const ROUTER_DEPTH: usize = 16;
+
 /// The input a routing node's router read: following `ffn_moe_topk`'s first sources down to the
 /// matmul whose matrix is a weight (the router), that matmul's activation, as f32 rows of
 /// `ne[0]` values (one per token), when it is a contiguous host F32 tensor. It is still live at
 /// the routing node: the expert matmuls that follow read it too.
 pub fn router_input(topk: &sys::ggml_tensor) -> Option<(usize, Vec<f32>)> {
     let mut t = topk;
-    for _ in 0..8 {
+    // Plain softmax routing puts 3 nodes between the top-k and the router's matmul; a selection
+    // bias and top-k over expert groups (reshape, fill, set_rows, reshape, add, sigmoid) put 8.
+    for _ in 0..ROUTER_DEPTH {
         if t.op == sys::GGML_OP_MUL_MAT && src(t, 0).is_some_and(|w| is_weight(view_root(w))) {
             let x = src(t, 1)?;
             if x.type_ != sys::GGML_TYPE_F32 || x.data.is_null() || x.buffer.is_null() {

@@ -53,6 +53,20 @@ fn load_err(index: &GgufIndex, reason: String) -> EngineError {
     }
 }
 
+/// Why llama.cpp's metadata-only load cannot build this model, when it cannot: a model that
+/// declares NextN/MTP blocks (`<arch>.nextn_predict_layers`, GLM-4.5, DeepSeek-V3) aborts the
+/// process there, the skipped MTP tensors having no file to be skipped from
+/// (`GGML_ASSERT(buft != nullptr)`, llama-model-loader.cpp:1329).
+pub(crate) fn unsupported(index: &GgufIndex, arch: &str) -> Option<String> {
+    let key = format!("{arch}.nextn_predict_layers");
+    match index.get_u64(&key) {
+        Some(n) if n > 0 => Some(format!(
+            "{key} = {n}: llama.cpp's load from the header alone asserts on MTP blocks"
+        )),
+        _ => None,
+    }
+}
+
 /// Builds the model without reading tensor data. For a split GGUF llama.cpp is given one header
 /// holding the first shard's metadata and every shard's tensor table (llama.cpp types each
 /// tensor it creates from the header it is given).
@@ -162,6 +176,8 @@ enum Neutral {
 /// gathers) to the arithmetic that consumes them. `Ok(None)`: nothing reads it. `Err(op)`: an op
 /// for which no value is neutral (a matmul, a norm, ...).
 fn neutral_value(capture: &Capture, t: TensorPtr) -> std::result::Result<Option<Neutral>, String> {
+    let op_of: std::collections::HashMap<usize, ggml_sys::ggml_op> =
+        capture.nodes.iter().map(|n| (n.addr, n.op)).collect();
     let mut found = None;
     let mut stack = vec![t.raw() as usize];
     let mut seen = std::collections::HashSet::new();
@@ -187,6 +203,26 @@ fn neutral_value(capture: &Capture, t: TensorPtr) -> std::result::Result<Option<
                         continue;
                     }
                     (ggml_sys::GGML_OP_ADD, _) | (ggml_sys::GGML_OP_ADD_ID, 1) => Neutral::Zero,
+                    // The weight of a norm: llama.cpp's graph builders often apply the norm only
+                    // when its weight exists (`if (attn_q_norm) Qcur = build_norm(..)`), so ones
+                    // would leave a normalisation llama.cpp's own load does not compute.
+                    (ggml_sys::GGML_OP_MUL, _)
+                        if n.srcs.iter().flatten().any(|s| {
+                            matches!(
+                                op_of.get(s),
+                                Some(
+                                    &(ggml_sys::GGML_OP_RMS_NORM
+                                        | ggml_sys::GGML_OP_NORM
+                                        | ggml_sys::GGML_OP_L2_NORM
+                                        | ggml_sys::GGML_OP_GROUP_NORM)
+                                )
+                            )
+                        }) =>
+                    {
+                        return Err(
+                            "it weights a norm, which the graph may compute only because the tensor exists".into(),
+                        );
+                    }
                     (ggml_sys::GGML_OP_MUL, _) => Neutral::One,
                     (op, slot) => {
                         return Err(format!("ggml op {op} reads it (source {slot})"));

@@ -62,7 +62,8 @@ fn tensor_type(spec: &SynthSpec, role: Role) -> sys::ggml_type {
     }
 }
 
-/// The f32 values of one 2-D slice (a whole tensor, or expert `index` of an expert tensor).
+/// The f32 values of one 2-D slice (a whole 2-D tensor, or slice `index` along `ne2` of a 3-D
+/// one: an expert of an expert tensor).
 fn slice_values(spec: &SynthSpec, t: &TensorPlan, index: u64, perm: &[usize]) -> Vec<f32> {
     let ne0 = t.ne[0] as usize;
     let rows: usize = t.ne[1..]
@@ -130,7 +131,8 @@ fn tensor_bytes(spec: &SynthSpec, t: &TensorPlan) -> Vec<u8> {
     let ty = tensor_type(spec, t.role);
     let ne0 = t.ne[0] as usize;
     let perm = t.layer.map(|l| layer_perm(spec, l)).unwrap_or_default();
-    if t.role == Role::Expert {
+    // 3-D tensors (experts, MLA's per-head matrices) are made and quantized a slice at a time.
+    if t.ne.len() > 2 {
         let n = t.ne[2] as u64;
         let parts: Vec<Vec<u8>> = (0..n)
             .into_par_iter()
@@ -150,6 +152,18 @@ pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
     let mut plans = spec.arch.tensors(spec, vocab::N_VOCAB);
     if spec.tied_output {
         plans.retain(|t| t.name != "output.weight");
+    }
+    for t in &plans {
+        let ty = tensor_type(spec, t.role);
+        let b = quant::block_size(ty) as i64;
+        if t.ne[0] % b != 0 {
+            return Err(EngineError::Synth(format!(
+                "tensor {}: type {} packs rows in blocks of {b}, but a row is {} wide",
+                t.name,
+                quant::type_name(ty),
+                t.ne[0]
+            )));
+        }
     }
     let paths = shard_paths(path, spec.split);
     let per_shard = spec.n_layer.div_ceil(spec.split);

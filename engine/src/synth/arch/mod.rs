@@ -10,6 +10,10 @@ use super::spec::SynthSpec;
 use crate::error::{EngineError, Result};
 use crate::ffi::gguf::GgufBuilder;
 
+mod deepseek2;
+mod glm4moe;
+mod qwen2moe;
+
 /// Architectures `synth` can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SynthArch {
@@ -27,6 +31,12 @@ pub enum SynthArch {
     Qwen35Moe,
     /// Nemotron-H MoE: Mamba2, attention and MoE blocks; ungated ReLU² experts, latent projections.
     NemotronHMoe,
+    /// Qwen2-MoE: a shared expert behind its own sigmoid gate.
+    Qwen2Moe,
+    /// GLM-4.5: leading dense layer, shared expert, biased sigmoid routing.
+    Glm4Moe,
+    /// DeepSeek-V3: MLA attention, leading dense layer, shared expert, grouped biased routing.
+    Deepseek2,
 }
 
 /// What a tensor holds, which decides how its data is made.
@@ -62,6 +72,16 @@ pub(crate) struct TensorPlan {
     pub layer: Option<u32>,
 }
 
+/// A `TensorPlan`.
+pub(super) fn plan(name: String, ne: Vec<i64>, role: Role, layer: Option<u32>) -> TensorPlan {
+    TensorPlan {
+        name,
+        ne,
+        role,
+        layer,
+    }
+}
+
 impl SynthArch {
     /// llama.cpp's architecture string.
     pub fn name(self) -> &'static str {
@@ -73,6 +93,9 @@ impl SynthArch {
             SynthArch::Gemma4 => "gemma4",
             SynthArch::Qwen35Moe => "qwen35moe",
             SynthArch::NemotronHMoe => "nemotron_h_moe",
+            SynthArch::Qwen2Moe => "qwen2moe",
+            SynthArch::Glm4Moe => "glm4moe",
+            SynthArch::Deepseek2 => "deepseek2",
         }
     }
 
@@ -86,6 +109,9 @@ impl SynthArch {
             "gemma4" => SynthArch::Gemma4,
             "qwen35moe" => SynthArch::Qwen35Moe,
             "nemotron_h_moe" => SynthArch::NemotronHMoe,
+            "qwen2moe" => SynthArch::Qwen2Moe,
+            "glm4moe" => SynthArch::Glm4Moe,
+            "deepseek2" => SynthArch::Deepseek2,
             _ => return None,
         })
     }
@@ -99,6 +125,9 @@ impl SynthArch {
         "gemma4",
         "qwen35moe",
         "nemotron_h_moe",
+        "qwen2moe",
+        "glm4moe",
+        "deepseek2",
     ];
 
     /// What sets this architecture apart, in one line (`bmoe archs`).
@@ -115,6 +144,9 @@ impl SynthArch {
             SynthArch::Gemma4 => gemma4::ABOUT,
             SynthArch::Qwen35Moe => qwen35moe::ABOUT,
             SynthArch::NemotronHMoe => nemotron_h_moe::ABOUT,
+            SynthArch::Qwen2Moe => qwen2moe::ABOUT,
+            SynthArch::Glm4Moe => glm4moe::ABOUT,
+            SynthArch::Deepseek2 => deepseek2::ABOUT,
         }
     }
 
@@ -132,6 +164,14 @@ impl SynthArch {
         match self {
             SynthArch::Qwen35Moe => qwen35moe::adjust(s),
             SynthArch::NemotronHMoe => nemotron_h_moe::adjust(s),
+            SynthArch::Qwen2Moe | SynthArch::Glm4Moe | SynthArch::Deepseek2 => {
+                let s = real_release_types(s);
+                if self == SynthArch::Deepseek2 {
+                    deepseek2::adjust(s)
+                } else {
+                    s
+                }
+            }
             _ => s,
         }
     }
@@ -143,10 +183,12 @@ impl SynthArch {
                 s.n_head_kv, s.n_head
             )));
         }
-        if self == SynthArch::NemotronHMoe {
-            return nemotron_h_moe::validate(s);
+        match self {
+            SynthArch::NemotronHMoe => nemotron_h_moe::validate(s),
+            SynthArch::Glm4Moe => glm4moe::validate(s),
+            SynthArch::Deepseek2 => deepseek2::validate(s),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     pub(crate) fn write_metadata(self, s: &SynthSpec, g: &mut GgufBuilder) {
@@ -181,6 +223,9 @@ impl SynthArch {
             SynthArch::Gemma4 => gemma4::write_metadata(a, s, g),
             SynthArch::Qwen35Moe => qwen35moe::write_metadata(s, g),
             SynthArch::NemotronHMoe => nemotron_h_moe::write_metadata(s, g),
+            SynthArch::Qwen2Moe => qwen2moe::metadata(s, g),
+            SynthArch::Glm4Moe => glm4moe::metadata(s, g),
+            SynthArch::Deepseek2 => deepseek2::metadata(s, g),
         }
     }
 
@@ -190,6 +235,9 @@ impl SynthArch {
             SynthArch::Gemma4 => return gemma4::tensors(s, n_vocab),
             SynthArch::Qwen35Moe => return qwen35moe::tensors(s, n_vocab),
             SynthArch::NemotronHMoe => return nemotron_h_moe::tensors(s, n_vocab),
+            SynthArch::Qwen2Moe => return qwen2moe::tensors(s, n_vocab),
+            SynthArch::Glm4Moe => return glm4moe::tensors(s, n_vocab),
+            SynthArch::Deepseek2 => return deepseek2::tensors(s, n_vocab),
             _ => {}
         }
         let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
@@ -253,4 +301,17 @@ impl SynthArch {
         }
         out
     }
+}
+
+/// The types of the real Q4_K_M releases where the preset's shapes allow them: Q4_K experts when
+/// their rows come in whole 256-blocks (the presets' Q4_0 stands in for it otherwise).
+fn real_release_types(mut s: SynthSpec) -> SynthSpec {
+    let k = crate::ffi::quant::block_size(super::spec::WeightType::Q4_K.ggml()) as u32;
+    if s.expert_type == super::spec::WeightType::Q4_0
+        && s.n_embd.is_multiple_of(k)
+        && s.n_ff_exp.is_multiple_of(k)
+    {
+        s.expert_type = super::spec::WeightType::Q4_K;
+    }
+    s
 }
