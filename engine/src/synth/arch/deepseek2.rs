@@ -110,7 +110,7 @@ pub(super) fn metadata(s: &SynthSpec, g: &mut GgufBuilder) {
 
 /// The tensors `load_arch_tensors` creates for the main blocks (deepseek2.cpp:53-150).
 pub(super) fn tensors(s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
-    let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
+    let e = i64::from(s.n_embd);
     let m = mla(s);
     let h = i64::from(s.n_head);
     let (q_lora, kv_lora) = (i64::from(m.q_lora), i64::from(m.kv_lora));
@@ -120,16 +120,7 @@ pub(super) fn tensors(s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
         i64::from(s.n_expert),
         i64::from(n_ff_dense(s)),
     );
-    let mut out = vec![
-        plan(
-            "token_embd.weight".into(),
-            vec![e, v],
-            Role::Embedding,
-            None,
-        ),
-        plan("output_norm.weight".into(), vec![e], Role::Norm, None),
-        plan("output.weight".into(), vec![e, v], Role::Dense, None),
-    ];
+    let mut out = super::globals(s, n_vocab);
     for il in 0..s.n_layer {
         let t =
             |name: &str, ne: Vec<i64>, role| plan(format!("blk.{il}.{name}"), ne, role, Some(il));

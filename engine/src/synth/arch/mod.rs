@@ -73,6 +73,22 @@ pub(crate) struct TensorPlan {
 }
 
 /// A `TensorPlan`.
+/// The tensors outside the blocks every architecture here has: token embeddings, the final norm
+/// and the output matrix.
+pub(super) fn globals(s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
+    let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
+    vec![
+        plan(
+            "token_embd.weight".into(),
+            vec![e, v],
+            Role::Embedding,
+            None,
+        ),
+        plan("output_norm.weight".into(), vec![e], Role::Norm, None),
+        plan("output.weight".into(), vec![e, v], Role::Dense, None),
+    ]
+}
+
 pub(super) fn plan(name: String, ne: Vec<i64>, role: Role, layer: Option<u32>) -> TensorPlan {
     TensorPlan {
         name,
@@ -240,7 +256,7 @@ impl SynthArch {
             SynthArch::Deepseek2 => return deepseek2::tensors(s, n_vocab),
             _ => {}
         }
-        let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
+        let e = i64::from(s.n_embd);
         let (hd, h, hkv) = (
             i64::from(s.head_dim()),
             i64::from(s.n_head),
@@ -253,16 +269,7 @@ impl SynthArch {
             role,
             layer,
         };
-        let mut out = vec![
-            t(
-                "token_embd.weight".into(),
-                vec![e, v],
-                Role::Embedding,
-                None,
-            ),
-            t("output_norm.weight".into(), vec![e], Role::Norm, None),
-            t("output.weight".into(), vec![e, v], Role::Dense, None),
-        ];
+        let mut out = globals(s, n_vocab);
         // q/k norms: per head for qwen3moe, over the full width for olmoe, none for llama.
         let qk_norm = match self {
             SynthArch::Qwen3Moe => Some((hd, hd)),

@@ -28,23 +28,14 @@ pub(super) fn metadata(s: &SynthSpec, g: &mut GgufBuilder) {
 
 /// The tensors `load_arch_tensors` creates (qwen2moe.cpp:16-56), q/k/v biases included.
 pub(super) fn tensors(s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
-    let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
+    let e = i64::from(s.n_embd);
     let kv = i64::from(s.n_head_kv * s.head_dim());
     let (f, x, fs) = (
         i64::from(s.n_ff_exp),
         i64::from(s.n_expert),
         i64::from(n_ff_shexp(s)),
     );
-    let mut out = vec![
-        plan(
-            "token_embd.weight".into(),
-            vec![e, v],
-            Role::Embedding,
-            None,
-        ),
-        plan("output_norm.weight".into(), vec![e], Role::Norm, None),
-        plan("output.weight".into(), vec![e, v], Role::Dense, None),
-    ];
+    let mut out = super::globals(s, n_vocab);
     for il in 0..s.n_layer {
         let t =
             |name: &str, ne: Vec<i64>, role| plan(format!("blk.{il}.{name}"), ne, role, Some(il));

@@ -92,7 +92,7 @@ pub(crate) fn write_metadata(s: &SynthSpec, g: &mut GgufBuilder) {
 }
 
 pub(crate) fn tensors(s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
-    let (e, v) = (i64::from(s.n_embd), n_vocab as i64);
+    let e = i64::from(s.n_embd);
     let (hd, h, hkv) = (
         i64::from(s.head_dim()),
         i64::from(s.n_head),
@@ -106,16 +106,7 @@ pub(crate) fn tensors(s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
         role,
         layer,
     };
-    let mut out = vec![
-        t(
-            "token_embd.weight".into(),
-            vec![e, v],
-            Role::Embedding,
-            None,
-        ),
-        t("output_norm.weight".into(), vec![e], Role::Norm, None),
-        t("output.weight".into(), vec![e, v], Role::Dense, None),
-    ];
+    let mut out = super::globals(s, n_vocab);
     for il in 0..s.n_layer {
         let l = Some(il);
         let n = |suffix: &str| format!("blk.{il}.{suffix}");
