@@ -206,34 +206,7 @@ fn many_experts() -> std::path::PathBuf {
 /// stays identical, for a streamed and for a resident model.
 #[test]
 fn g17f_routed_arena_reads_less_and_stays_identical() {
-    let name = loopback();
-    let path = many_experts();
-    let cpu = run_all(&load(&path, None, None));
-    for stream in [streamed(0), None] {
-        let whole = load(&path, stream.clone(), Some(device(&name, false)));
-        assert_eq!(run_all(&whole), cpu, "G17: whole layers, stream {stream:?}");
-        let routed = load(
-            &path,
-            stream.clone(),
-            Some(PrefillOptions {
-                routed_full: 1.0,
-                ..device(&name, true)
-            }),
-        );
-        assert_eq!(run_all(&routed), cpu, "G17f: routed, stream {stream:?}");
-        let (w, r) = (whole.prefill_dev_counters(), routed.prefill_dev_counters());
-        assert!(
-            r.read_bytes < w.read_bytes,
-            "G17f: routed read {} bytes, whole layers {}",
-            r.read_bytes,
-            w.read_bytes
-        );
-        assert!(r.routed > 0 && r.demand > 0, "{r:?}");
-        assert_eq!(
-            w.demand, 0,
-            "whole layers leave nothing to read at the routing node"
-        );
-    }
+    common::gates::g17f(&many_experts());
 }
 
 /// G17g, the negative control: skipping the routing-node reads leaves the experts the prediction

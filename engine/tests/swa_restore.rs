@@ -5,6 +5,7 @@
 //!
 //! The model is not in the repository: `scripts/get-gemma3` writes `models/gemma3-270m.gguf`
 //! (or set BMOE_GEMMA3 to a copy). Without it the test says so and passes.
+mod common;
 use std::path::PathBuf;
 
 use bmoe_engine::{
@@ -12,20 +13,7 @@ use bmoe_engine::{
 };
 
 fn gemma() -> Option<PathBuf> {
-    let p = std::env::var_os("BMOE_GEMMA3")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/gemma3-270m.gguf")
-        });
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is not there (scripts/get-gemma3 writes it; BMOE_GEMMA3 names another copy)",
-            p.display()
-        );
-        None
-    }
+    common::gemma3()
 }
 
 /// One-token pieces: the context then holds one sequence (n_seq_max = min(16, n_ubatch)), so the

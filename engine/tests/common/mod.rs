@@ -109,3 +109,22 @@ pub fn trace() -> Vec<bmoe_engine::DecideRequest> {
     }
     out
 }
+
+/// Gemma 3 270M (a real model), when `scripts/get-gemma3` wrote it or BMOE_GEMMA3 names a copy;
+/// `None` with a SKIPPED line otherwise.
+pub fn gemma3() -> Option<PathBuf> {
+    let p = std::env::var_os("BMOE_GEMMA3")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/gemma3-270m.gguf")
+        });
+    if p.is_file() {
+        Some(p)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is not there (scripts/get-gemma3 writes it; BMOE_GEMMA3 names another copy)",
+            p.display()
+        );
+        None
+    }
+}
