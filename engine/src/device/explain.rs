@@ -132,11 +132,12 @@ fn cpu_reason(n: &NodeSeen) -> String {
 
 /// True for the scheduler's copy of a split input (`CPU#Qcur-0#0`).
 fn is_split_copy(name: &str) -> bool {
-    let mut parts = name.split('#');
-    matches!(
-        (parts.next(), parts.next(), parts.next_back()),
-        (Some(b), Some(_), Some(n)) if !b.is_empty() && n.chars().all(|c| c.is_ascii_digit())
-    ) && name.matches('#').count() >= 2
+    let parts: Vec<&str> = name.split('#').collect();
+    parts.len() >= 3
+        && !parts[0].is_empty()
+        && parts
+            .last()
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
 }
 
 /// `reason` with layer numbers (`-3` in `norm-3`) replaced by `-<il>`, so one row covers every
@@ -167,6 +168,7 @@ mod tests {
         assert!(is_split_copy("RPC[127.0.0.1:1]#norm#12"));
         assert!(!is_split_copy("norm-0"));
         assert!(!is_split_copy("a#b"));
+        assert!(!is_split_copy("a#b#"));
         assert_eq!(
             per_layer("input CPU#Qcur-12#0 of node_3"),
             "input CPU#Qcur-<il>#0 of node_3"

@@ -176,6 +176,15 @@ impl SynthSpec {
         self.n_embd / self.n_head.max(1)
     }
 
+    /// (head width, heads, key/value heads), as tensor dimensions.
+    pub(crate) fn head_shape(&self) -> (i64, i64, i64) {
+        (
+            i64::from(self.head_dim()),
+            i64::from(self.n_head),
+            i64::from(self.n_head_kv),
+        )
+    }
+
     /// Checks the dimensions against each other and the types' block sizes.
     pub fn validate(&self) -> Result<()> {
         let err = |m: String| Err(EngineError::Synth(m));

@@ -74,12 +74,7 @@ pub(super) fn tensors(s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
         i64::from(s.n_expert),
         i64::from(n_ff_shared(s)),
     );
-    let t = |name: String, ne: Vec<i64>, role, layer| TensorPlan {
-        name,
-        ne,
-        role,
-        layer,
-    };
+    let t = super::plan;
     let full_hd = 2 * i64::from(s.head_dim());
     let mut out = vec![
         t(

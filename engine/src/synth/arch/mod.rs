@@ -257,18 +257,9 @@ impl SynthArch {
             _ => {}
         }
         let e = i64::from(s.n_embd);
-        let (hd, h, hkv) = (
-            i64::from(s.head_dim()),
-            i64::from(s.n_head),
-            i64::from(s.n_head_kv),
-        );
+        let (hd, h, hkv) = s.head_shape();
         let (f, x) = (i64::from(s.n_ff_exp), i64::from(s.n_expert));
-        let t = |name: String, ne: Vec<i64>, role, layer| TensorPlan {
-            name,
-            ne,
-            role,
-            layer,
-        };
+        let t = plan;
         let mut out = globals(s, n_vocab);
         // q/k norms: per head for qwen3moe, over the full width for olmoe, none for llama.
         let qk_norm = match self {

@@ -155,20 +155,11 @@ pub(crate) fn write_metadata(s: &SynthSpec, g: &mut GgufBuilder) {
 
 pub(crate) fn tensors(s: &SynthSpec, n_vocab: usize) -> Vec<TensorPlan> {
     let e = i64::from(s.n_embd);
-    let (hd, h, hkv) = (
-        i64::from(s.head_dim()),
-        i64::from(s.n_head),
-        i64::from(s.n_head_kv),
-    );
+    let (hd, h, hkv) = s.head_shape();
     let (f, x) = (i64::from(s.n_ff_exp), i64::from(s.n_expert));
     let (lat, fs) = (i64::from(latent(s)), i64::from(shared_ff(s)));
     let m = Mamba::of(s);
-    let t = |name: String, ne: Vec<i64>, role, layer| TensorPlan {
-        name,
-        ne,
-        role,
-        layer,
-    };
+    let t = super::plan;
     let mut out = super::globals(s, n_vocab);
     for il in 0..s.n_layer {
         let l = Some(il);
