@@ -18,8 +18,8 @@
 //! before, and the first graph of a session has no prediction.
 use std::time::Instant;
 
-use bmoe_engine::ffi::registry::Device;
-use bmoe_engine::ffi::rpc;
+use bmoe_engine::test_support::start_loopback_server;
+use bmoe_engine::Device;
 use bmoe_engine::{
     CancelToken, GenerateOptions, GenerateRecord, LoadOptions, Model, PrefillOptions,
     SessionOptions, StreamOptions,
@@ -45,9 +45,9 @@ fn main() {
         .filter(|&v: &f64| v > 0.0);
     let loopback = device == "loopback";
     let dev = if loopback {
-        let endpoint = rpc::start_loopback_server(Device::cpu().expect("cpu"), threads as usize)
+        let endpoint = start_loopback_server(Device::cpu().expect("cpu"), threads as usize)
             .expect("loopback server");
-        rpc::add_server(&endpoint).expect("add server")[0]
+        bmoe_engine::add_rpc_server(&endpoint).expect("add server")[0]
             .name
             .clone()
     } else {

@@ -1,5 +1,8 @@
 //! The engine's typed errors: each says what went wrong in words a user can act on.
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::ffi::error::FfiError;
 
 /// Everything the engine can refuse or fail at.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +32,8 @@ pub enum EngineError {
         missing: PathBuf,
     },
     /// Context creation failed.
-    #[error("could not create a llama.cpp context: {reason}")]
-    Context { reason: String },
+    #[error("could not create a llama.cpp context: {0}")]
+    Context(#[source] FfiError),
     /// The prompt does not fit in the context.
     #[error("the prompt is {n_prompt} tokens{extra}, the context holds {n_ctx}: shorten it or raise the context size")]
     PromptTooLong {
@@ -58,10 +61,13 @@ pub enum EngineError {
     },
     /// Tokenization failed.
     #[error("tokenization failed: {0}")]
-    Tokenize(String),
-    /// `llama_decode` returned an error.
+    Tokenize(#[source] FfiError),
+    /// `llama_decode` failed (an error code, or an exception).
     #[error("decode failed: {0}")]
-    Decode(String),
+    Decode(#[source] FfiError),
+    /// A decode left no logits where the call needs them (the row named).
+    #[error("decode failed: no logits {0}")]
+    NoLogits(String),
     /// The run was cancelled.
     #[error("cancelled")]
     Cancelled,
@@ -70,10 +76,13 @@ pub enum EngineError {
     Unsupported(String),
     /// Expert streaming failed (a read error, a short read); the decode was stopped.
     #[error("expert streaming: {0}")]
-    Stream(String),
+    Stream(#[source] StreamError),
     /// The prefill device failed (arena binding, a skipped pacing point).
     #[error("prefill device: {0}")]
-    Device(String),
+    Device(#[source] DeviceError),
+    /// The graph hook's lock was poisoned by an earlier panic.
+    #[error("the graph hook panicked earlier")]
+    HookPoisoned,
     /// Reading from the model file failed.
     #[error("reading {path}: {source}")]
     Io {
@@ -107,6 +116,114 @@ pub enum EngineError {
     /// Settings that cannot work together; the message names them and a value that would work.
     #[error("{0}")]
     Conflict(String),
+}
+
+/// A routing node named an expert its layer does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("layer {layer} routed to expert {expert}, out of 0..{n_expert}")]
+pub struct ExpertOutOfRange {
+    /// The layer.
+    pub layer: u32,
+    /// The id it routed to.
+    pub expert: i32,
+    /// The layer's experts.
+    pub n_expert: usize,
+}
+
+/// What the expert streamer failed at; the decode is stopped before any expert matmul runs on
+/// unread data.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// A routing node named an expert the layer does not have.
+    #[error(transparent)]
+    Routing(#[from] ExpertOutOfRange),
+    /// Reading a layer's experts failed; nothing partially read counts as resident.
+    #[error("reading experts of layer {layer}: {source}")]
+    Read {
+        /// The layer.
+        layer: u32,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Setting up (reserving memory, opening the file, starting threads) failed.
+    #[error("{what}: {source}")]
+    Setup {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An expert tensor the file does not hold in a form the streamer can read.
+    #[error("tensor {tensor}: its {n_expert} experts of {expert_bytes} bytes are not in the GGUF, neither stored as such nor as the parts of a fused tensor")]
+    NotInFile {
+        /// The tensor.
+        tensor: String,
+        /// Its experts.
+        n_expert: i64,
+        /// Bytes of one expert.
+        expert_bytes: usize,
+    },
+    /// A routing node's ids could not be read as host I32.
+    #[error("routing node of layer {0} is not readable host I32")]
+    UnreadableRouting(u32),
+    /// The streamer's lock was poisoned by an earlier panic.
+    #[error("the expert streamer panicked earlier")]
+    Poisoned,
+}
+
+/// What the prefill device's arena or its loaders failed at; the wide graph is stopped.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeviceError {
+    /// A ggml call (allocation, binding, an upload view) failed.
+    #[error(transparent)]
+    Ffi(#[from] FfiError),
+    /// A weight the arena copies from is not in host memory.
+    #[error("{0}: not in host memory")]
+    NotOnHost(String),
+    /// A weight's type has no ggml dequantizer, so it cannot be converted for the device.
+    #[error("{tensor}: ggml cannot dequantize {ty}")]
+    NoDequantizer {
+        /// The weight.
+        tensor: String,
+        /// Its ggml type.
+        ty: String,
+    },
+    /// Opening or reading the model file, or starting a loader thread.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// A loader job that does not fit its target (an internal inconsistency).
+    #[error("{0}")]
+    Job(String),
+    /// The graph reached a pacing point out of order, so a slot would be computed on unfilled.
+    #[error("the device graph {0}: a pacing point was skipped")]
+    PacingSkipped(String),
+    /// A routing node named an expert the layer does not have.
+    #[error(transparent)]
+    Routing(#[from] ExpertOutOfRange),
+    /// A routing node's ids could not be read as I32.
+    #[error("routing node of layer {0} is not readable I32")]
+    UnreadableRouting(u32),
+    /// The arena's lock was poisoned by an earlier panic.
+    #[error("the arena panicked earlier")]
+    Poisoned,
+}
+
+impl DeviceError {
+    /// An I/O failure while doing `what`.
+    pub(crate) fn io(what: impl Into<String>, e: std::io::Error) -> Self {
+        DeviceError::Io {
+            what: what.into(),
+            source: Arc::new(e),
+        }
+    }
 }
 
 /// Shorthand for engine results.

@@ -3,12 +3,12 @@
 //! Data flows one way: typed options in ([`LoadOptions`], [`SessionOptions`]), records out
 //! ([`GenerateRecord`], [`DecideRecord`], [`PerplexityRecord`]). The engine never reads the
 //! environment or a config file.
+mod chat;
 pub mod device;
 pub mod error;
-pub mod ffi;
-pub mod gguf_check;
-pub mod gguf_index;
-pub mod hook;
+mod ffi;
+pub mod gguf;
+pub mod graph;
 pub mod io;
 pub mod limits;
 pub mod model;
@@ -20,12 +20,14 @@ pub mod telemetry;
 pub mod tokenizer;
 
 pub use error::{EngineError, Result};
+pub use ffi::error::FfiError;
 pub use ffi::log::set_verbose as set_log_verbose;
 pub use ffi::registry::{backend_names, devices, system_info, Device, DeviceInfo, DeviceKind};
+pub use ffi::rpc::add_server as add_rpc_server;
 pub use model::{LeanLoadInfo, Model, ModelInfo};
 pub use options::{
-    DecideRequest, DenseWeights, GenerateOptions, LoadOptions, PacingFault, PrefillOptions,
-    PrefixReuse, Sampling, Scoring, SessionOptions, StreamOptions,
+    DecideRequest, DenseWeights, GenerateOptions, LoadOptions, PacingFault, Prefetch,
+    PrefillOptions, PrefixReuse, Sampling, Scoring, SessionOptions, StreamOptions,
 };
 pub use session::{log_softmax, CancelToken, Session};
 pub use telemetry::{
@@ -36,3 +38,9 @@ pub use tokenizer::Tokenizer;
 
 /// The engine's version, as recorded in telemetry.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What tests need and users never do: a loopback RPC server (the device the gates run on).
+#[cfg(feature = "test-support")]
+pub mod test_support {
+    pub use crate::ffi::rpc::start_loopback_server;
+}

@@ -1,7 +1,6 @@
 //! Loading a model: checks the file before llama.cpp sees it, picks the devices, reports why a load
 //! failed in words.
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
@@ -10,9 +9,8 @@ use crate::ffi::batch::Batch;
 use crate::ffi::context::{ContextParams, LlamaContext};
 use crate::ffi::model::{KvOverride, LlamaModel, RawLoadParams};
 use crate::ffi::registry::Device;
-use crate::hook::{Capture, CaptureHook};
-use crate::options::{LoadOptions, SessionOptions};
-use crate::session::Session;
+use crate::graph::{Capture, CaptureHook};
+use crate::options::LoadOptions;
 use crate::stream::lean_load::{self, DenseMaps};
 use crate::stream::Streamer;
 use crate::telemetry::{LoadMode, LoadStats};
@@ -97,54 +95,13 @@ fn capture_graph(raw: &LlamaModel) -> Result<Capture> {
             n_seq_max: 1,
         },
     )
-    .map_err(|reason| EngineError::Context { reason })?;
+    .map_err(EngineError::Context)?;
     let mut b = Batch::new(1);
     b.push(0, 0, true);
     ctx.decode(&b).map_err(EngineError::Decode)?;
     drop(ctx);
-    let c = std::mem::take(
-        &mut *cap
-            .lock()
-            .map_err(|_| EngineError::Decode("capture hook panicked".into()))?,
-    );
+    let c = std::mem::take(&mut *cap.lock().map_err(|_| EngineError::HookPoisoned)?);
     Ok(c)
-}
-
-/// Checks that `path` exists, is readable and starts like a GGUF.
-pub fn check_gguf_file(path: &Path) -> Result<u64> {
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => EngineError::ModelMissing {
-            path: path.to_path_buf(),
-        },
-        _ => EngineError::ModelUnreadable {
-            path: path.to_path_buf(),
-            source: e,
-        },
-    })?;
-    if meta.is_dir() {
-        return Err(EngineError::ModelUnreadable {
-            path: path.to_path_buf(),
-            source: std::io::Error::other("it is a directory"),
-        });
-    }
-    let mut f = std::fs::File::open(path).map_err(|e| EngineError::ModelUnreadable {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
-    let mut magic = [0u8; 4];
-    let n = f
-        .read(&mut magic)
-        .map_err(|e| EngineError::ModelUnreadable {
-            path: path.to_path_buf(),
-            source: e,
-        })?;
-    if n < 4 || &magic != b"GGUF" {
-        return Err(EngineError::NotGguf {
-            path: path.to_path_buf(),
-            magic: String::from_utf8_lossy(&magic[..n]).into_owned(),
-        });
-    }
-    Ok(meta.len())
 }
 
 impl Model {
@@ -154,9 +111,9 @@ impl Model {
         let read_before = crate::telemetry::storage_read_bytes();
         opts.validate()?;
         let path = &opts.path;
-        let index = crate::gguf_index::GgufIndex::open(path)?;
+        let index = crate::gguf::index::GgufIndex::open(path)?;
         // What llama.cpp would assert on (abort the process) is refused here, with a reason.
-        crate::gguf_check::check(path, index.header())?;
+        crate::gguf::check::check(path, index.header())?;
         let file_bytes = index.total_file_bytes();
         let arch = index.arch().unwrap_or_default();
         let cpu = Device::cpu().ok_or_else(|| EngineError::ModelLoad {
@@ -252,7 +209,7 @@ impl Model {
             None => (
                 LlamaModel::load(path, &params).map_err(|reason| EngineError::ModelLoad {
                     path: path.clone(),
-                    reason,
+                    reason: reason.to_string(),
                 })?,
                 None,
                 None,
@@ -420,11 +377,6 @@ impl Model {
             .and_then(|s| s.lock().ok().map(|s| s.budget_bytes))
     }
 
-    /// Opens a session (a llama.cpp context) on this model.
-    pub fn session(&self, opts: &SessionOptions) -> Result<Session<'_>> {
-        Session::new(self, opts)
-    }
-
     /// Tokenizes `text` (BOS added where the model asks for it).
     pub fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<i32>> {
         self.raw
@@ -446,6 +398,6 @@ impl Model {
     /// Renders `user` as one user message with the model's template, reasoning off where the
     /// template has a thinking block; the text unchanged when the model has no usable template.
     pub fn render_user_message(&self, user: &str) -> Result<String> {
-        crate::tokenizer::render_user_message(self.template.as_deref(), user)
+        crate::chat::render_user_message(self.template.as_deref(), user)
     }
 }

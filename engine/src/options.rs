@@ -33,7 +33,7 @@ pub struct StreamOptions {
     /// default a streamed model's load reads only its header and dense weights.
     pub llama_load: bool,
     /// Read ahead the experts the next layer is predicted to route to.
-    pub prefetch: crate::stream::prefetch::Prefetch,
+    pub prefetch: Prefetch,
 }
 
 impl Default for StreamOptions {
@@ -45,7 +45,7 @@ impl Default for StreamOptions {
             dense_weights: DenseWeights::Mmap,
             read_all_experts: false,
             llama_load: false,
-            prefetch: crate::stream::prefetch::Prefetch::Router,
+            prefetch: Prefetch::Router,
         }
     }
 }
@@ -345,4 +345,19 @@ pub struct DecideRequest {
     pub scoring: Scoring,
     /// Feed `prefix + suffix` as is, without the model's chat template.
     pub raw: bool,
+}
+
+/// How experts are predicted for prefetch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Prefetch {
+    /// No prefetch: every miss is read at its routing node.
+    Off,
+    /// The next layer's router on this layer's router input.
+    #[default]
+    Router,
+    /// The experts the next layer routed to on the previous token.
+    Repeat,
+    /// The experts the next router ranks lowest: a prediction that is always wrong (gate G19's
+    /// control: output must not change, only bandwidth is spent).
+    Wrong,
 }

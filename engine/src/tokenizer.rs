@@ -21,11 +21,11 @@ impl Tokenizer {
         if !path.exists() {
             return Err(EngineError::ModelMissing { path: path.into() });
         }
-        let index = crate::gguf_index::GgufIndex::open(path)?;
-        crate::gguf_check::check(path, index.header())?;
+        let index = crate::gguf::index::GgufIndex::open(path)?;
+        crate::gguf::check::check(path, index.header())?;
         let raw = VocabModel::load(path).map_err(|reason| EngineError::ModelLoad {
             path: path.into(),
-            reason,
+            reason: reason.to_string(),
         })?;
         let template = raw.chat_template();
         Ok(Self {
@@ -50,7 +50,7 @@ impl Tokenizer {
         if req.raw {
             return Ok(user);
         }
-        render_user_message(self.template.as_deref(), &user)
+        crate::chat::render_user_message(self.template.as_deref(), &user)
     }
 
     /// The choices of `req` that add no token to its prompt under `req.scoring` (each as the
@@ -74,23 +74,4 @@ impl Tokenizer {
         }
         Ok(out)
     }
-}
-
-/// Renders `user` as one user message with `template`, reasoning off where the template has a
-/// thinking block (as Qwen3's own template does with enable_thinking=false); the text unchanged
-/// without a usable template. `Model::render_user_message` and the check's tokenizer both use it,
-/// so a check tokenizes exactly as the run will.
-pub(crate) fn render_user_message(template: Option<&str>, user: &str) -> Result<String> {
-    let Some(t) = template else {
-        return Ok(user.to_string());
-    };
-    Ok(match crate::ffi::model::apply_chat_template(t, user)? {
-        Some(mut s) => {
-            if t.contains("<think>") && !s.trim_end().ends_with("</think>") {
-                s.push_str("<think>\n\n</think>\n\n");
-            }
-            s
-        }
-        None => user.to_string(),
-    })
 }

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use bmoe_engine::gguf_index::GgufIndex;
+use bmoe_engine::gguf::index::GgufIndex;
 use bmoe_engine::{GenerateOptions, LoadOptions, Model, StreamOptions};
 
 /// Syncs and drops the file's pages from the page cache.

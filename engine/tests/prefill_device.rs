@@ -2,7 +2,6 @@
 //! fronting the CPU backend on 127.0.0.1 (same kernels: placement is the only difference).
 mod common;
 
-use bmoe_engine::ffi::rpc;
 use bmoe_engine::{
     CancelToken, DecideRequest, GenerateOptions, LoadOptions, Model, PrefillOptions,
 };
@@ -140,7 +139,10 @@ fn g16_g17_arena_on_the_loopback_device_equals_the_cpu() {
 
 #[test]
 fn a_closed_rpc_port_is_refused_before_ggml_sees_it() {
-    let e = rpc::add_server("127.0.0.1:1").err().unwrap();
+    let e = bmoe_engine::add_rpc_server("127.0.0.1:1")
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("cannot reach"), "{e}");
 }
 

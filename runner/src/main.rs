@@ -537,7 +537,7 @@ fn check_models(
         if !seen.insert(j.model.clone()) {
             continue;
         }
-        if let Err(e) = bmoe_engine::gguf_check::check_file(&j.model) {
+        if let Err(e) = bmoe_engine::gguf::check::check_file(&j.model) {
             bad.insert(j.model.clone(), e.to_string());
             continue;
         }

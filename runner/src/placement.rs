@@ -3,7 +3,7 @@
 //! floor, where `cache_mb = auto` resolves. Reads only the GGUF header, never the weights.
 use std::path::Path;
 
-use bmoe_engine::gguf_index::GgufIndex;
+use bmoe_engine::gguf::index::GgufIndex;
 
 use crate::config::profile::{Hexagon, Profile};
 use crate::config::settings::{CacheMb, Settings};

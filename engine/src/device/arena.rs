@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 
 use crate::device::explain::{Explain, ExplainReport, NodeSeen, Side};
 use crate::device::loader::{Job, Loaders, Source, Target, Ticket};
+use crate::device::DeviceError;
 use crate::ffi::buffer::{BufferType, WeightsBuffer};
 use crate::ffi::probe::device_takes_matmul_of;
 use crate::ffi::quant;
 use crate::ffi::registry::Device;
 use crate::ffi::tensor::{self, Binding, Layout, TensorPtr};
-use crate::gguf_index::GgufIndex;
-use crate::hook::{layer_of, Capture};
+use crate::gguf::index::GgufIndex;
+use crate::graph::{layer_of, routed_mask, Capture};
 use crate::io::DirectReader;
 use crate::options::{PacingFault, PrefillOptions};
 use crate::telemetry::PrefillDevCounters;
@@ -42,7 +43,7 @@ struct ExpertWeight {
     expert_bytes: usize,
     /// Each expert's pieces in the GGUF when experts are streamed: read from the file, not the
     /// host (one piece unless the tensor is a fused one the file stores as its parts).
-    file: Option<Vec<crate::gguf_index::ExpertPart>>,
+    file: Option<Vec<crate::gguf::index::ExpertPart>>,
 }
 
 struct Layer {
@@ -128,23 +129,20 @@ fn device_type(device: Device, t: TensorPtr, refuse: &[String]) -> Option<Layout
 }
 
 /// `t`'s host bytes in `to` (dequantized with ggml, then quantized with ggml).
-fn convert(t: TensorPtr, host: Binding, to: Layout) -> Result<Vec<u8>, String> {
+fn convert(t: TensorPtr, host: Binding, to: Layout) -> Result<Vec<u8>, DeviceError> {
     let n: usize = t.ne().iter().map(|&d| d as usize).product();
     let bytes = host
         .host_bytes(t.nbytes())
-        .ok_or_else(|| format!("{}: not in host memory", t.name()))?;
+        .ok_or_else(|| DeviceError::NotOnHost(t.name().to_string()))?;
     let from = t.layout().ty();
-    let f = quant::to_f32(from, bytes, n).ok_or_else(|| {
-        format!(
-            "{}: ggml cannot dequantize {}",
-            t.name(),
-            quant::type_name(from)
-        )
+    let f = quant::to_f32(from, bytes, n).ok_or_else(|| DeviceError::NoDequantizer {
+        tensor: t.name().to_string(),
+        ty: quant::type_name(from).to_string(),
     })?;
     Ok(quant::quantize(to.ty(), &f, t.ne()[0] as usize))
 }
 
-fn experts_of(roles: Option<&BTreeMap<crate::hook::ExpertRole, TensorPtr>>) -> Vec<TensorPtr> {
+fn experts_of(roles: Option<&BTreeMap<crate::graph::ExpertRole, TensorPtr>>) -> Vec<TensorPtr> {
     roles
         .map(|r| r.values().copied().collect())
         .unwrap_or_default()
@@ -158,7 +156,7 @@ impl Arena {
         device: Device,
         opts: &PrefillOptions,
         streamed: Option<&GgufIndex>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, DeviceError> {
         let buft = BufferType::of_device(device);
         let mut layers: BTreeMap<u32, Layer> = BTreeMap::new();
         let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
@@ -173,7 +171,7 @@ impl Arena {
             };
             let host = t.binding();
             if !host.is_host() {
-                return Err(format!("weight {name} is not in host memory"));
+                return Err(DeviceError::NotOnHost(format!("weight {name}")));
             }
             let is_expert = experts_of(capture.experts.get(&il)).contains(&t);
             // Expert matrices stay in the weights pair: MUL_MAT_ID follows them to the device.
@@ -228,7 +226,9 @@ impl Arena {
                                 expert_bytes,
                             )
                             .ok_or_else(|| {
-                                format!("tensor {name}: its experts are not in the GGUF")
+                                DeviceError::Job(format!(
+                                    "tensor {name}: its experts are not in the GGUF"
+                                ))
                             })?,
                     ),
                     None => None,
@@ -288,8 +288,9 @@ impl Arena {
             Some(index) => {
                 let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
                 Some(Arc::new(
-                    DirectReader::open(&paths, opts.loaders.max(1), max_read)
-                        .map_err(|e| format!("opening the model for the arena's reads: {e}"))?,
+                    DirectReader::open(&paths, opts.loaders.max(1), max_read).map_err(|e| {
+                        DeviceError::io("opening the model for the arena's reads", e)
+                    })?,
                 ))
             }
             None => None,
@@ -448,7 +449,7 @@ impl Arena {
     }
 
     /// Waits for `ticket`, counting the time as the graph's stall.
-    fn wait(&mut self, ticket: Ticket) -> Result<(), String> {
+    fn wait(&mut self, ticket: Ticket) -> Result<(), DeviceError> {
         let t0 = Instant::now();
         let r = self.loaders.wait(ticket);
         self.counters.stall_s += t0.elapsed().as_secs_f64();
@@ -529,7 +530,7 @@ impl Arena {
 
     /// Binds the arena for a wide graph of `tokens` tokens: layers 0 and 1 are queued and layer
     /// 0's non-expert weights awaited; every other wait is at a pacing point.
-    pub fn begin(&mut self, tokens: u64) -> Result<(), String> {
+    pub fn begin(&mut self, tokens: u64) -> Result<(), DeviceError> {
         // A failed earlier graph may have left an error or jobs behind.
         let _ = self.loaders.drain();
         // Every weight points into its slot from the start, so the whole graph is scheduled onto
@@ -564,7 +565,7 @@ impl Arena {
 
     /// At the routing node of layer `il`: reads what the prediction missed ahead of everything
     /// else, waits for the layer's experts, and records the routing as the next prediction.
-    pub fn on_routing(&mut self, il: u32, ids: &[i32]) -> Result<(), String> {
+    pub fn on_routing(&mut self, il: u32, ids: &[i32]) -> Result<(), DeviceError> {
         // Gate knob: this routing node is not taken, as if the graph skipped it.
         if self
             .opts
@@ -574,25 +575,13 @@ impl Arena {
             return Ok(());
         }
         if il != self.graph.expect || self.graph.routed_seen.contains(&il) {
-            return Err(format!(
-                "the device graph reached the routing of layer {il} while layer {} was due: a pacing point was skipped",
+            return Err(DeviceError::PacingSkipped(format!(
+                "reached the routing of layer {il} while layer {} was due",
                 self.graph.expect
-            ));
+            )));
         }
         self.graph.routed_seen.push(il);
-        let mut routed = vec![false; self.n_expert];
-        for &e in ids {
-            let e = usize::try_from(e)
-                .ok()
-                .filter(|&e| e < routed.len())
-                .ok_or_else(|| {
-                    format!(
-                        "layer {il} routed to expert {e}, out of 0..{}",
-                        routed.len()
-                    )
-                })?;
-            routed[e] = true;
-        }
+        let routed = routed_mask(il, ids, self.n_expert)?;
         let n_routed = routed.iter().filter(|&&r| r).count();
         self.counters.routed += n_routed as u64;
         let queued = self
@@ -636,13 +625,13 @@ impl Arena {
     /// At the last node of layer `il`: its slot is free, queue layer `il + 2` into it, then wait
     /// for layer `il + 1`'s non-expert weights. A pacing point out of order is an error: the
     /// graph would compute on a slot that did not fill.
-    pub fn on_layer_done(&mut self, il: u32) -> Result<(), String> {
+    pub fn on_layer_done(&mut self, il: u32) -> Result<(), DeviceError> {
         let routed_needed = self.layers.get(&il).is_some_and(|l| l.routed);
         if il != self.graph.expect || (routed_needed && !self.graph.routed_seen.contains(&il)) {
-            return Err(format!(
-                "the device graph reached the end of layer {il} before layer {} was done: a pacing point was skipped",
+            return Err(DeviceError::PacingSkipped(format!(
+                "reached the end of layer {il} before layer {} was done",
                 self.graph.expect
-            ));
+            )));
         }
         self.graph.expect = il + 1;
         self.graph.queued.remove(&il);
@@ -655,7 +644,7 @@ impl Arena {
     }
 
     /// Stops the loaders, puts every weight back on the host; an incomplete graph is an error.
-    pub fn end(&mut self) -> Result<(), String> {
+    pub fn end(&mut self) -> Result<(), DeviceError> {
         let loader_error = self.loaders.drain();
         for layer in self.layers.values() {
             for d in &layer.dense {
@@ -673,10 +662,10 @@ impl Arena {
             return Err(e);
         }
         if was && self.graph.expect < self.n_layer {
-            return Err(format!(
-                "the device graph ended after layer {} of {}: a pacing point was skipped",
+            return Err(DeviceError::PacingSkipped(format!(
+                "ended after layer {} of {}",
                 self.graph.expect, self.n_layer
-            ));
+            )));
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::DeviceError;
 use crate::ffi::tensor::{Binding, TensorPtr, ViewScratch};
 use crate::io::DirectReader;
 
@@ -56,7 +57,7 @@ struct State {
     jobs: VecDeque<Job>,
     pending: HashMap<Ticket, usize>,
     in_flight: usize,
-    error: Option<String>,
+    error: Option<DeviceError>,
     bytes: u64,
     stop: bool,
 }
@@ -88,7 +89,7 @@ impl Loaders {
         reader: Option<Arc<DirectReader>>,
         max_read: usize,
         delay: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, DeviceError> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             work: Condvar::new(),
@@ -102,7 +103,7 @@ impl Loaders {
             let h = std::thread::Builder::new()
                 .name(format!("bmoe-load-{lane}"))
                 .spawn(move || worker(&shared, reader.as_deref(), lane, max_read, scratch, delay))
-                .map_err(|e| format!("starting arena loaders: {e}"))?;
+                .map_err(|e| DeviceError::io("starting arena loaders", e))?;
             threads.push(h);
         }
         Ok(Self { shared, threads })
@@ -136,7 +137,7 @@ impl Loaders {
     }
 
     /// Blocks until every job of `ticket` is done; a failed job fails the wait.
-    pub fn wait(&self, ticket: Ticket) -> Result<(), String> {
+    pub fn wait(&self, ticket: Ticket) -> Result<(), DeviceError> {
         let mut s = self.shared.lock();
         loop {
             if let Some(e) = &s.error {
@@ -151,7 +152,7 @@ impl Loaders {
 
     /// Drops queued jobs and waits for those running, so nothing writes a slot afterwards;
     /// returns and clears the first error.
-    pub fn drain(&self) -> Option<String> {
+    pub fn drain(&self) -> Option<DeviceError> {
         let mut s = self.shared.lock();
         s.jobs.clear();
         s.pending.clear();
@@ -230,30 +231,31 @@ fn run(
     max_read: usize,
     scratch: &mut ViewScratch,
     buf: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), DeviceError> {
     let src: &[u8] = match &job.source {
         Source::Host(b, off) => {
             let off = *off;
             let all = b
                 .host_bytes(off + job.len)
-                .ok_or("a weight's host copy is not in host memory")?;
+                .ok_or_else(|| DeviceError::NotOnHost("a weight's host copy".into()))?;
             &all[off..off + job.len]
         }
         Source::Owned(b) => b.as_slice(),
         Source::File(parts) => {
-            let reader = reader.ok_or("no reader for an expert read")?;
+            let reader =
+                reader.ok_or_else(|| DeviceError::Job("no reader for an expert read".into()))?;
             if job.len > max_read || parts.iter().map(|p| p.2).sum::<usize>() != job.len {
-                return Err(format!(
+                return Err(DeviceError::Job(format!(
                     "expert read of {} bytes is over the limit or not its pieces' sum",
                     job.len
-                ));
+                )));
             }
             buf.resize(job.len, 0);
             let mut at = 0;
             for &(file, offset, len) in parts {
                 reader
                     .read(lane, file, offset, &mut buf[at..at + len])
-                    .map_err(|e| format!("reading experts for the device: {e}"))?;
+                    .map_err(|e| DeviceError::io("reading experts for the device", e))?;
                 at += len;
             }
             buf
@@ -262,11 +264,15 @@ fn run(
     match job.target {
         Target::Whole(t) => {
             if src.len() != t.nbytes() {
-                return Err(format!("{}: upload of {} bytes", t.name(), src.len()));
+                return Err(DeviceError::Job(format!(
+                    "{}: upload of {} bytes",
+                    t.name(),
+                    src.len()
+                )));
             }
             t.upload(src);
             Ok(())
         }
-        Target::Expert(t, e) => scratch.upload_expert(t, e, src),
+        Target::Expert(t, e) => Ok(scratch.upload_expert(t, e, src)?),
     }
 }

@@ -4,6 +4,7 @@ pub mod arena;
 pub mod explain;
 pub mod loader;
 
+pub use crate::error::DeviceError;
 use crate::ffi::registry::{devices, Device, DeviceKind};
 
 /// Where prefill will run.

@@ -48,11 +48,6 @@ impl Batch {
         self.raw.n_tokens as usize
     }
 
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.raw.n_tokens == 0
-    }
-
     /// Appends `token` at position `pos` of sequence 0; `logits` asks for its output row.
     /// Panics only on a programming error (more tokens than capacity).
     pub fn push(&mut self, token: Token, pos: i32, logits: bool) {

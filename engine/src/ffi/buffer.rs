@@ -3,6 +3,7 @@ use std::ptr::NonNull;
 
 use ggml_sys as sys;
 
+use super::error::FfiError;
 use super::registry::Device;
 use super::tensor::TensorPtr;
 
@@ -59,21 +60,20 @@ impl BufferType {
 
 impl WeightsBuffer {
     /// Allocates `size` bytes in `buft`, usage WEIGHTS.
-    pub fn alloc(buft: BufferType, size: usize) -> Result<Self, String> {
+    pub fn alloc(buft: BufferType, size: usize) -> Result<Self, FfiError> {
         Self::alloc_with(buft, size, true)
     }
 
     /// Allocates `size` bytes in `buft` left as plain device memory (not marked as weights), for
     /// weights that ops other than matmuls read.
-    pub fn alloc_plain(buft: BufferType, size: usize) -> Result<Self, String> {
+    pub fn alloc_plain(buft: BufferType, size: usize) -> Result<Self, FfiError> {
         Self::alloc_with(buft, size, false)
     }
 
-    fn alloc_with(buft: BufferType, size: usize, weights: bool) -> Result<Self, String> {
+    fn alloc_with(buft: BufferType, size: usize, weights: bool) -> Result<Self, FfiError> {
         // SAFETY: allocation on a live buffer type; NULL means failure.
         let raw = unsafe { sys::ggml_backend_buft_alloc_buffer(buft.0, size.max(1)) };
-        let raw = NonNull::new(raw)
-            .ok_or_else(|| format!("the device could not allocate {size} bytes"))?;
+        let raw = NonNull::new(raw).ok_or(FfiError::Alloc { bytes: size })?;
         if weights {
             // SAFETY: live buffer we own.
             unsafe {
@@ -98,13 +98,8 @@ impl WeightsBuffer {
         unsafe { sys::ggml_backend_buffer_get_base(self.raw.as_ptr()) as usize }
     }
 
-    /// True when `t` currently lives in this buffer.
-    pub fn holds(&self, t: TensorPtr) -> bool {
-        t.buffer() == self.raw.as_ptr()
-    }
-
     /// Points `t` at `offset` inside this buffer (buffer, data and extra are replaced).
-    pub fn bind(&self, t: TensorPtr, offset: usize) -> Result<(), String> {
+    pub fn bind(&self, t: TensorPtr, offset: usize) -> Result<(), FfiError> {
         t.detach();
         // SAFETY: the tensor has no buffer now, `offset` was laid out within the buffer's size
         // with the buffer type's alloc size, and this runs between graph computes.
@@ -116,7 +111,10 @@ impl WeightsBuffer {
             )
         };
         if st != sys::GGML_STATUS_SUCCESS {
-            return Err(format!("binding {} into the arena failed ({st})", t.name()));
+            return Err(FfiError::Bind {
+                tensor: t.name().to_string(),
+                status: st,
+            });
         }
         Ok(())
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use ggml_sys as sys;
 
 use super::batch::Batch;
+use super::error::FfiError;
 use super::guard::{ErrBuf, Thrown};
 use super::model::LlamaModel;
 
@@ -56,8 +57,9 @@ pub struct LlamaContext<'m> {
     // A persistent CPU threadpool: without one ggml creates and joins its worker threads on every
     // compute call, and the graph hook cuts each decode into one call per routing node.
     threadpool: sys::ggml_threadpool_t,
-    // Boxed so the pointer handed to llama.cpp stays put.
-    callbacks: Box<Callbacks>,
+    // Boxed so the pointer handed to llama.cpp stays put; never read here, only owned until the
+    // context is freed.
+    _callbacks: Box<Callbacks>,
     _model: &'m LlamaModel,
 }
 
@@ -116,7 +118,7 @@ pub enum DecodeStatus {
 
 impl<'m> LlamaContext<'m> {
     /// Creates a context over `model`.
-    pub fn new(model: &'m LlamaModel, p: ContextParams) -> Result<Self, String> {
+    pub fn new(model: &'m LlamaModel, p: ContextParams) -> Result<Self, FfiError> {
         Self::with_swa_cache(model, p, true)
     }
 
@@ -127,7 +129,7 @@ impl<'m> LlamaContext<'m> {
         model: &'m LlamaModel,
         p: ContextParams,
         swa_full: bool,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, FfiError> {
         let has_hook = p.hook.is_some();
         let mut callbacks = Box::new(Callbacks {
             hook: p.hook,
@@ -161,11 +163,9 @@ impl<'m> LlamaContext<'m> {
             cp.abort_callback_data = Arc::as_ptr(&callbacks.abort) as *mut c_void;
             sys::shim::bmoe_init_from_model(model.raw(), cp, &mut raw, err.ptr(), err.len())
         };
-        err.check("llama_init_from_model", rc)
-            .map_err(|t| t.to_string())?;
-        let raw = NonNull::new(raw).ok_or_else(|| {
-            super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
-        })?;
+        err.check("llama_init_from_model", rc)?;
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| FfiError::no_result("llama_init_from_model", "no reason was logged"))?;
         let threadpool = if p.persistent_threads {
             // SAFETY: default params are plain data; a NULL pool (creation failed) leaves
             // llama.cpp's per-call pools in place. Attached to a live context, freed after it.
@@ -183,7 +183,7 @@ impl<'m> LlamaContext<'m> {
         Ok(Self {
             raw,
             threadpool,
-            callbacks,
+            _callbacks: callbacks,
             _model: model,
         })
     }
@@ -210,13 +210,8 @@ impl<'m> LlamaContext<'m> {
         unsafe { sys::llama_n_ubatch(self.raw()) }
     }
 
-    /// The abort flag polled during compute.
-    pub fn abort_flag(&self) -> &Arc<AtomicBool> {
-        &self.callbacks.abort
-    }
-
     /// Runs the batch. Errors carry llama.cpp's return code and logged reason.
-    pub fn decode(&mut self, batch: &Batch) -> Result<DecodeStatus, String> {
+    pub fn decode(&mut self, batch: &Batch) -> Result<DecodeStatus, FfiError> {
         super::log::clear_recent();
         let mut rc = 0i32;
         let mut e = ErrBuf::new();
@@ -224,16 +219,15 @@ impl<'m> LlamaContext<'m> {
         // exclusively borrowed; the shim writes `rc` and the message.
         let status =
             unsafe { sys::shim::bmoe_decode(self.raw(), batch.raw(), &mut rc, e.ptr(), e.len()) };
-        e.check("llama_decode", status).map_err(|t| t.to_string())?;
+        e.check("llama_decode", status)?;
         match rc {
             0 => Ok(DecodeStatus::Ok),
             2 => Ok(DecodeStatus::Aborted),
-            _ => Err(format!(
-                "llama_decode returned {rc}{}",
-                super::log::recent_reason()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
-            )),
+            _ => Err(FfiError::Status {
+                call: "llama_decode",
+                code: rc,
+                logged: super::log::recent_reason(),
+            }),
         }
     }
 
@@ -265,12 +259,6 @@ impl<'m> LlamaContext<'m> {
     pub fn seq_pos_min(&self, seq: i32) -> i32 {
         // SAFETY: read-only query on a live context.
         unsafe { sys::llama_memory_seq_pos_min(sys::llama_get_memory(self.raw()), seq) }
-    }
-
-    /// The largest position sequence `seq` holds, -1 when it is empty.
-    pub fn seq_pos_max(&self, seq: i32) -> i32 {
-        // SAFETY: read-only query on a live context.
-        unsafe { sys::llama_memory_seq_pos_max(sys::llama_get_memory(self.raw()), seq) }
     }
 
     /// Sequence `seq`'s state (its cells' positions and per-layer K/V rows, llama.cpp's own

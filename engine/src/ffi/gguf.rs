@@ -3,6 +3,7 @@ use std::ffi::{CStr, CString};
 use std::path::Path;
 use std::ptr::NonNull;
 
+use super::error::FfiError;
 use ggml_sys as sys;
 
 /// A tensor element type (ggml's enum).
@@ -192,10 +193,10 @@ impl Drop for GgufFile {
 
 impl GgufFile {
     /// Reads the header of `path`; on failure returns what gguf logged.
-    pub fn open(path: &Path) -> Result<Self, String> {
+    pub fn open(path: &Path) -> Result<Self, FfiError> {
         super::backend_init();
-        let c = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| "path contains NUL".to_string())?;
+        let c =
+            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| FfiError::NulInPath)?;
         super::log::clear_recent();
         // SAFETY: NUL-terminated path; `no_alloc` reads only the header.
         let raw = unsafe {
@@ -207,9 +208,9 @@ impl GgufFile {
                 },
             )
         };
-        NonNull::new(raw).map(|gguf| Self { gguf }).ok_or_else(|| {
-            super::log::recent_reason().unwrap_or_else(|| "unreadable GGUF header".into())
-        })
+        NonNull::new(raw)
+            .map(|gguf| Self { gguf })
+            .ok_or_else(|| FfiError::no_result("gguf_init_from_file", "unreadable GGUF header"))
     }
 
     /// Absolute offset of the data section.

@@ -3,6 +3,8 @@
 pub mod batch;
 pub mod buffer;
 pub mod context;
+pub mod error;
+pub mod file_map;
 pub mod gguf;
 pub mod guard;
 pub mod log;

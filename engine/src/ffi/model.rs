@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 
 use ggml_sys as sys;
 
+use super::error::FfiError;
 use super::guard::{ErrBuf, Thrown};
 use super::registry::Device;
 
@@ -53,10 +54,10 @@ fn c_string_lossy(buf: &[u8]) -> String {
 
 impl LlamaModel {
     /// Loads `path`; on failure returns what llama.cpp logged.
-    pub fn load(path: &Path, p: &RawLoadParams) -> Result<LlamaModel, String> {
+    pub fn load(path: &Path, p: &RawLoadParams) -> Result<LlamaModel, FfiError> {
         super::backend_init();
-        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| "the path contains a NUL byte".to_string())?;
+        let cpath =
+            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| FfiError::NulInPath)?;
         let (mut devs, kvs) = raw_lists(p)?;
         super::log::clear_recent();
         let mut err = ErrBuf::new();
@@ -68,10 +69,9 @@ impl LlamaModel {
             let mp = model_params(&mut devs, &kvs, p);
             sys::shim::bmoe_model_load_from_file(cpath.as_ptr(), mp, &mut raw, err.ptr(), err.len())
         };
-        err.check("llama_model_load_from_file", rc)
-            .map_err(|t| t.to_string())?;
+        err.check("llama_model_load_from_file", rc)?;
         NonNull::new(raw).map(LlamaModel).ok_or_else(|| {
-            super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
+            FfiError::no_result("llama_model_load_from_file", "no reason was logged")
         })
     }
 
@@ -83,7 +83,7 @@ impl LlamaModel {
     pub(crate) fn load_unfilled(
         meta: &dyn super::gguf::GgufMeta,
         p: &RawLoadParams,
-    ) -> Result<(LlamaModel, Vec<super::tensor::TensorPtr>), String> {
+    ) -> Result<(LlamaModel, Vec<super::tensor::TensorPtr>), FfiError> {
         super::backend_init();
         let (mut devs, kvs) = raw_lists(p)?;
         let mut created: Vec<super::tensor::TensorPtr> = Vec::new();
@@ -106,10 +106,9 @@ impl LlamaModel {
                 err.len(),
             )
         };
-        err.check("llama_model_init_from_user", rc)
-            .map_err(|t| t.to_string())?;
+        err.check("llama_model_init_from_user", rc)?;
         let model = NonNull::new(raw).map(LlamaModel).ok_or_else(|| {
-            super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
+            FfiError::no_result("llama_model_init_from_user", "no reason was logged")
         })?;
         Ok((model, created))
     }
@@ -141,36 +140,6 @@ impl LlamaModel {
             }
             buf.resize(n as usize + 1, 0);
         }
-    }
-
-    /// Every metadata key and value (arrays are summarised by llama.cpp).
-    pub fn meta_all(&self) -> Vec<(String, String)> {
-        // SAFETY: read-only metadata queries with indices below the count.
-        let n = unsafe { sys::llama_model_meta_count(self.raw()) };
-        (0..n)
-            .filter_map(|i| {
-                let mut k = vec![0u8; 256];
-                let mut v = vec![0u8; 512];
-                // SAFETY: buffers valid for their lengths; llama truncates.
-                let (a, b) = unsafe {
-                    (
-                        sys::llama_model_meta_key_by_index(
-                            self.raw(),
-                            i,
-                            k.as_mut_ptr().cast(),
-                            k.len(),
-                        ),
-                        sys::llama_model_meta_val_str_by_index(
-                            self.raw(),
-                            i,
-                            v.as_mut_ptr().cast(),
-                            v.len(),
-                        ),
-                    )
-                };
-                (a >= 0 && b >= 0).then(|| (c_string_lossy(&k), c_string_lossy(&v)))
-            })
-            .collect()
     }
 
     /// llama.cpp's one-line description (`qwen3moe ?B Q4_0`).
@@ -252,7 +221,7 @@ fn raw_lists(
         Vec<sys::ggml_backend_dev_t>,
         Vec<sys::llama_model_kv_override>,
     ),
-    String,
+    FfiError,
 > {
     let mut devs: Vec<sys::ggml_backend_dev_t> = p.devices.iter().map(|d| d.raw()).collect();
     devs.push(std::ptr::null_mut());
@@ -263,7 +232,9 @@ fn raw_lists(
         match o {
             KvOverride::Int(key, v) => {
                 if key.len() >= kv.key.len() {
-                    return Err(format!("metadata key {key} is too long"));
+                    return Err(FfiError::Argument(format!(
+                        "metadata key {key} is too long"
+                    )));
                 }
                 for (d, s) in kv.key.iter_mut().zip(key.bytes()) {
                     *d = s as std::os::raw::c_char;

@@ -62,11 +62,6 @@ impl Region {
         self.len
     }
 
-    /// True when empty (never: at least a page is reserved).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The start address, for rebinding tensors onto the region.
     pub fn as_mut_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()

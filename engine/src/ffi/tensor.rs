@@ -2,6 +2,7 @@
 //! makes to them (rebinding `data`).
 use std::ffi::CStr;
 
+use super::error::FfiError;
 use ggml_sys as sys;
 
 /// A model weight tensor found by the capture pass; valid as long as its model.
@@ -375,7 +376,7 @@ impl Drop for ViewScratch {
 
 impl ViewScratch {
     /// A context with room for a few tensor headers and no data.
-    pub fn new() -> Result<Self, String> {
+    pub fn new() -> Result<Self, FfiError> {
         // SAFETY: plain size query.
         let overhead = unsafe { sys::ggml_tensor_overhead() };
         let params = sys::ggml_init_params {
@@ -387,7 +388,7 @@ impl ViewScratch {
         let ctx = unsafe { sys::ggml_init(params) };
         std::ptr::NonNull::new(ctx)
             .map(ViewScratch)
-            .ok_or_else(|| "ggml could not create a view context".to_string())
+            .ok_or_else(|| FfiError::Ggml("ggml could not create a view context".into()))
     }
 
     /// The context, for header-only tensors (probe ops) that live until the next reset.
@@ -398,17 +399,17 @@ impl ViewScratch {
     }
 
     /// Writes `src` as expert `e` of the 3-D weight `t`, through a view of that expert alone.
-    pub fn upload_expert(&mut self, t: TensorPtr, e: usize, src: &[u8]) -> Result<(), String> {
+    pub fn upload_expert(&mut self, t: TensorPtr, e: usize, src: &[u8]) -> Result<(), FfiError> {
         let ne = t.ne();
         let nb = t.nb();
         if e as i64 >= ne[2] || src.len() != nb[2] {
-            return Err(format!(
+            return Err(FfiError::Argument(format!(
                 "{}: expert {e} of {} bytes asked, the tensor has {} experts of {} bytes",
                 t.name(),
                 src.len(),
                 ne[2],
                 nb[2]
-            ));
+            )));
         }
         // SAFETY: the context is ours; the view lies inside `t` (expert e < ne[2], nb[2] bytes);
         // `t` is bound to a live buffer (the arena bound it before queuing this upload), which
@@ -418,14 +419,17 @@ impl ViewScratch {
             sys::ggml_reset(self.0.as_ptr());
             let v = sys::ggml_view_2d(self.0.as_ptr(), t.raw(), ne[0], ne[1], nb[1], e * nb[2]);
             if v.is_null() {
-                return Err(format!("{}: no view of expert {e}", t.name()));
+                return Err(FfiError::Ggml(format!(
+                    "{}: no view of expert {e}",
+                    t.name()
+                )));
             }
             let st = sys::ggml_backend_view_init(v);
             if st != sys::GGML_STATUS_SUCCESS {
-                return Err(format!(
-                    "{}: view of expert {e} did not bind ({st})",
-                    t.name()
-                ));
+                return Err(FfiError::Bind {
+                    tensor: format!("{} (view of expert {e})", t.name()),
+                    status: st,
+                });
             }
             sys::ggml_backend_tensor_set(v, src.as_ptr().cast(), 0, src.len());
         }

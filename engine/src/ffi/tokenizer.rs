@@ -6,6 +6,7 @@ use std::ptr::NonNull;
 
 use ggml_sys as sys;
 
+use super::error::FfiError;
 use super::guard::ErrBuf;
 use super::vocab::Vocab;
 
@@ -28,10 +29,10 @@ impl Drop for VocabModel {
 
 impl VocabModel {
     /// Loads the vocabulary of `path`; on failure returns what llama.cpp said or logged.
-    pub fn load(path: &Path) -> Result<VocabModel, String> {
+    pub fn load(path: &Path) -> Result<VocabModel, FfiError> {
         super::backend_init();
-        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| "the path contains a NUL byte".to_string())?;
+        let cpath =
+            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| FfiError::NulInPath)?;
         super::log::clear_recent();
         let mut err = ErrBuf::new();
         let mut raw: *mut sys::llama_model = std::ptr::null_mut();
@@ -44,10 +45,9 @@ impl VocabModel {
             mp.n_gpu_layers = 0;
             sys::shim::bmoe_model_load_from_file(cpath.as_ptr(), mp, &mut raw, err.ptr(), err.len())
         };
-        err.check("llama_model_load_from_file", rc)
-            .map_err(|t| t.to_string())?;
+        err.check("llama_model_load_from_file", rc)?;
         NonNull::new(raw).map(VocabModel).ok_or_else(|| {
-            super::log::recent_reason().unwrap_or_else(|| "no reason was logged".into())
+            FfiError::no_result("llama_model_load_from_file", "no reason was logged")
         })
     }
 

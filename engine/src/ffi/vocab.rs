@@ -3,6 +3,7 @@ use std::marker::PhantomData;
 
 use ggml_sys as sys;
 
+use super::error::FfiError;
 use super::guard::{ErrBuf, Thrown};
 
 /// A token id.
@@ -42,11 +43,13 @@ impl<'m> Vocab<'m> {
         text: &str,
         add_special: bool,
         parse_special: bool,
-    ) -> Result<Vec<Token>, String> {
-        let len = i32::try_from(text.len()).map_err(|_| "text longer than 2 GiB".to_string())?;
+    ) -> Result<Vec<Token>, FfiError> {
+        let len = i32::try_from(text.len())
+            .map_err(|_| FfiError::Argument("text longer than 2 GiB".into()))?;
         let mut out = vec![0 as Token; text.len() + 8];
         loop {
-            let cap = i32::try_from(out.len()).map_err(|_| "text longer than 2 GiB".to_string())?;
+            let cap = i32::try_from(out.len())
+                .map_err(|_| FfiError::Argument("text longer than 2 GiB".into()))?;
             let mut n = 0i32;
             let mut e = ErrBuf::new();
             // SAFETY: `text` is valid for `len` bytes (no NUL needed), `out` for `cap` tokens; the
@@ -65,9 +68,9 @@ impl<'m> Vocab<'m> {
                     e.len(),
                 )
             };
-            e.check("llama_tokenize", rc).map_err(|t| t.to_string())?;
+            e.check("llama_tokenize", rc)?;
             if n == i32::MIN {
-                return Err("tokenization overflowed".into());
+                return Err(FfiError::Argument("tokenization overflowed".into()));
             }
             if n >= 0 {
                 out.truncate(n as usize);
@@ -115,5 +118,46 @@ impl<'m> Vocab<'m> {
             out.extend(self.piece(t, special)?);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ffi::model::{LlamaModel, RawLoadParams};
+    use crate::ffi::registry::Device;
+    use crate::synth::{write_model, Preset, SynthArch, SynthSpec};
+
+    /// Below the engine's checks (which refuse this file): the file straight into llama.cpp
+    /// loads, and tokenizing "hi" throws std::out_of_range from the byte fallback. Through the
+    /// shim that is an error; without it the process aborts ("Rust cannot catch foreign
+    /// exceptions").
+    #[test]
+    fn a_llama_cpp_exception_is_an_error_not_an_abort() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("tiny.gguf");
+        let spec = SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe);
+        write_model(&spec, &p).expect("write the tiny model");
+        let mut b = std::fs::read(&p).expect("read it back");
+        let at = b
+            .windows(6)
+            .position(|w| w == b"<0x68>")
+            .expect("the byte token for 'h'");
+        b[at..at + 6].copy_from_slice(b"<0x6G>");
+        std::fs::write(&p, b).expect("write the damaged copy");
+        let m = LlamaModel::load(
+            &p,
+            &RawLoadParams {
+                devices: vec![Device::cpu().expect("cpu device")],
+                mmap: true,
+                kv_overrides: vec![],
+                gpu_layers: 0,
+            },
+        )
+        .expect("llama.cpp loads the file");
+        let e = m.vocab().tokenize("hi", false, false).unwrap_err();
+        assert!(
+            e.to_string().contains("llama.cpp failed in llama_tokenize"),
+            "{e}"
+        );
     }
 }

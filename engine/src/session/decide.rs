@@ -212,7 +212,7 @@ impl Session<'_> {
                 self.last_logits = self
                     .ctx
                     .logits(-1, self.n_vocab)
-                    .ok_or_else(|| EngineError::Decode("no logits after prefill".into()))?
+                    .ok_or_else(|| EngineError::NoLogits("after prefill".into()))?
                     .to_vec();
             }
             self.kv = tokens.clone();
@@ -429,7 +429,7 @@ impl Session<'_> {
                 let l = || {
                     self.ctx
                         .logits(r as i32, self.n_vocab)
-                        .ok_or_else(|| EngineError::Decode(format!("no logits for row {r}")))
+                        .ok_or_else(|| EngineError::NoLogits(format!("for row {r}")))
                 };
                 match *out {
                     Out::Nothing => {}
@@ -497,9 +497,10 @@ impl Session<'_> {
                     self.run_batch(&batch)?;
                     for (r, &(_, _, _, target)) in piece.iter().enumerate() {
                         if let Some((i, tok)) = target {
-                            let l = self.ctx.logits(r as i32, self.n_vocab).ok_or_else(|| {
-                                EngineError::Decode(format!("no logits for choice {i}"))
-                            })?;
+                            let l = self
+                                .ctx
+                                .logits(r as i32, self.n_vocab)
+                                .ok_or_else(|| EngineError::NoLogits(format!("for choice {i}")))?;
                             scores[i] += log_softmax(l)[tok as usize];
                         }
                     }

@@ -2,6 +2,7 @@
 //! perplexity). Each call starts from an empty KV cache.
 pub(crate) mod decide;
 mod generate;
+mod hook;
 mod perplexity;
 mod prefill;
 mod reuse;
@@ -9,12 +10,13 @@ mod reuse;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::device::DeviceError;
 use crate::error::{EngineError, Result};
 use crate::ffi::batch::Batch;
 use crate::ffi::context::{ContextParams, DecodeStatus, EvalHook, LlamaContext};
-use crate::hook::EngineHook;
 use crate::model::Model;
 use crate::options::SessionOptions;
+use hook::EngineHook;
 
 pub use decide::log_softmax;
 
@@ -103,7 +105,14 @@ pub struct Session<'m> {
     pub(crate) n_ctx: usize,
     pub(crate) n_vocab: usize,
     abort: Arc<AtomicBool>,
-    hook_error: Arc<Mutex<Option<String>>>,
+    hook_error: Arc<Mutex<Option<EngineError>>>,
+}
+
+impl Model {
+    /// Opens a session (a llama.cpp context) on this model.
+    pub fn session(&self, opts: &SessionOptions) -> Result<Session<'_>> {
+        Session::new(self, opts)
+    }
 }
 
 impl<'m> Session<'m> {
@@ -130,7 +139,7 @@ impl<'m> Session<'m> {
             Some(a) => {
                 let mut a = a
                     .lock()
-                    .map_err(|_| EngineError::Device("the arena panicked earlier".into()))?;
+                    .map_err(|_| EngineError::Device(DeviceError::Poisoned))?;
                 a.new_session();
                 a.active_flag()
             }
@@ -167,7 +176,7 @@ impl<'m> Session<'m> {
             },
             false,
         )
-        .map_err(|reason| EngineError::Context { reason })?;
+        .map_err(EngineError::Context)?;
         // What llama.cpp really took: pieces never exceed its batch, whatever it clamped.
         let batch = ctx.n_batch().min(ctx.n_ubatch()).max(1);
         let n_ctx = (n_ctx as usize).min(ctx.n_ctx() as usize);
@@ -206,7 +215,7 @@ impl<'m> Session<'m> {
         let Some(arena) = self.model.arena.clone() else {
             return self.run_batch(batch);
         };
-        let poisoned = |_| EngineError::Device("the arena panicked earlier".into());
+        let poisoned = |_| EngineError::Device(DeviceError::Poisoned);
         let began = arena.lock().map_err(poisoned)?.begin(batch.len() as u64);
         if let Err(e) = began {
             // Whatever was bound goes back to the host before the error is reported.
@@ -216,10 +225,7 @@ impl<'m> Session<'m> {
         let r = self.run_batch(batch);
         let end = arena.lock().map_err(poisoned)?.end();
         // The hook's own error (a skipped pacing point, a failed read) says more than the end's.
-        r.map_err(|e| match e {
-            EngineError::Stream(m) => EngineError::Device(m),
-            e => e,
-        })?;
+        r?;
         end.map_err(EngineError::Device)
     }
 
@@ -233,7 +239,7 @@ impl<'m> Session<'m> {
         let hook_err = self.hook_error.lock().ok().and_then(|mut e| e.take());
         self.abort.store(false, Ordering::Relaxed);
         match (status, hook_err) {
-            (_, Some(msg)) => Err(EngineError::Stream(msg)),
+            (_, Some(e)) => Err(e),
             (DecodeStatus::Ok, None) => Ok(()),
             (DecodeStatus::Aborted, None) => Err(EngineError::Cancelled),
         }
@@ -258,7 +264,7 @@ impl<'m> Session<'m> {
         self.last_logits = self
             .ctx
             .logits(-1, self.n_vocab)
-            .ok_or_else(|| EngineError::Decode("no logits after prefill".into()))?
+            .ok_or_else(|| EngineError::NoLogits("after prefill".into()))?
             .to_vec();
         Ok(())
     }

@@ -23,9 +23,10 @@ impl Session<'_> {
         let mut rows = Vec::with_capacity(tokens.len());
         self.prefill(tokens, 0, Outputs::All, |s, start, end| {
             for i in 0..(end - start) {
-                let l = s.ctx.logits(i as i32, n_vocab).ok_or_else(|| {
-                    EngineError::Decode(format!("no logits for row {}", start + i))
-                })?;
+                let l = s
+                    .ctx
+                    .logits(i as i32, n_vocab)
+                    .ok_or_else(|| EngineError::NoLogits(format!("for row {}", start + i)))?;
                 rows.push(l.to_vec());
             }
             Ok(())
@@ -62,7 +63,7 @@ impl Session<'_> {
                     let l = s
                         .ctx
                         .logits((i - start) as i32, n_vocab)
-                        .ok_or_else(|| EngineError::Decode(format!("no logits for row {i}")))?;
+                        .ok_or_else(|| EngineError::NoLogits(format!("for row {i}")))?;
                     nll -= log_softmax(l)[window[i + 1] as usize];
                     n_scored += 1;
                     next = i + 2;

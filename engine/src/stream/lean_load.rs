@@ -6,22 +6,21 @@
 use std::collections::HashMap;
 use std::fs::File;
 
-use memmap2::{Advice, Mmap, MmapOptions};
-
 use crate::error::{EngineError, Result};
+use crate::ffi::file_map::FileMap;
 use crate::ffi::gguf::{GgufBuilder, GgufMeta, TensorInfo};
 use crate::ffi::model::{LlamaModel, RawLoadParams};
 use crate::ffi::region::Region;
 use crate::ffi::tensor::TensorPtr;
-use crate::gguf_index::GgufIndex;
-use crate::hook::Capture;
+use crate::gguf::index::GgufIndex;
+use crate::graph::Capture;
 
 /// A model whose weights are bound to nothing real yet: every tensor points at one shared range
 /// of never-written anonymous memory (reads give zeros, no page is committed), enough for the
 /// capture pass, which only looks at the graph.
 pub(crate) struct Unfilled {
     pub(crate) raw: LlamaModel,
-    tensors: Vec<(TensorPtr, crate::gguf_index::TensorLocation)>,
+    tensors: Vec<(TensorPtr, crate::gguf::index::TensorLocation)>,
     /// Tensors the architecture created that the file does not hold (optional ones llama.cpp's
     /// own load would have left out).
     absent: Vec<TensorPtr>,
@@ -36,7 +35,7 @@ pub(crate) struct Unfilled {
 pub(crate) struct DenseMaps {
     // Held, not read: the dense tensors point into the maps, absent optional tensors into the
     // zero and one ranges.
-    _maps: Vec<Mmap>,
+    _maps: Vec<FileMap>,
     _neutral: [Region; 2],
     dense_bytes: u64,
     n_absent: usize,
@@ -90,8 +89,8 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
         Some(b) => b,
         None => index.header(),
     };
-    let (raw, created) =
-        LlamaModel::load_unfilled(meta, params).map_err(|reason| load_err(index, reason))?;
+    let (raw, created) = LlamaModel::load_unfilled(meta, params)
+        .map_err(|reason| load_err(index, reason.to_string()))?;
     let infos: HashMap<String, TensorInfo> = index
         .tensor_infos()
         .iter()
@@ -171,11 +170,52 @@ enum Neutral {
     One,
 }
 
+/// Why no value makes an absent tensor's op an identity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotNeutral {
+    /// It weights a norm the graph may compute only because the tensor exists.
+    #[error("it weights a norm, which the graph may compute only because the tensor exists")]
+    WeightsANorm,
+    /// An op with no neutral operand reads it.
+    #[error("ggml op {op} reads it (source {slot})")]
+    ReadBy {
+        /// The ggml op.
+        op: ggml_sys::ggml_op,
+        /// The source slot.
+        slot: usize,
+    },
+    /// One op adds it and another multiplies by it.
+    #[error("one op adds it and another multiplies by it")]
+    AddedAndMultiplied,
+}
+
+/// Why the lean load gives way to llama.cpp's own load (a warning, not an error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Fallback {
+    /// An absent tensor that would have to be ones is not F32.
+    #[error("the architecture creates {0}, which the file does not hold, as a non-F32 scale")]
+    NonF32Scale(String),
+    /// An absent tensor has no neutral value.
+    #[error("the architecture creates {tensor}, which the file does not hold, and {why}")]
+    NoNeutral {
+        /// The tensor.
+        tensor: String,
+        /// Why no value is neutral.
+        why: NotNeutral,
+    },
+    /// A tensor assembled from parts that no expert matmul reads (only the streamer fills one).
+    #[error("the architecture creates {0}, which the file holds as separate parts, and no expert matmul reads it")]
+    AssembledNotStreamed(String),
+}
+
 /// What `t` must hold for its graph to compute as if it did not exist, found by following its
 /// uses in the captured graph through ops that only move values (views, copies, repeats, row
 /// gathers) to the arithmetic that consumes them. `Ok(None)`: nothing reads it. `Err(op)`: an op
 /// for which no value is neutral (a matmul, a norm, ...).
-fn neutral_value(capture: &Capture, t: TensorPtr) -> std::result::Result<Option<Neutral>, String> {
+fn neutral_value(
+    capture: &Capture,
+    t: TensorPtr,
+) -> std::result::Result<Option<Neutral>, NotNeutral> {
     let op_of: std::collections::HashMap<usize, ggml_sys::ggml_op> =
         capture.nodes.iter().map(|n| (n.addr, n.op)).collect();
     let mut found = None;
@@ -219,19 +259,15 @@ fn neutral_value(capture: &Capture, t: TensorPtr) -> std::result::Result<Option<
                             )
                         }) =>
                     {
-                        return Err(
-                            "it weights a norm, which the graph may compute only because the tensor exists".into(),
-                        );
+                        return Err(NotNeutral::WeightsANorm);
                     }
                     (ggml_sys::GGML_OP_MUL, _) => Neutral::One,
                     (op, slot) => {
-                        return Err(format!("ggml op {op} reads it (source {slot})"));
+                        return Err(NotNeutral::ReadBy { op, slot });
                     }
                 };
                 match found {
-                    Some(f) if f != need => {
-                        return Err("one op adds it and another multiplies by it".into())
-                    }
+                    Some(f) if f != need => return Err(NotNeutral::AddedAndMultiplied),
                     _ => found = Some(need),
                 }
             }
@@ -254,7 +290,7 @@ impl Unfilled {
         self,
         index: &GgufIndex,
         capture: &Capture,
-    ) -> Result<std::result::Result<(LlamaModel, DenseMaps), String>> {
+    ) -> Result<std::result::Result<(LlamaModel, DenseMaps), Fallback>> {
         let mut ones_needed = Vec::new();
         for &t in &self.absent {
             match neutral_value(capture, t) {
@@ -263,16 +299,13 @@ impl Unfilled {
                     ones_needed.push(t)
                 }
                 Ok(Some(Neutral::One)) => {
-                    return Ok(Err(format!(
-                    "the architecture creates {}, which the file does not hold, as a non-F32 scale",
-                    t.name()
-                )))
+                    return Ok(Err(Fallback::NonF32Scale(t.name().to_string())))
                 }
                 Err(why) => {
-                    return Ok(Err(format!(
-                        "the architecture creates {}, which the file does not hold, and {why}",
-                        t.name()
-                    )))
+                    return Ok(Err(Fallback::NoNeutral {
+                        tensor: t.name().to_string(),
+                        why,
+                    }))
                 }
             }
         }
@@ -292,23 +325,15 @@ impl Unfilled {
             .collect();
         // Only the streamer fills an assembled tensor, and only the expert matrices it streams.
         if let Some(t) = self.assembled.iter().find(|t| !experts.contains(t)) {
-            return Ok(Err(format!(
-                "the architecture creates {}, which the file holds as separate parts, and no expert matmul reads it",
-                t.name()
-            )));
+            return Ok(Err(Fallback::AssembledNotStreamed(t.name().to_string())));
         }
         let mut maps = Vec::new();
         for (path, _) in index.files() {
             let f = File::open(path).map_err(|e| {
                 load_err(index, format!("opening {} to map it: {e}", path.display()))
             })?;
-            // SAFETY: the file is mapped read-only and shared; the engine never writes through
-            // it. Like llama.cpp's own mapping, a file truncated underneath a running model would
-            // fault on access; model files are not modified while a run uses them.
-            let m = unsafe { MmapOptions::new().map(&f) }
+            let m = FileMap::map(&f)
                 .map_err(|e| load_err(index, format!("mapping {}: {e}", path.display())))?;
-            // Advice is a hint: a kernel that ignores it only reads more.
-            let _ = m.advise(Advice::Random);
             maps.push(m);
         }
         let mut dense_bytes = 0u64;
@@ -316,7 +341,7 @@ impl Unfilled {
             if experts.contains(t) {
                 continue;
             }
-            let m = &maps[loc.file];
+            let m = maps[loc.file].bytes();
             let off = loc.offset as usize;
             let end = off + loc.size as usize;
             if end > m.len() {
@@ -327,7 +352,7 @@ impl Unfilled {
             }
             // The tensor is only read through this pointer (weights are never written).
             t.rebind(m[off..end].as_ptr().cast_mut());
-            let _ = m.advise_range(Advice::WillNeed, off, end - off);
+            maps[loc.file].will_need(off, end - off);
             dense_bytes += loc.size;
         }
         Ok(Ok((
@@ -349,9 +374,7 @@ impl DenseMaps {
     /// bytes back in, so this is safe even if a weight was missed.
     pub(crate) fn release_file_pages(&self) {
         for m in &self._maps {
-            // SAFETY: a read-only shared file mapping: DONTNEED only drops its page-table
-            // entries; a later access reads the same bytes from the file again.
-            let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+            m.release_pages();
         }
     }
 

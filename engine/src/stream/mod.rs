@@ -11,13 +11,14 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+pub use crate::error::StreamError;
 use crate::error::{EngineError, Result};
 use crate::ffi::region::Region;
 use crate::ffi::tensor::TensorPtr;
-use crate::gguf_index::GgufIndex;
-use crate::hook::{Capture, ExpertRole};
+use crate::gguf::index::GgufIndex;
+use crate::graph::{Capture, ExpertRole};
 use crate::io::DirectReader;
-use crate::options::{DenseWeights, StreamOptions};
+use crate::options::{DenseWeights, Prefetch, StreamOptions};
 use crate::telemetry::StreamCounters;
 
 use cache::ExpertLru;
@@ -48,7 +49,7 @@ struct ExpertTensor {
     ptr: TensorPtr,
     /// Where each expert's bytes are on disk, piece by piece (one piece unless the tensor is a
     /// fused one the file stores as its parts).
-    parts: Vec<crate::gguf_index::ExpertPart>,
+    parts: Vec<crate::gguf::index::ExpertPart>,
     /// Bytes per expert in memory (`nb[2]`, the pieces' sum).
     expert_bytes: usize,
 }
@@ -93,8 +94,9 @@ pub struct Streamer {
     pub direct: Vec<bool>,
 }
 
-fn stream_err(m: impl Into<String>) -> EngineError {
-    EngineError::Stream(m.into())
+/// A setup step's I/O failure, as the engine's error.
+fn setup_err(what: &'static str) -> impl Fn(std::io::Error) -> EngineError + Copy {
+    move |source| EngineError::Stream(StreamError::Setup { what, source })
 }
 
 impl Streamer {
@@ -136,10 +138,11 @@ impl Streamer {
                     .expert_parts(&name, ptr.layout().ty(), ne[0], ne[2] as u64, expert_bytes)
                     .filter(|_| ptr.nbytes() == expert_bytes * ne[2] as usize)
                     .ok_or_else(|| {
-                        stream_err(format!(
-                            "tensor {name}: its {} experts of {expert_bytes} bytes are not in the GGUF, neither stored as such nor as the parts of a fused tensor",
-                            ne[2]
-                        ))
+                        EngineError::Stream(StreamError::NotInFile {
+                            tensor: name.to_string(),
+                            n_expert: ne[2],
+                            expert_bytes,
+                        })
                     })?;
                 n_expert = n_expert.max(ne[2] as u32);
                 max_read = max_read.max(expert_bytes);
@@ -160,7 +163,7 @@ impl Streamer {
                 },
             );
         }
-        let io_err = |e: std::io::Error| stream_err(format!("reserving expert memory: {e}"));
+        let io_err = setup_err("reserving expert memory");
         let mut shared = BTreeMap::new();
         if budget_bytes == 0 {
             for layer in layers.values() {
@@ -214,12 +217,12 @@ impl Streamer {
             0
         };
         let reader = DirectReader::open(&paths, opts.io_threads + prefetch_lanes, max_read)
-            .map_err(|e| stream_err(format!("opening the model for direct reads: {e}")))?;
+            .map_err(setup_err("opening the model for direct reads"))?;
         let reader = std::sync::Arc::new(reader);
         let prefetcher = match predictor {
             Some(_) => Some(
                 prefetch::Prefetcher::new(reader.clone(), opts.io_threads, prefetch_lanes)
-                    .map_err(|e| stream_err(format!("starting prefetch threads: {e}")))?,
+                    .map_err(setup_err("starting prefetch threads"))?,
             ),
             None => None,
         };
@@ -227,7 +230,7 @@ impl Streamer {
             .num_threads(opts.io_threads.max(1))
             .thread_name(|i| format!("bmoe-io-{i}"))
             .build()
-            .map_err(|e| stream_err(format!("starting reader threads: {e}")))?;
+            .map_err(|e| setup_err("starting reader threads")(std::io::Error::other(e)))?;
         let direct = reader.direct().to_vec();
         Ok(Self {
             layers,
@@ -268,7 +271,7 @@ impl Streamer {
     }
 
     /// Makes the experts `ids` routes to in layer `il` resident before its matmuls run.
-    pub fn ensure(&mut self, il: u32, ids: &[i32]) -> std::result::Result<(), String> {
+    pub fn ensure(&mut self, il: u32, ids: &[i32]) -> std::result::Result<(), StreamError> {
         let t0 = Instant::now();
         let Some(layer) = self.layers.get_mut(&il) else {
             return Ok(());
@@ -279,16 +282,7 @@ impl Streamer {
         if self.read_all {
             wanted.fill(true);
         } else {
-            for &e in ids {
-                let ok = usize::try_from(e).ok().filter(|&e| e < wanted.len());
-                let e = ok.ok_or_else(|| {
-                    format!(
-                        "layer {il} routed to expert {e}, out of 0..{}",
-                        wanted.len()
-                    )
-                })?;
-                wanted[e] = true;
-            }
+            wanted = crate::graph::routed_mask(il, ids, wanted.len())?;
         }
         if !self.read_all {
             let routed: Vec<u32> = (0..wanted.len() as u32)
@@ -449,7 +443,10 @@ impl Streamer {
                 }
             }
             self.counters.stall_s += t0.elapsed().as_secs_f64();
-            return Err(format!("reading experts of layer {il}: {e}"));
+            return Err(StreamError::Read {
+                layer: il,
+                source: e,
+            });
         }
         if let Some(lru) = self.lru.as_mut() {
             for (e, _) in misses.iter().enumerate().filter(|(_, &m)| m) {
@@ -464,9 +461,9 @@ impl Streamer {
     /// (each wrong one costs a read and CPU time for its copy, which on a small machine competes
     /// with compute). Predictions keep being scored while reads are off, so they come back when
     /// the routing becomes predictable. The always-wrong control reads regardless.
-    fn worth_reading_ahead(candidates: (f64, f64), mode: prefetch::Prefetch) -> bool {
+    fn worth_reading_ahead(candidates: (f64, f64), mode: Prefetch) -> bool {
         let (n, u) = candidates;
-        mode == prefetch::Prefetch::Wrong || n < CANDIDATE_WARMUP || u >= MIN_PRECISION * n
+        mode == Prefetch::Wrong || n < CANDIDATE_WARMUP || u >= MIN_PRECISION * n
     }
 
     /// Whether `prefetch_after` wants the router input (a copy of it costs on every routing node).
@@ -493,7 +490,7 @@ impl Streamer {
             return;
         };
         let predicted = match pred.mode() {
-            prefetch::Prefetch::Repeat => self.last_routed.get(&next).cloned().unwrap_or_default(),
+            Prefetch::Repeat => self.last_routed.get(&next).cloned().unwrap_or_default(),
             _ => pred.predict(next, x, n_embd, self.n_expert_used),
         };
         let experts: Vec<u32> = predicted
@@ -521,8 +518,8 @@ impl Streamer {
 
 #[cfg(test)]
 mod tests {
-    use super::prefetch::Prefetch;
     use super::*;
+    use crate::options::Prefetch;
 
     #[test]
     fn reads_ahead_pause_while_few_candidates_turn_out_misses() {

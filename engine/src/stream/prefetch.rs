@@ -13,21 +13,7 @@ use crate::ffi::quant;
 use crate::ffi::region::Region;
 use crate::ffi::tensor::TensorPtr;
 use crate::io::DirectReader;
-
-/// How experts are predicted for prefetch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Prefetch {
-    /// No prefetch: every miss is read at its routing node.
-    Off,
-    /// The next layer's router on this layer's router input.
-    #[default]
-    Router,
-    /// The experts the next layer routed to on the previous token.
-    Repeat,
-    /// The experts the next router ranks lowest: a prediction that is always wrong (gate G19's
-    /// control: output must not change, only bandwidth is spent).
-    Wrong,
-}
+use crate::options::Prefetch;
 
 /// One layer's router as f32 rows, one per expert.
 struct Router {
@@ -128,7 +114,7 @@ struct Staged {
 #[derive(Debug, Clone)]
 pub(crate) struct Source {
     /// Each expert's pieces on disk, in memory order.
-    pub(crate) parts: Vec<crate::gguf_index::ExpertPart>,
+    pub(crate) parts: Vec<crate::gguf::index::ExpertPart>,
     /// Bytes of one expert (the pieces' sum).
     pub(crate) expert_bytes: usize,
 }

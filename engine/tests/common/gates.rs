@@ -3,9 +3,9 @@
 //! loopback device == the CPU), bit for bit.
 use std::path::Path;
 
-use bmoe_engine::ffi::registry::Device;
-use bmoe_engine::ffi::rpc;
-use bmoe_engine::stream::prefetch::Prefetch;
+use bmoe_engine::test_support::start_loopback_server;
+use bmoe_engine::Device;
+use bmoe_engine::Prefetch;
 use bmoe_engine::{
     CancelToken, DecideRequest, GenerateOptions, LoadOptions, Model, PrefillOptions,
     SessionOptions, StreamCounters, StreamOptions,
@@ -164,9 +164,8 @@ pub fn stream_gates(path: &Path) {
 pub fn loopback() -> String {
     static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     NAME.get_or_init(|| {
-        let endpoint =
-            rpc::start_loopback_server(Device::cpu().unwrap(), 2).expect("loopback server");
-        let devs = rpc::add_server(&endpoint).expect("add server");
+        let endpoint = start_loopback_server(Device::cpu().unwrap(), 2).expect("loopback server");
+        let devs = bmoe_engine::add_rpc_server(&endpoint).expect("add server");
         assert_eq!(devs.len(), 1);
         assert_eq!(devs[0].description, endpoint);
         devs[0].name.clone()

@@ -344,7 +344,7 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
     let mut errs: Vec<Diagnostic> = Vec::new();
 
     let model = relative_to(path, &job.model);
-    if let Err(e) = bmoe_engine::model::check_gguf_file(&model) {
+    if let Err(e) = bmoe_engine::gguf::check_gguf_file(&model) {
         errs.push(src.diag("/model", false, format!("{e}")));
     }
     let csv = relative_to(path, &job.csv);

@@ -240,11 +240,11 @@ pub enum Prefetch {
 
 impl Prefetch {
     /// The engine's value.
-    pub fn engine(self) -> bmoe_engine::stream::prefetch::Prefetch {
+    pub fn engine(self) -> bmoe_engine::Prefetch {
         match self {
-            Prefetch::Router => bmoe_engine::stream::prefetch::Prefetch::Router,
-            Prefetch::Repeat => bmoe_engine::stream::prefetch::Prefetch::Repeat,
-            Prefetch::Off => bmoe_engine::stream::prefetch::Prefetch::Off,
+            Prefetch::Router => bmoe_engine::Prefetch::Router,
+            Prefetch::Repeat => bmoe_engine::Prefetch::Repeat,
+            Prefetch::Off => bmoe_engine::Prefetch::Off,
         }
     }
 }

@@ -262,9 +262,9 @@ impl EngineArgs {
                 read_all_experts: false,
                 llama_load: self.llama_load,
                 prefetch: match self.prefetch {
-                    PrefetchArg::Router => bmoe_engine::stream::prefetch::Prefetch::Router,
-                    PrefetchArg::Repeat => bmoe_engine::stream::prefetch::Prefetch::Repeat,
-                    PrefetchArg::Off => bmoe_engine::stream::prefetch::Prefetch::Off,
+                    PrefetchArg::Router => bmoe_engine::Prefetch::Router,
+                    PrefetchArg::Repeat => bmoe_engine::Prefetch::Repeat,
+                    PrefetchArg::Off => bmoe_engine::Prefetch::Off,
                 },
             }),
             prefill: self.prefill_device.as_ref().map(|d| PrefillOptions {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{EngineError, Result};
 use crate::ffi::gguf::{GgufFile, TensorInfo};
-use crate::model::check_gguf_file;
+use crate::gguf::check_gguf_file;
 
 /// One tensor's bytes on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -69,7 +69,7 @@ fn invalid(path: &Path, what: String) -> EngineError {
 
 /// Opens `path` (every shard of a split model) and checks it as [`check`] does.
 pub fn check_file(path: &Path) -> Result<()> {
-    let index = crate::gguf_index::GgufIndex::open(path)?;
+    let index = crate::gguf::index::GgufIndex::open(path)?;
     check(path, index.header())
 }
 

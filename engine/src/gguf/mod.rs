@@ -1,0 +1,46 @@
+//! GGUF files as stored: the first check a path gets, where every tensor lives ([`index`]), and
+//! what llama.cpp's loader would abort on ([`check`]).
+use std::io::Read;
+use std::path::Path;
+
+use crate::error::{EngineError, Result};
+
+pub mod check;
+pub mod index;
+
+/// Checks that `path` exists, is readable and starts like a GGUF.
+pub fn check_gguf_file(path: &Path) -> Result<u64> {
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => EngineError::ModelMissing {
+            path: path.to_path_buf(),
+        },
+        _ => EngineError::ModelUnreadable {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    })?;
+    if meta.is_dir() {
+        return Err(EngineError::ModelUnreadable {
+            path: path.to_path_buf(),
+            source: std::io::Error::other("it is a directory"),
+        });
+    }
+    let mut f = std::fs::File::open(path).map_err(|e| EngineError::ModelUnreadable {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    let mut magic = [0u8; 4];
+    let n = f
+        .read(&mut magic)
+        .map_err(|e| EngineError::ModelUnreadable {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+    if n < 4 || &magic != b"GGUF" {
+        return Err(EngineError::NotGguf {
+            path: path.to_path_buf(),
+            magic: String::from_utf8_lossy(&magic[..n]).into_owned(),
+        });
+    }
+    Ok(meta.len())
+}

@@ -1,0 +1,118 @@
+//! The dispatcher installed on every session: llama.cpp's `cb_eval` asks it about each node, and
+//! it hands the routing nodes' ids to the expert streamer or, inside a wide device graph, to the
+//! prefill arena.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ggml_sys as sys;
+
+use crate::device::arena::Arena;
+use crate::device::DeviceError;
+use crate::error::EngineError;
+use crate::ffi::context::EvalHook;
+use crate::ffi::tensor;
+use crate::graph::node_layer;
+use crate::stream::{StreamError, Streamer};
+
+/// The dispatcher installed on every session of a streamed model: isolates each routing node and
+/// hands its ids to the streamer. A failed read sets the abort flag, so the decode stops before
+/// any expert matmul runs on unread data.
+pub struct EngineHook {
+    /// The expert streamer, when streaming.
+    pub streamer: Option<Arc<Mutex<Streamer>>>,
+    /// The prefill arena, when a device runs wide graphs.
+    pub arena: Option<Arc<Mutex<Arena>>>,
+    /// The arena's "a wide graph is bound" flag.
+    pub arena_active: Arc<AtomicBool>,
+    /// The context's abort flag.
+    pub abort: Arc<AtomicBool>,
+    /// Where a failure is kept for the session to report.
+    pub error: Arc<Mutex<Option<EngineError>>>,
+}
+
+impl EvalHook for EngineHook {
+    fn ask(&mut self, t: &sys::ggml_tensor) -> bool {
+        // Cheap: a byte-prefix test on every node of every graph.
+        let topk = t.name[..13].iter().map(|&c| c as u8).eq(*b"ffn_moe_topk-");
+        if let Some(arena) = &self.arena {
+            // Lock-free outside wide graphs: decode asks never touch the arena's lock.
+            if self.arena_active.load(Ordering::Relaxed) {
+                let Ok(mut a) = arena.lock() else {
+                    return false;
+                };
+                // Nodes whose result lives in device memory are the nodes the device computes.
+                if tensor::on_buft(t, a.buft()) {
+                    a.count_node();
+                }
+                // Profiling: every node, so the scheduler computes and the hook times each alone.
+                if a.explaining() {
+                    a.explain_asked();
+                    return true;
+                }
+                return topk || a.pacing_layer(tensor::name(t)).is_some();
+            }
+        }
+        topk && self.streamer.is_some()
+    }
+
+    fn observe(&mut self, t: &sys::ggml_tensor) {
+        let fail = |err: EngineError| {
+            if let Ok(mut e) = self.error.lock() {
+                e.get_or_insert(err);
+            }
+            self.abort.store(true, Ordering::Relaxed);
+        };
+        let name = tensor::name(t);
+        let routing = node_layer(name, "ffn_moe_topk");
+        if let Some(arena) = &self.arena {
+            if self.arena_active.load(Ordering::Relaxed) {
+                // In a wide graph the experts come from the arena; the streamer stays out of it.
+                let r = match arena.lock() {
+                    Ok(mut a) => {
+                        // Profiling (a no-op otherwise): the node just computed, timed alone.
+                        a.explain_observed(t);
+                        match (routing, a.pacing_layer(name)) {
+                            (Some(il), _) => match tensor::read_ids_anywhere(t) {
+                                Some(ids) => a.on_routing(il, &ids),
+                                None => Err(DeviceError::UnreadableRouting(il)),
+                            },
+                            (None, Some(il)) => a.on_layer_done(il),
+                            (None, None) => Ok(()),
+                        }
+                    }
+                    Err(_) => Err(DeviceError::Poisoned),
+                };
+                if let Err(e) = r {
+                    fail(EngineError::Device(e));
+                }
+                return;
+            }
+        }
+        let Some(streamer) = &self.streamer else {
+            return;
+        };
+        let Some(il) = routing else {
+            return;
+        };
+        let Some(ids) = tensor::read_ids(t) else {
+            return fail(EngineError::Stream(StreamError::UnreadableRouting(il)));
+        };
+        let r = match streamer.lock() {
+            Ok(mut s) => s.ensure(il, &ids).map(|()| {
+                // Decode-sized graphs only (ne[1] = tokens): the copy of a wide piece's rows
+                // would cost more than any read ahead saves.
+                if t.ne[1] as usize <= crate::stream::MAX_PREFETCH_TOKENS {
+                    if !s.wants_router_input() {
+                        s.prefetch_after(il, &[], 0);
+                    } else if let Some((n_embd, x)) = tensor::router_input(t) {
+                        s.prefetch_after(il, &x, n_embd);
+                    }
+                }
+            }),
+            Err(_) => Err(StreamError::Poisoned),
+        };
+        if let Err(e) = r {
+            fail(EngineError::Stream(e));
+        }
+    }
+}
