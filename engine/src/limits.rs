@@ -1,13 +1,27 @@
-//! The valid range of every numeric setting, defined once: the engine checks its options against
-//! these, and every front end (CLI flags, profile and job schemas, `--set`, the environment) checks
-//! against the same constants, so a value is refused by name wherever it is typed.
+//! Every numeric setting defined once: its name, default, unit and valid range. The engine's
+//! option defaults, the runner's layered defaults, the CLI, the profile and job schemas and
+//! `docs/configuration.md` all read (or are checked against) these constants, so a value is
+//! refused by name wherever it is typed and a default cannot differ between two front ends.
 use crate::error::{EngineError, Result};
 
-/// One integer setting's valid range (both ends included).
+/// An integer setting's default: a number, or `auto` (resolved where the setting is used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntDefault {
+    /// Resolved at run time (the usable cores, the memory budget, ...).
+    Auto,
+    /// This number.
+    N(u64),
+}
+
+/// One integer setting: its name, default, unit and valid range (both ends included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IntRange {
     /// The setting's name in profiles, jobs and `--set`.
     pub name: &'static str,
+    /// Its default.
+    pub default: IntDefault,
+    /// Its unit, as the docs write it.
+    pub unit: &'static str,
     /// Smallest valid value.
     pub min: u64,
     /// Largest valid value.
@@ -15,6 +29,23 @@ pub struct IntRange {
 }
 
 impl IntRange {
+    /// The numeric default (`None` for `auto`).
+    pub const fn default_n(&self) -> Option<u64> {
+        match self.default {
+            IntDefault::Auto => None,
+            IntDefault::N(n) => Some(n),
+        }
+    }
+
+    /// The numeric default of a setting whose default is a number (0 for `auto`, which such a
+    /// setting never has: the settings-agreement test holds every caller to that).
+    pub const fn default_u32(&self) -> u32 {
+        match self.default {
+            IntDefault::Auto => 0,
+            IntDefault::N(n) => n as u32,
+        }
+    }
+
     /// `v` when it is in range, else an error naming the setting and the range.
     pub fn check(&self, v: u64) -> Result<u64> {
         if v < self.min || v > self.max {
@@ -41,11 +72,13 @@ impl IntRange {
     }
 }
 
-/// One real-valued setting's valid range.
+/// One real-valued setting: its name, default and valid range.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FloatRange {
     /// The setting's name in profiles, jobs and `--set`.
     pub name: &'static str,
+    /// Its default.
+    pub default: f64,
     /// Lower bound.
     pub min: f64,
     /// Whether `min` itself is excluded.
@@ -95,18 +128,24 @@ impl FloatRange {
 /// Compute threads (an explicit count; `auto` resolves to the usable cores).
 pub const THREADS: IntRange = IntRange {
     name: "threads",
+    default: IntDefault::Auto,
+    unit: "threads",
     min: 1,
     max: 1024,
 };
 /// Context size in tokens (0 = the model's training context).
 pub const CONTEXT: IntRange = IntRange {
     name: "context",
+    default: IntDefault::N(4096),
+    unit: "tokens",
     min: 0,
     max: 1 << 20,
 };
 /// Prompt piece width on the CPU.
 pub const CPU_UBATCH: IntRange = IntRange {
     name: "cpu_ubatch",
+    default: IntDefault::N(512),
+    unit: "tokens",
     min: 1,
     max: 8192,
 };
@@ -115,60 +154,79 @@ pub const CPU_UBATCH: IntRange = IntRange {
 /// scheduled for the device while the weights are back on the host.
 pub const DEVICE_UBATCH: IntRange = IntRange {
     name: "device_ubatch",
+    default: IntDefault::N(512),
+    unit: "tokens",
     min: 2,
     max: 8192,
 };
 /// Narrowest piece sent to the prefill device (at least 2, for the reason above).
 pub const MIN_TOKENS: IntRange = IntRange {
     name: "min_tokens",
+    default: IntDefault::N(32),
+    unit: "tokens",
     min: 2,
     max: 8192,
 };
 /// Expert-read lanes.
 pub const IO_THREADS: IntRange = IntRange {
     name: "io_threads",
+    default: IntDefault::Auto,
+    unit: "lanes",
     min: 1,
     max: 64,
 };
 /// Arena loader threads.
 pub const LOADERS: IntRange = IntRange {
     name: "loaders",
+    default: IntDefault::Auto,
+    unit: "threads",
     min: 1,
     max: 64,
 };
 /// Experts used per token override (0 = the model's own).
 pub const N_EXPERT_USED: IntRange = IntRange {
     name: "n_expert_used",
+    default: IntDefault::N(0),
+    unit: "experts",
     min: 0,
     max: 1024,
 };
 /// Expert cache budget in MiB.
 pub const CACHE_MB: IntRange = IntRange {
     name: "cache_mb",
+    default: IntDefault::Auto,
+    unit: "MiB",
     min: 0,
     max: 1 << 30,
 };
 /// MiB of RAM the automatic cache size leaves to everything else.
 pub const CACHE_FLOOR_MB: IntRange = IntRange {
     name: "cache_floor_mb",
+    default: IntDefault::N(1024),
+    unit: "MiB",
     min: 0,
     max: 1 << 30,
 };
 /// Tokens to generate at most.
 pub const N_PREDICT: IntRange = IntRange {
     name: "n_predict",
+    default: IntDefault::N(32),
+    unit: "tokens",
     min: 1,
     max: 1 << 20,
 };
 /// Top-k sampling (0 = off).
 pub const TOP_K: IntRange = IntRange {
     name: "top_k",
+    default: IntDefault::N(40),
+    unit: "tokens",
     min: 0,
     max: 1 << 20,
 };
 /// Sampling temperature (0 = greedy).
 pub const TEMPERATURE: FloatRange = FloatRange {
     name: "temperature",
+    default: 0.8,
     min: 0.0,
     min_exclusive: false,
     max: 100.0,
@@ -176,6 +234,7 @@ pub const TEMPERATURE: FloatRange = FloatRange {
 /// Top-p nucleus sampling (1 = off).
 pub const TOP_P: FloatRange = FloatRange {
     name: "top_p",
+    default: 0.95,
     min: 0.0,
     min_exclusive: true,
     max: 1.0,
@@ -183,10 +242,20 @@ pub const TOP_P: FloatRange = FloatRange {
 /// Share of a layer's experts above which the routed arena reads the next layer whole.
 pub const ROUTED_FULL: FloatRange = FloatRange {
     name: "routed_full",
+    default: 0.85,
     min: 0.0,
     min_exclusive: true,
     max: 1.0,
 };
+
+/// What `io_threads = auto` resolves to: lanes block in the kernel rather than spin, so they are
+/// not tied to the cores.
+pub const AUTO_IO_THREADS: u32 = 4;
+
+/// What `loaders = auto` resolves to on this machine: the usable cores, at most 8.
+pub fn auto_loaders() -> u32 {
+    usable_cores().clamp(1, 8)
+}
 
 /// The cores this process may run on: the CPU affinity mask and the cgroup CPU quota (a
 /// Kubernetes pod's CPU limit, a Slurm allocation) both count, as Rust's

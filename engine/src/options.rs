@@ -39,9 +39,15 @@ pub struct StreamOptions {
 impl Default for StreamOptions {
     fn default() -> Self {
         Self {
-            cache_mb: 0,
-            auto_cache_floor_mb: None,
-            io_threads: 4,
+            // `cache_mb = auto`: available memory minus the floor, sized at load.
+            cache_mb: limits::CACHE_MB.default_n().unwrap_or(0),
+            auto_cache_floor_mb: limits::CACHE_MB
+                .default_n()
+                .is_none()
+                .then_some(u64::from(limits::CACHE_FLOOR_MB.default_u32())),
+            io_threads: limits::IO_THREADS
+                .default_n()
+                .map_or(limits::AUTO_IO_THREADS as usize, |n| n as usize),
             dense_weights: DenseWeights::Mmap,
             read_all_experts: false,
             llama_load: false,
@@ -102,10 +108,12 @@ impl Default for PrefillOptions {
     fn default() -> Self {
         Self {
             device: String::new(),
-            min_tokens: 32,
-            loaders: 8,
+            min_tokens: limits::MIN_TOKENS.default_u32(),
+            loaders: limits::LOADERS
+                .default_n()
+                .map_or(limits::auto_loaders() as usize, |n| n as usize),
             routed: true,
-            routed_full: 0.85,
+            routed_full: limits::ROUTED_FULL.default,
             explain: false,
             loader_delay_ms: 0,
             skip_demand_reads: false,
@@ -220,12 +228,12 @@ pub struct SessionOptions {
 impl Default for SessionOptions {
     fn default() -> Self {
         Self {
-            threads: std::thread::available_parallelism()
-                .map(|n| n.get() as u32)
-                .unwrap_or(2),
-            n_ctx: 4096,
-            n_ubatch: 512,
-            n_ubatch_device: 512,
+            threads: limits::THREADS
+                .default_n()
+                .map_or(limits::usable_cores(), |n| n as u32),
+            n_ctx: limits::CONTEXT.default_u32(),
+            n_ubatch: limits::CPU_UBATCH.default_u32(),
+            n_ubatch_device: limits::DEVICE_UBATCH.default_u32(),
             n_outputs_max: 128,
             prefix_reuse: PrefixReuse::Auto,
         }
@@ -299,7 +307,7 @@ pub struct GenerateOptions {
 impl Default for GenerateOptions {
     fn default() -> Self {
         Self {
-            n_predict: 128,
+            n_predict: limits::N_PREDICT.default_u32(),
             sampling: Sampling::Greedy,
             chat: true,
         }

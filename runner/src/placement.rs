@@ -431,10 +431,7 @@ pub fn engine_options(
         stream: s.moe_stream.then_some(bmoe_engine::StreamOptions {
             cache_mb: p.cache_mb,
             io_threads: s.io_threads.or(crate::config::settings::AUTO_IO_THREADS) as usize,
-            dense_weights: match s.dense_weights {
-                crate::config::settings::DenseWeights::Mmap => bmoe_engine::DenseWeights::Mmap,
-                crate::config::settings::DenseWeights::Anon => bmoe_engine::DenseWeights::Anon,
-            },
+            dense_weights: s.dense_weights.engine(),
             // `auto` was resolved here against the profile's RAM, not the machine this runs on.
             auto_cache_floor_mb: None,
             read_all_experts: false,

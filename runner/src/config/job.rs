@@ -195,10 +195,10 @@ pub struct SamplingSpec {
 }
 
 fn default_top_k() -> i32 {
-    40
+    bmoe_engine::limits::TOP_K.default_u32() as i32
 }
 fn default_top_p() -> f32 {
-    0.95
+    bmoe_engine::limits::TOP_P.default as f32
 }
 
 impl Default for SamplingSpec {
@@ -235,7 +235,7 @@ pub struct Job {
     pub csv: String,
     /// Tokens to generate at most per prompt (generate).
     #[serde(default = "default_n_predict")]
-    #[schemars(range(min = 1, max = 65536))]
+    #[schemars(range(min = bmoe_engine::limits::N_PREDICT.min, max = bmoe_engine::limits::N_PREDICT.max))]
     pub n_predict: u32,
     /// Render prompts (generate) or decisions (decide) with the model's chat template; false feeds
     /// them as is.
@@ -279,7 +279,7 @@ pub struct Job {
 }
 
 fn default_n_predict() -> u32 {
-    32
+    bmoe_engine::limits::N_PREDICT.default_u32()
 }
 fn default_repeat() -> u32 {
     1

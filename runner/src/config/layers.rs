@@ -1,5 +1,6 @@
 //! Layering with figment: defaults < profile < job `[overrides]` < `--overrides FILE` < sweep
-//! point < `BMOE_*` environment < `--set key=value`; each resolved value remembers which layer gave it.
+//! point < `BMOE_*` environment < `--set key=value` < a one-shot command's own flags; each
+//! resolved value remembers which layer gave it.
 use std::path::Path;
 
 use figment::providers::{Env, Serialized};
@@ -55,6 +56,8 @@ pub struct LayerInputs {
     /// `--overrides FILE` (e.g. written by `bmoe report --best --write-overrides`): the layer's
     /// name as plan shows it, and its values.
     pub overlay: Option<(String, serde_json::Map<String, Value>)>,
+    /// A one-shot command's setting flags (`bmoe generate --context 2048`), over everything.
+    pub flags: serde_json::Map<String, Value>,
 }
 
 /// Parses one `--set` argument.
@@ -74,6 +77,26 @@ fn set_value(v: &str) -> Value {
     serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()))
 }
 
+/// A profile's `[engine]` and `[prefill]` values as one layer, named for the file.
+pub fn profile_layer(
+    profile: &Profile,
+    profile_path: &Path,
+) -> (String, serde_json::Map<String, Value>) {
+    let mut values = serde_json::Map::new();
+    for table in [
+        serde_json::to_value(&profile.engine),
+        serde_json::to_value(&profile.prefill),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Value::Object(m) = table {
+            values.extend(m);
+        }
+    }
+    (format!("profile {}", display_path(profile_path)), values)
+}
+
 /// Resolves the layered values for one (job, profile, sweep point).
 pub fn resolve(
     profile: &Profile,
@@ -83,19 +106,29 @@ pub fn resolve(
     point: &[(String, Value)],
     inputs: &LayerInputs,
 ) -> Result<Resolved, ConfigErrors> {
-    let mut errs = Vec::new();
-    let mut profile_values = serde_json::Map::new();
-    for table in [
-        serde_json::to_value(&profile.engine),
-        serde_json::to_value(&profile.prefill),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        if let Value::Object(m) = table {
-            profile_values.extend(m);
-        }
+    let mut layers = vec![
+        profile_layer(profile, profile_path),
+        (
+            format!("job {} [overrides]", display_path(job_path)),
+            overrides.clone(),
+        ),
+    ];
+    if let Some(o) = &inputs.overlay {
+        layers.push(o.clone());
     }
+    layers.push((
+        format!("job {} [sweep]", display_path(job_path)),
+        point.iter().cloned().collect(),
+    ));
+    resolve_layers(layers, inputs)
+}
+
+/// Resolves defaults < `layers` (in order) < `BMOE_*` < `--set` < `inputs.flags`.
+pub fn resolve_layers(
+    layers: Vec<(String, serde_json::Map<String, Value>)>,
+    inputs: &LayerInputs,
+) -> Result<Resolved, ConfigErrors> {
+    let mut errs = Vec::new();
     let mut sets = serde_json::Map::new();
     for (k, v) in &inputs.sets {
         if KEYS.contains(&k.as_str()) {
@@ -112,39 +145,23 @@ pub fn resolve(
         Ok(Value::Object(m)) => m,
         _ => serde_json::Map::new(),
     };
-    let figment = Figment::from(Layer {
+    let mut figment = Figment::from(Layer {
         name: "default".into(),
         values: defaults,
-    })
-    .merge(Layer {
-        name: format!("profile {}", display_path(profile_path)),
-        values: profile_values,
-    })
-    .merge(Layer {
-        name: format!("job {} [overrides]", display_path(job_path)),
-        values: overrides.clone(),
-    })
-    .merge(Layer {
-        name: inputs
-            .overlay
-            .as_ref()
-            .map(|(n, _)| n.clone())
-            .unwrap_or_else(|| "--overrides".into()),
-        values: inputs
-            .overlay
-            .as_ref()
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default(),
-    })
-    .merge(Layer {
-        name: format!("job {} [sweep]", display_path(job_path)),
-        values: point.iter().cloned().collect(),
-    })
-    .merge(Env::prefixed("BMOE_").only(KEYS))
-    .merge(Layer {
-        name: "--set".into(),
-        values: sets,
     });
+    for (name, values) in layers {
+        figment = figment.merge(Layer { name, values });
+    }
+    let figment = figment
+        .merge(Env::prefixed("BMOE_").only(KEYS))
+        .merge(Layer {
+            name: "--set".into(),
+            values: sets,
+        })
+        .merge(Layer {
+            name: "command-line flags".into(),
+            values: inputs.flags.clone(),
+        });
 
     let mut resolved = serde_json::Map::new();
     let mut origins = Vec::new();

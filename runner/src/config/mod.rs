@@ -1,5 +1,7 @@
 //! Configuration: profiles and jobs read from TOML, checked against their schemas with positioned
 //! errors, then layered into the values a run uses.
+#[cfg(test)]
+mod agreement;
 pub mod diag;
 pub mod job;
 pub mod jsonl;

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use bmoe_engine::limits::{
-    CACHE_FLOOR_MB, CONTEXT, CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS, N_EXPERT_USED,
+    self, CACHE_FLOOR_MB, CONTEXT, CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS, N_EXPERT_USED,
 };
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,19 @@ impl fmt::Display for CacheMb {
         match self {
             CacheMb::Auto => f.write_str("auto"),
             CacheMb::Mib(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for CacheMb {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(CacheMb::Auto),
+            t => t
+                .parse()
+                .map(CacheMb::Mib)
+                .map_err(|_| format!("expected a number of MiB or `auto`, got {s:?}")),
         }
     }
 }
@@ -74,7 +87,10 @@ impl JsonSchema for CacheMb {
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
             "description": "Expert cache budget in MiB (0 = no cache), or \"auto\": what the memory budget leaves.",
-            "anyOf": [{"type": "integer", "minimum": 0}, {"const": "auto"}]
+            "anyOf": [
+                {"type": "integer", "minimum": limits::CACHE_MB.min, "maximum": limits::CACHE_MB.max},
+                {"const": "auto"}
+            ]
         })
     }
 }
@@ -196,16 +212,12 @@ fn loaders_schema(_: &mut SchemaGenerator) -> Schema {
     )
 }
 
-/// What `io_threads = auto` resolves to.
-pub const AUTO_IO_THREADS: u32 = 4;
-
-/// What `loaders = auto` resolves to on this machine.
-pub fn auto_loaders() -> u32 {
-    bmoe_engine::limits::usable_cores().clamp(1, 8)
-}
+pub use bmoe_engine::limits::{auto_loaders, AUTO_IO_THREADS};
 
 /// Where dense (non-expert) weights live while streaming.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum DenseWeights {
     /// Left in the read-only mapping of the GGUF.
@@ -213,6 +225,16 @@ pub enum DenseWeights {
     Mmap,
     /// Copied once into engine-owned memory.
     Anon,
+}
+
+impl DenseWeights {
+    /// The engine's value.
+    pub fn engine(self) -> bmoe_engine::DenseWeights {
+        match self {
+            DenseWeights::Mmap => bmoe_engine::DenseWeights::Mmap,
+            DenseWeights::Anon => bmoe_engine::DenseWeights::Anon,
+        }
+    }
 }
 
 impl fmt::Display for DenseWeights {
@@ -225,7 +247,9 @@ impl fmt::Display for DenseWeights {
 }
 
 /// Expert reads ahead while streaming (the engine's `Prefetch`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Prefetch {
     /// At each routing node, the next layer's router on this layer's input predicts what to read
@@ -260,7 +284,9 @@ impl fmt::Display for Prefetch {
 }
 
 /// Prefix reuse between consecutive decisions of a session (the engine's `PrefixReuse`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum PrefixReuse {
     /// Reuse the common prefix cut back to a prompt-piece boundary: scores bit for bit those of a
@@ -430,26 +456,34 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            threads: Count::Auto,
-            context: 4096,
+            threads: count_default(&limits::THREADS),
+            context: limits::CONTEXT.default_u32(),
             moe_stream: false,
-            cache_mb: CacheMb::Auto,
-            cache_floor_mb: 1024,
-            io_threads: Count::Auto,
+            cache_mb: match limits::CACHE_MB.default_n() {
+                None => CacheMb::Auto,
+                Some(n) => CacheMb::Mib(n),
+            },
+            cache_floor_mb: u64::from(limits::CACHE_FLOOR_MB.default_u32()),
+            io_threads: count_default(&limits::IO_THREADS),
             dense_weights: DenseWeights::Mmap,
             prefetch: Prefetch::Router,
             device: "none".into(),
-            min_tokens: 32,
-            loaders: Count::Auto,
-            device_ubatch: 512,
-            cpu_ubatch: 512,
+            min_tokens: limits::MIN_TOKENS.default_u32(),
+            loaders: count_default(&limits::LOADERS),
+            device_ubatch: limits::DEVICE_UBATCH.default_u32(),
+            cpu_ubatch: limits::CPU_UBATCH.default_u32(),
             routed: true,
-            routed_full: 0.85,
+            routed_full: limits::ROUTED_FULL.default,
             explain: false,
-            n_expert_used: 0,
+            n_expert_used: limits::N_EXPERT_USED.default_u32(),
             prefix_reuse: PrefixReuse::Auto,
         }
     }
+}
+
+/// A count setting's default from its definition in `limits`.
+fn count_default(r: &limits::IntRange) -> Count {
+    r.default_n().map_or(Count::Auto, |n| Count::N(n as u32))
 }
 
 impl Settings {

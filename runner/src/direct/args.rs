@@ -2,10 +2,15 @@
 use std::path::PathBuf;
 
 use bmoe_engine::limits::{self, FloatRange, IntRange, ThreadChoice};
-use bmoe_engine::{DenseWeights, LoadOptions, PrefillOptions, SessionOptions, StreamOptions};
-use clap::{Args, ValueEnum};
+use bmoe_engine::{LoadOptions, PrefillOptions, SessionOptions, StreamOptions};
+use clap::Args;
 
-use crate::config::settings::{auto_loaders, Count, AUTO_IO_THREADS};
+use crate::config::layers::{self, LayerInputs};
+use crate::config::profile::load_profile;
+use crate::config::settings::{
+    auto_loaders, CacheMb, Count, DenseWeights, Prefetch, PrefixReuse, Settings, AUTO_IO_THREADS,
+};
+use crate::placement;
 
 /// A flag's integer value, checked against the setting's range in `limits`.
 fn int_in(s: &str, r: &IntRange) -> Result<u32, String> {
@@ -50,6 +55,9 @@ fn min_tokens_arg(s: &str) -> Result<u32, String> {
 }
 fn n_expert_used_arg(s: &str) -> Result<u32, String> {
     int_in(s, &limits::N_EXPERT_USED)
+}
+fn cache_mb_arg(s: &str) -> Result<CacheMb, String> {
+    s.parse()
 }
 fn cache_floor_arg(s: &str) -> Result<u64, String> {
     limits::CACHE_FLOOR_MB.parse(s).map_err(|e| e.to_string())
@@ -142,95 +150,86 @@ pub struct SynthArgs {
     pub tied_output: bool,
 }
 
-/// How the weights that are not routed experts are held while streaming.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum DenseArg {
-    /// Left in llama.cpp's mapping.
-    Mmap,
-    /// Copied once into engine-owned memory.
-    Anon,
-}
-
-/// Expert prefetch while streaming.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PrefetchArg {
-    /// The next layer's router on this layer's router input.
-    Router,
-    /// The experts the next layer routed to on the previous token.
-    Repeat,
-    /// Every miss is read at its routing node.
-    Off,
-}
-
-/// Model and session options shared by generate, decide and ppl.
+/// Model and session options shared by generate, decide and ppl. A setting flag is the profile
+/// key of the same name (old spellings stay as aliases) and has no default of its own: an unset
+/// flag takes its value from the layers below it, as `bmoe run` does (defaults < `--profile` <
+/// `BMOE_*` < `--set` < flags).
 #[derive(Debug, Args)]
 pub struct EngineArgs {
     /// The GGUF model (the first shard of a split model).
     #[arg(short = 'm', long)]
     pub model: PathBuf,
+    /// A device profile (profiles/*.toml): its [engine] and [prefill] values apply, and `auto`
+    /// values are resolved against its RAM as in `bmoe run`. Without one, against this machine.
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// Any profile key as KEY=VALUE (repeatable), over the profile and BMOE_* and under the flags.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
     /// Compute threads, or `auto`: the cores this process may use (affinity, cgroup quota); more is capped to them.
-    #[arg(short = 't', long, default_value = "auto", value_parser = threads_arg)]
-    pub threads: Count,
+    #[arg(short = 't', long, value_parser = threads_arg)]
+    pub threads: Option<Count>,
     /// Context size in tokens (0 = the model's training context).
-    #[arg(short = 'c', long, default_value_t = 4096, value_parser = ctx_arg)]
-    pub ctx: u32,
+    #[arg(short = 'c', long, alias = "ctx", value_parser = ctx_arg)]
+    pub context: Option<u32>,
     /// Prompt piece width on the CPU.
-    #[arg(long, default_value_t = 512, value_parser = ubatch_arg)]
-    pub ubatch: u32,
-    /// Override the model's experts per token.
+    #[arg(long, alias = "ubatch", value_parser = ubatch_arg)]
+    pub cpu_ubatch: Option<u32>,
+    /// Override the model's experts per token (0 = the model's own).
     #[arg(long, value_parser = n_expert_used_arg)]
     pub n_expert_used: Option<u32>,
     /// Stream routed experts from the GGUF instead of relying on the page cache.
     #[arg(long)]
     pub moe_stream: bool,
-    /// Expert cache budget in MiB when streaming (0 = no cache, `auto` = available memory minus the floor).
-    #[arg(long, default_value = "0")]
-    pub cache_mb: CacheArg,
-    /// With `--cache-mb auto`: MiB left to everything else.
-    #[arg(long, default_value_t = 1024, value_parser = cache_floor_arg)]
-    pub cache_floor_mb: u64,
+    /// Expert cache budget in MiB when streaming (0 = no cache), or `auto`: what the memory
+    /// budget leaves (the profile's RAM, or this machine's available memory, minus the floor).
+    #[arg(long, value_parser = cache_mb_arg)]
+    pub cache_mb: Option<CacheMb>,
+    /// MiB of memory left to everything else when the cache is `auto`.
+    #[arg(long, value_parser = cache_floor_arg)]
+    pub cache_floor_mb: Option<u64>,
     /// Read lanes when streaming, or `auto` (4).
-    #[arg(long, default_value = "auto", value_parser = io_threads_arg)]
-    pub io_threads: Count,
-    /// Dense weights when streaming.
-    #[arg(long, value_enum, default_value = "mmap")]
-    pub dense_weights: DenseArg,
+    #[arg(long, value_parser = io_threads_arg)]
+    pub io_threads: Option<Count>,
+    /// Dense weights when streaming: left in the file mapping (`mmap`) or copied (`anon`).
+    #[arg(long, value_enum)]
+    pub dense_weights: Option<DenseWeights>,
     /// With --moe-stream: read ahead the experts the next layer is predicted to route to
     /// (`router`: the next layer's router on this layer's input; `repeat`: what it routed to on
     /// the previous token) or not (`off`).
-    #[arg(long, value_enum, default_value = "router")]
-    pub prefetch: PrefetchArg,
+    #[arg(long, value_enum)]
+    pub prefetch: Option<Prefetch>,
     /// With --moe-stream: load through llama.cpp's own loader, which reads the whole file
     /// (experts included) at load, instead of the header and dense weights only. For comparison.
-    #[arg(long, requires = "moe_stream")]
+    #[arg(long)]
     pub llama_load: bool,
-    /// Run wide prefill pieces on this ggml device (e.g. HTP0, CUDA0).
-    #[arg(long)]
-    pub prefill_device: Option<String>,
+    /// Run wide prefill pieces on this ggml device (e.g. HTP0, CUDA0), or `none`.
+    #[arg(long, alias = "prefill-device")]
+    pub device: Option<String>,
     /// Pieces at least this wide run on the prefill device.
-    #[arg(long, default_value_t = 32, value_parser = min_tokens_arg)]
-    pub prefill_min_tokens: u32,
-    /// Prompt piece width on the prefill device (default: --ubatch).
-    #[arg(long, value_parser = device_ubatch_arg)]
-    pub prefill_ubatch: Option<u32>,
+    #[arg(long, alias = "prefill-min-tokens", value_parser = min_tokens_arg)]
+    pub min_tokens: Option<u32>,
+    /// Prompt piece width on the prefill device.
+    #[arg(long, alias = "prefill-ubatch", value_parser = device_ubatch_arg)]
+    pub device_ubatch: Option<u32>,
     /// Threads filling the prefill device's arena (apart from --io-threads), or `auto` (the usable cores, at most 8).
-    #[arg(long, default_value = "auto", value_parser = loaders_arg)]
-    pub prefill_loaders: Count,
-    /// Read whole layers into the arena instead of only the routed experts.
-    #[arg(long)]
-    pub no_prefill_routed: bool,
+    #[arg(long, alias = "prefill-loaders", value_parser = loaders_arg)]
+    pub loaders: Option<Count>,
+    /// Read whole layers into the arena instead of only the routed experts (`routed = false`).
+    #[arg(long, alias = "no-prefill-routed")]
+    pub no_routed: bool,
     /// A layer routing to more than this share of its experts gets the next layer read whole.
-    #[arg(long, default_value_t = 0.85, value_parser = routed_full_arg)]
-    pub prefill_routed_full: f64,
+    #[arg(long, alias = "prefill-routed-full", value_parser = routed_full_arg)]
+    pub routed_full: Option<f64>,
     /// Profile device prefill: every node of a device graph timed alone, per op and backend,
     /// bytes copied between CPU and device, splits, and why each op left on the CPU is there
-    /// (slows prefill; needs --prefill-device).
-    #[arg(long, requires = "prefill_device")]
-    pub explain_prefill: bool,
+    /// (slows prefill; needs a prefill device).
+    #[arg(long, alias = "explain-prefill")]
+    pub explain: bool,
     /// Prefix reuse between consecutive decisions: auto (bit-identical to a fresh prefill), on
     /// (whole common prefix, fastest) or off.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub prefix_reuse: PrefixReuseArg,
+    #[arg(long, value_enum)]
+    pub prefix_reuse: Option<PrefixReuse>,
     /// Print llama.cpp's log on stderr: set from the global `-v`.
     #[arg(skip)]
     pub verbose: bool,
@@ -239,78 +238,151 @@ pub struct EngineArgs {
     pub json: bool,
 }
 
-impl EngineArgs {
+/// What a one-shot command runs with: the resolved values and the engine options they give.
+#[derive(Debug)]
+pub struct Direct {
     /// The engine's load options.
-    pub fn load_options(&self) -> LoadOptions {
-        LoadOptions {
-            path: self.model.clone(),
-            // llama.cpp's own offload is a benchmark baseline (engine/examples/bench_prefill.rs).
-            offload: None,
-            n_expert_used: self.n_expert_used,
-            stream: self.moe_stream.then(|| StreamOptions {
-                cache_mb: match self.cache_mb {
-                    CacheArg::Mb(n) => n,
-                    CacheArg::Auto => 0,
-                },
-                auto_cache_floor_mb: (self.cache_mb == CacheArg::Auto)
-                    .then_some(self.cache_floor_mb),
-                io_threads: self.io_threads.or(AUTO_IO_THREADS) as usize,
-                dense_weights: match self.dense_weights {
-                    DenseArg::Mmap => DenseWeights::Mmap,
-                    DenseArg::Anon => DenseWeights::Anon,
-                },
-                read_all_experts: false,
-                llama_load: self.llama_load,
-                prefetch: match self.prefetch {
-                    PrefetchArg::Router => bmoe_engine::Prefetch::Router,
-                    PrefetchArg::Repeat => bmoe_engine::Prefetch::Repeat,
-                    PrefetchArg::Off => bmoe_engine::Prefetch::Off,
-                },
-            }),
-            prefill: self.prefill_device.as_ref().map(|d| PrefillOptions {
-                device: d.clone(),
-                min_tokens: self.prefill_min_tokens,
-                loaders: self.prefill_loaders.or(auto_loaders()) as usize,
-                routed: !self.no_prefill_routed,
-                routed_full: self.prefill_routed_full,
-                explain: self.explain_prefill,
-                ..PrefillOptions::default()
-            }),
-        }
-    }
-
-    /// Compute threads as asked and as they will run here.
-    pub fn threads(&self) -> ThreadChoice {
-        ThreadChoice::resolve(self.threads.explicit(), limits::usable_cores())
-    }
-
+    pub load: LoadOptions,
     /// The engine's session options.
-    pub fn session_options(&self) -> SessionOptions {
-        let d = SessionOptions::default();
-        SessionOptions {
-            threads: self.threads().used,
-            n_ctx: self.ctx,
-            n_ubatch: self.ubatch,
-            n_ubatch_device: self.prefill_ubatch.unwrap_or(self.ubatch),
-            prefix_reuse: match self.prefix_reuse {
-                PrefixReuseArg::Auto => bmoe_engine::PrefixReuse::Auto,
-                PrefixReuseArg::On => bmoe_engine::PrefixReuse::On,
-                PrefixReuseArg::Off => bmoe_engine::PrefixReuse::Off,
-            },
-            ..d
+    pub session: SessionOptions,
+    /// Compute threads as asked and as they run here.
+    pub threads: ThreadChoice,
+}
+
+impl EngineArgs {
+    /// The setting flags given on the command line, as a layer.
+    fn flags(&self) -> serde_json::Map<String, serde_json::Value> {
+        use serde_json::{json, Value};
+        let mut m = serde_json::Map::new();
+        let mut put = |k: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                m.insert(k.to_string(), v);
+            }
+        };
+        put("threads", self.threads.as_ref().map(to_json));
+        put("context", self.context.map(|v| json!(v)));
+        put("cpu_ubatch", self.cpu_ubatch.map(|v| json!(v)));
+        put("n_expert_used", self.n_expert_used.map(|v| json!(v)));
+        put("moe_stream", self.moe_stream.then_some(json!(true)));
+        put("cache_mb", self.cache_mb.as_ref().map(to_json));
+        put("cache_floor_mb", self.cache_floor_mb.map(|v| json!(v)));
+        put("io_threads", self.io_threads.as_ref().map(to_json));
+        put("dense_weights", self.dense_weights.as_ref().map(to_json));
+        put("prefetch", self.prefetch.as_ref().map(to_json));
+        put("device", self.device.as_ref().map(|d| json!(d)));
+        put("min_tokens", self.min_tokens.map(|v| json!(v)));
+        put("device_ubatch", self.device_ubatch.map(|v| json!(v)));
+        put("loaders", self.loaders.as_ref().map(to_json));
+        put("routed", self.no_routed.then_some(json!(false)));
+        put("routed_full", self.routed_full.map(|v| json!(v)));
+        put("explain", self.explain.then_some(json!(true)));
+        put("prefix_reuse", self.prefix_reuse.as_ref().map(to_json));
+        m
+    }
+
+    /// Resolves the layers (defaults < `--profile` < `BMOE_*` < `--set` < flags) and the engine
+    /// options: through the profile's placement when one is given, else against this machine.
+    pub fn resolve(&self) -> anyhow::Result<Direct> {
+        let mut inputs = LayerInputs {
+            flags: self.flags(),
+            ..LayerInputs::default()
+        };
+        for s in &self.sets {
+            inputs
+                .sets
+                .push(layers::parse_set(s).map_err(|d| anyhow::anyhow!("{d}"))?);
         }
+        let profile = match &self.profile {
+            Some(p) => Some(load_profile(p).map_err(|e| anyhow::anyhow!("{e}"))?.0),
+            None => None,
+        };
+        let base = match (&profile, &self.profile) {
+            (Some(pr), Some(path)) => vec![layers::profile_layer(pr, path)],
+            _ => Vec::new(),
+        };
+        let r = layers::resolve_layers(base, &inputs).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let s = r.settings;
+        if self.llama_load && !s.moe_stream {
+            anyhow::bail!(
+                "--llama-load needs moe_stream (--moe-stream): it is how a streamed model loads"
+            );
+        }
+        if s.explain && s.device_name().is_none() {
+            anyhow::bail!(
+                "--explain profiles device prefill: it needs a prefill device (--device)"
+            );
+        }
+        let (mut load, session, threads) = match &profile {
+            Some(pr) => {
+                let p = placement::place(pr, &s, &self.model)?;
+                let (load, session) = placement::engine_options(&p, &s, &self.model);
+                (load, session, p.threads)
+            }
+            None => machine_options(&s, &self.model),
+        };
+        if let Some(st) = load.stream.as_mut() {
+            st.llama_load = self.llama_load;
+        }
+        Ok(Direct {
+            load,
+            session,
+            threads,
+        })
     }
 }
 
-/// `--prefix-reuse`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum PrefixReuseArg {
-    /// Reuse cut back to a piece boundary (bit-identical to a fresh prefill).
-    Auto,
-    /// Reuse the whole common prefix.
-    On,
-    /// Never reuse.
-    Off,
+/// The engine options for `s` on this machine (no profile): `auto` values resolve here.
+fn machine_options(
+    s: &Settings,
+    model: &std::path::Path,
+) -> (LoadOptions, SessionOptions, ThreadChoice) {
+    let threads = ThreadChoice::resolve(s.threads.explicit(), limits::usable_cores());
+    let load = LoadOptions {
+        path: model.to_path_buf(),
+        // llama.cpp's own offload is a benchmark baseline (engine/examples/bench_prefill.rs).
+        offload: None,
+        n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
+        stream: s.moe_stream.then(|| StreamOptions {
+            cache_mb: match s.cache_mb {
+                CacheMb::Mib(n) => n,
+                CacheMb::Auto => 0,
+            },
+            // `auto`: this machine's available memory minus the floor, sized at load.
+            auto_cache_floor_mb: (s.cache_mb == CacheMb::Auto).then_some(s.cache_floor_mb),
+            io_threads: s.io_threads.or(AUTO_IO_THREADS) as usize,
+            dense_weights: s.dense_weights.engine(),
+            read_all_experts: false,
+            llama_load: false,
+            prefetch: s.prefetch.engine(),
+        }),
+        prefill: s.device_name().map(|d| PrefillOptions {
+            device: d.to_string(),
+            min_tokens: s.min_tokens,
+            loaders: s.loaders.or(auto_loaders()) as usize,
+            routed: s.routed,
+            routed_full: s.routed_full,
+            explain: s.explain,
+            ..PrefillOptions::default()
+        }),
+    };
+    let session = SessionOptions {
+        threads: threads.used,
+        n_ctx: s.context,
+        n_ubatch: s.cpu_ubatch,
+        n_ubatch_device: if s.device_name().is_some() {
+            s.device_ubatch
+        } else {
+            s.cpu_ubatch
+        },
+        prefix_reuse: s.prefix_reuse.engine(),
+        ..SessionOptions::default()
+    };
+    (load, session, threads)
+}
+
+/// A flag's value as the layer holds it (the same JSON a profile's value would be).
+fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
 }
 
 /// `--scoring` of `bmoe decide`.
@@ -336,27 +408,6 @@ impl ScoringArg {
     }
 }
 
-/// `--cache-mb`: a number of MiB or `auto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheArg {
-    /// A fixed budget.
-    Mb(u64),
-    /// Available memory minus the floor, sized at load.
-    Auto,
-}
-
-impl std::str::FromStr for CacheArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "auto" {
-            return Ok(CacheArg::Auto);
-        }
-        s.parse()
-            .map(CacheArg::Mb)
-            .map_err(|_| format!("expected a number of MiB or `auto`, got {s:?}"))
-    }
-}
-
 /// `bmoe generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
@@ -366,19 +417,19 @@ pub struct GenerateArgs {
     #[arg(short = 'p', long)]
     pub prompt: String,
     /// Tokens to generate at most.
-    #[arg(short = 'n', long, default_value_t = 64, value_parser = n_predict_arg)]
+    #[arg(short = 'n', long, default_value_t = limits::N_PREDICT.default_u32(), value_parser = n_predict_arg)]
     pub n_predict: u32,
     /// Sample with this seed instead of greedy decoding.
     #[arg(long)]
     pub seed: Option<u32>,
     /// Sampling temperature (with --seed).
-    #[arg(long, default_value_t = 0.8, value_parser = temp_arg)]
+    #[arg(long, default_value_t = limits::TEMPERATURE.default as f32, value_parser = temp_arg)]
     pub temp: f32,
     /// Top-k (with --seed; 0 = off).
-    #[arg(long, default_value_t = 40, value_parser = top_k_arg)]
+    #[arg(long, default_value_t = limits::TOP_K.default_u32() as i32, value_parser = top_k_arg)]
     pub top_k: i32,
     /// Top-p (with --seed; 1 = off), in (0, 1].
-    #[arg(long, default_value_t = 0.95, value_parser = top_p_arg)]
+    #[arg(long, default_value_t = limits::TOP_P.default as f32, value_parser = top_p_arg)]
     pub top_p: f32,
     /// Feed the prompt as is, without the model's chat template.
     #[arg(long)]

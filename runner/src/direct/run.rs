@@ -4,21 +4,21 @@ use std::io::Write;
 use anyhow::Context;
 use bmoe_engine::{
     CancelToken, DecideRequest, GenerateOptions, Model, PrefillDevCounters, Sampling,
-    StreamCounters, Timing,
+    SessionOptions, StreamCounters, Timing,
 };
 
 use super::args::{DecideArgs, EngineArgs, GenerateArgs, PplArgs};
 
-fn load(e: &EngineArgs) -> anyhow::Result<Model> {
+fn load(e: &EngineArgs) -> anyhow::Result<(Model, SessionOptions)> {
     bmoe_engine::set_log_verbose(e.verbose);
     // Every value and every combination is checked before the model is read.
-    let load_opts = e.load_options();
-    load_opts.validate()?;
-    e.session_options().validate(load_opts.prefill.as_ref())?;
-    if let Some(note) = e.threads().capped_note() {
+    let d = e.resolve()?;
+    d.load.validate()?;
+    d.session.validate(d.load.prefill.as_ref())?;
+    if let Some(note) = d.threads.capped_note() {
         eprintln!("bmoe: {note}");
     }
-    let m = Model::load(&load_opts)?;
+    let m = Model::load(&d.load)?;
     for w in m.warnings() {
         eprintln!("bmoe: {w}");
     }
@@ -41,7 +41,7 @@ fn load(e: &EngineArgs) -> anyhow::Result<Model> {
     if let Some(b) = m.stream_budget_bytes() {
         eprintln!("moe-stream: on, expert cache {} MiB", b >> 20);
     }
-    Ok(m)
+    Ok((m, d.session))
 }
 
 /// The profiling report of `--explain-prefill`, when it ran.
@@ -123,8 +123,8 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     };
     opts.validate()?;
     let rss = crate::ident::RssPeaks::start();
-    let model = load(&a.engine)?;
-    let mut s = model.session(&a.engine.session_options())?;
+    let (model, session) = load(&a.engine)?;
+    let mut s = model.session(&session)?;
     let cancel = CancelToken::new();
     let c = cancel.clone();
     // Ctrl-C stops at the next token; the partial text is still printed.
@@ -174,11 +174,11 @@ pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let model = load(&a.engine)?;
+    let (model, session) = load(&a.engine)?;
     if !a.raw && model.chat_template().is_none() {
         eprintln!("bmoe: the model has no chat template: the prompt goes in raw (as with --raw)");
     }
-    let mut s = model.session(&a.engine.session_options())?;
+    let mut s = model.session(&session)?;
     let rec = s.decide(&DecideRequest {
         prefix: a.prefix,
         suffix: a.suffix,
@@ -229,8 +229,8 @@ pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
 pub fn run_ppl(a: PplArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("reading {}", a.file.display()))?;
-    let model = load(&a.engine)?;
-    let mut s = model.session(&a.engine.session_options())?;
+    let (model, session) = load(&a.engine)?;
+    let mut s = model.session(&session)?;
     let rec = s.perplexity(&text)?;
     if a.engine.json {
         println!("{}", serde_json::to_string(&rec)?);

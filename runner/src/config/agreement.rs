@@ -1,0 +1,263 @@
+//! The settings-agreement test: every setting is defined once (`bmoe_engine::limits` for name,
+//! default, unit and range; `Settings::default()` reads them), and everything that shows or uses
+//! a setting agrees with that definition: the engine's option defaults, the runner's layered
+//! defaults, the job defaults, the CLI flags, the JSON Schemas and the table in
+//! `docs/configuration.md`. Change a default in one place and this fails.
+use std::collections::BTreeMap;
+
+use bmoe_engine::limits::{self, IntDefault, IntRange};
+use clap::CommandFactory;
+use serde_json::Value;
+
+use super::settings::{Settings, KEYS};
+
+/// The integer settings by name.
+fn int_ranges() -> BTreeMap<&'static str, IntRange> {
+    [
+        limits::THREADS,
+        limits::CONTEXT,
+        limits::CPU_UBATCH,
+        limits::DEVICE_UBATCH,
+        limits::MIN_TOKENS,
+        limits::IO_THREADS,
+        limits::LOADERS,
+        limits::N_EXPERT_USED,
+        limits::CACHE_MB,
+        limits::CACHE_FLOOR_MB,
+        limits::N_PREDICT,
+        limits::TOP_K,
+    ]
+    .into_iter()
+    .map(|r| (r.name, r))
+    .collect()
+}
+
+/// A definition's default as the layered settings serialise it.
+fn int_default_json(r: &IntRange) -> Value {
+    match r.default {
+        IntDefault::Auto => Value::String("auto".into()),
+        IntDefault::N(n) => Value::from(n),
+    }
+}
+
+fn defaults() -> serde_json::Map<String, Value> {
+    match serde_json::to_value(Settings::default()) {
+        Ok(Value::Object(m)) => m,
+        other => panic!("Settings serialise to an object, got {other:?}"),
+    }
+}
+
+#[test]
+fn layered_defaults_are_the_definitions() {
+    let d = defaults();
+    for (name, r) in int_ranges() {
+        if let Some(v) = d.get(name) {
+            assert_eq!(v, &int_default_json(&r), "Settings::default().{name}");
+        }
+    }
+    assert_eq!(d["routed_full"], Value::from(limits::ROUTED_FULL.default));
+}
+
+#[test]
+fn engine_option_defaults_are_the_definitions() {
+    let s = Settings::default();
+    let session = bmoe_engine::SessionOptions::default();
+    assert_eq!(session.n_ctx, s.context, "SessionOptions.n_ctx vs context");
+    assert_eq!(
+        session.n_ubatch, s.cpu_ubatch,
+        "SessionOptions.n_ubatch vs cpu_ubatch"
+    );
+    assert_eq!(
+        session.n_ubatch_device, s.device_ubatch,
+        "SessionOptions.n_ubatch_device vs device_ubatch"
+    );
+    assert_eq!(session.prefix_reuse, s.prefix_reuse.engine());
+    assert_eq!(
+        session.threads,
+        s.threads
+            .or(limits::usable_cores())
+            .min(limits::usable_cores())
+    );
+    let stream = bmoe_engine::StreamOptions::default();
+    match s.cache_mb {
+        super::settings::CacheMb::Auto => assert_eq!(
+            stream.auto_cache_floor_mb,
+            Some(s.cache_floor_mb),
+            "StreamOptions: cache_mb = auto with the default floor"
+        ),
+        super::settings::CacheMb::Mib(n) => assert_eq!(stream.cache_mb, n),
+    }
+    assert_eq!(
+        stream.io_threads as u32,
+        s.io_threads.or(limits::AUTO_IO_THREADS)
+    );
+    assert_eq!(stream.dense_weights, s.dense_weights.engine());
+    assert_eq!(stream.prefetch, s.prefetch.engine());
+    let prefill = bmoe_engine::PrefillOptions::default();
+    assert_eq!(prefill.min_tokens, s.min_tokens);
+    assert_eq!(prefill.loaders as u32, s.loaders.or(limits::auto_loaders()));
+    assert_eq!(prefill.routed, s.routed);
+    assert_eq!(prefill.routed_full, s.routed_full);
+    assert_eq!(prefill.explain, s.explain);
+    let generate = bmoe_engine::GenerateOptions::default();
+    let job_default: super::job::Job = toml::from_str(
+        "name = \"j\"\nmodel = \"m.gguf\"\nkind = \"generate\"\ncsv = \"o.csv\"\nprompts = [\"a\"]\n",
+    )
+    .expect("a minimal job parses");
+    assert_eq!(
+        generate.n_predict, job_default.n_predict,
+        "engine vs job n_predict"
+    );
+    assert_eq!(
+        job_default.sampling.top_k as u32,
+        limits::TOP_K.default_u32(),
+        "job top_k"
+    );
+    assert_eq!(
+        f64::from(job_default.sampling.top_p),
+        limits::TOP_P.default as f32 as f64
+    );
+}
+
+#[test]
+fn schema_ranges_are_the_definitions() {
+    let schema = crate::schema::settings_schema();
+    let props = schema["properties"].as_object().expect("properties");
+    let names: Vec<&str> = props.keys().map(|k| k.as_str()).collect();
+    assert_eq!(names, KEYS, "schema keys");
+    let ranges = int_ranges();
+    for (k, p) in props {
+        // A `$ref` property's range is in its definition.
+        let def = p["$ref"]
+            .as_str()
+            .and_then(|r| r.strip_prefix("#/$defs/"))
+            .map(|d| schema["$defs"][d].to_string())
+            .unwrap_or_default();
+        let text = format!("{p}{def}");
+        assert!(
+            text.contains("\"description\""),
+            "{k} has no description in the schema"
+        );
+        if let Some(r) = ranges.get(k.as_str()) {
+            assert!(
+                text.contains(&format!("\"minimum\":{}", r.min))
+                    && text.contains(&format!("\"maximum\":{}", r.max)),
+                "schema range of {k} is not {}..{}: {text}",
+                r.min,
+                r.max
+            );
+        }
+    }
+}
+
+/// The long flags of `bmoe generate`, with their default values.
+fn generate_flags() -> BTreeMap<String, Vec<String>> {
+    let cmd = crate::Cli::command();
+    let gen = cmd
+        .get_subcommands()
+        .find(|c| c.get_name() == "generate")
+        .expect("generate subcommand");
+    gen.get_arguments()
+        .filter_map(|a| {
+            let long = a.get_long()?.to_string();
+            let defaults = a
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            Some((long, defaults))
+        })
+        .collect()
+}
+
+#[test]
+fn every_setting_is_a_flag_of_its_own_name_without_a_default() {
+    let flags = generate_flags();
+    for k in KEYS {
+        let flag = match *k {
+            // A bool that defaults to true is turned off by its flag.
+            "routed" => "no-routed".to_string(),
+            k => k.replace('_', "-"),
+        };
+        let Some(d) = flags.get(&flag) else {
+            panic!("setting {k} has no flag --{flag} on the one-shot commands");
+        };
+        let is_switch = matches!(*k, "moe_stream" | "routed" | "explain");
+        if !is_switch {
+            assert!(
+                d.is_empty(),
+                "--{flag} has a default of its own ({d:?}): the layers give it one"
+            );
+        }
+    }
+    assert_eq!(
+        flags["n-predict"],
+        vec![limits::N_PREDICT.default_u32().to_string()]
+    );
+    assert_eq!(
+        flags["top-k"],
+        vec![limits::TOP_K.default_u32().to_string()]
+    );
+    assert_eq!(
+        flags["top-p"],
+        vec![(limits::TOP_P.default as f32).to_string()]
+    );
+    assert_eq!(
+        flags["temp"],
+        vec![(limits::TEMPERATURE.default as f32).to_string()]
+    );
+}
+
+/// The `| table | `key` | type | default | ... |` rows of docs/configuration.md's settings table.
+fn documented() -> BTreeMap<String, (String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
+    let text = std::fs::read_to_string(path).expect("docs/configuration.md");
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        // ["", table, `key`, type, default, option, meaning, ""]
+        if cells.len() >= 7 && matches!(cells[1], "engine" | "prefill") {
+            let key = cells[2].trim_matches('`').to_string();
+            out.insert(key, (cells[3].to_string(), cells[4].to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_documented_table_is_the_definitions() {
+    let docs = documented();
+    let d = defaults();
+    let ranges = int_ranges();
+    for k in KEYS {
+        let Some((ty, default)) = docs.get(*k) else {
+            panic!("docs/configuration.md has no row for {k}");
+        };
+        // The default cell: `"auto"`, `"auto"` (4), 4096, true, `mmap`.
+        let shown = default
+            .split(" (")
+            .next()
+            .unwrap_or_default()
+            .trim_matches('`')
+            .trim_matches('"');
+        let want = match &d[*k] {
+            Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        assert_eq!(shown, want, "docs/configuration.md default of {k}");
+        if let Some(r) = ranges.get(*k) {
+            assert!(
+                ty.contains(&format!("{}..{}", r.min, r.max)),
+                "docs/configuration.md range of {k} is {ty:?}, the definition {}..{}",
+                r.min,
+                r.max
+            );
+        }
+    }
+    assert_eq!(
+        docs.len(),
+        KEYS.len(),
+        "docs rows vs settings: {:?}",
+        docs.keys()
+    );
+}
