@@ -54,7 +54,7 @@ fn main() {
         device.to_string()
     };
     let stream = streamed.then(|| StreamOptions {
-        cache_mb: 0,
+        cache: bmoe_engine::CacheBudget::Mib(0),
         io_threads: 4,
         ..Default::default()
     });

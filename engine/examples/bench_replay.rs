@@ -82,7 +82,7 @@ fn main() {
     let ubatch: u32 = arg(4).and_then(|s| s.parse().ok()).unwrap_or(512);
     let m = Model::load(&LoadOptions {
         stream: streamed.then(|| StreamOptions {
-            cache_mb: 256,
+            cache: bmoe_engine::CacheBudget::Mib(256),
             io_threads: 4,
             ..Default::default()
         }),

@@ -26,8 +26,8 @@ pub use ffi::registry::{backend_names, devices, system_info, Device, DeviceInfo,
 pub use ffi::rpc::add_server as add_rpc_server;
 pub use model::{LeanLoadInfo, Model, ModelInfo};
 pub use options::{
-    DecideRequest, DenseWeights, GenerateOptions, LoadOptions, PacingFault, Prefetch,
-    PrefillOptions, PrefixReuse, Sampling, Scoring, SessionOptions, StreamOptions,
+    CacheBudget, DecideRequest, DenseWeights, GateKnobs, GenerateOptions, LoadOptions, PacingFault,
+    Prefetch, PrefillOptions, PrefixReuse, Sampling, Scoring, SessionOptions, StreamOptions,
 };
 pub use session::{log_softmax, CancelToken, Session};
 pub use telemetry::{

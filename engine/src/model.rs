@@ -232,12 +232,7 @@ impl Model {
         };
         let stream = match (&opts.stream, &capture) {
             (Some(so), Some(capture)) => {
-                let budget = match so.auto_cache_floor_mb {
-                    Some(floor) => {
-                        crate::stream::memory::available_bytes().saturating_sub(floor << 20)
-                    }
-                    None => so.cache_mb << 20,
-                };
+                let budget = so.cache.bytes(crate::stream::memory::available_bytes());
                 let st = Streamer::new(capture, &index, so, budget, n_expert_used)?;
                 if budget > 0 && budget < st.token_bytes {
                     warnings.push(format!(

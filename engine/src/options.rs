@@ -15,13 +15,35 @@ pub enum DenseWeights {
     Anon,
 }
 
+/// How much memory the expert cache may hold (`cache_mb`).
+///
+/// One value, so a budget can never be set and then silently overridden by an automatic size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheBudget {
+    /// Available memory at load minus `floor_mb` MiB (`cache_mb = "auto"`).
+    Auto {
+        /// MiB left to everything else (`cache_floor_mb`).
+        floor_mb: u64,
+    },
+    /// A fixed budget in MiB; 0 = no cache (shared slots reused by every layer).
+    Mib(u64),
+}
+
+impl CacheBudget {
+    /// The budget in bytes, given the memory available now.
+    pub fn bytes(self, available: u64) -> u64 {
+        match self {
+            Self::Auto { floor_mb } => available.saturating_sub(floor_mb << 20),
+            Self::Mib(n) => n << 20,
+        }
+    }
+}
+
 /// Expert streaming settings (`moe_stream`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamOptions {
-    /// Expert cache budget in MiB; 0 = no cache (shared slots reused by every layer).
-    pub cache_mb: u64,
-    /// Size the cache at load from available memory minus this floor (MiB), instead of `cache_mb`.
-    pub auto_cache_floor_mb: Option<u64>,
+    /// Expert cache budget.
+    pub cache: CacheBudget,
     /// Positioned-read lanes, each with its own descriptor.
     pub io_threads: usize,
     /// Dense weights placement.
@@ -39,12 +61,12 @@ pub struct StreamOptions {
 impl Default for StreamOptions {
     fn default() -> Self {
         Self {
-            // `cache_mb = auto`: available memory minus the floor, sized at load.
-            cache_mb: limits::CACHE_MB.default_n().unwrap_or(0),
-            auto_cache_floor_mb: limits::CACHE_MB
-                .default_n()
-                .is_none()
-                .then_some(u64::from(limits::CACHE_FLOOR_MB.default_u32())),
+            cache: match limits::CACHE_MB.default_n() {
+                Some(n) => CacheBudget::Mib(n),
+                None => CacheBudget::Auto {
+                    floor_mb: u64::from(limits::CACHE_FLOOR_MB.default_u32()),
+                },
+            },
             io_threads: limits::IO_THREADS
                 .default_n()
                 .map_or(limits::AUTO_IO_THREADS as usize, |n| n as usize),
@@ -56,7 +78,7 @@ impl Default for StreamOptions {
     }
 }
 
-/// A pacing point the arena mistakes (gate knob [`PrefillOptions::pacing_faults`]).
+/// A pacing point the arena mistakes (gate knob [`GateKnobs::pacing_faults`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PacingFault {
     /// The last node of this layer is not taken as a pacing point (the graph skipped it).
@@ -83,25 +105,56 @@ pub struct PrefillOptions {
     /// Profiling mode (`--explain-prefill`): every node of a device graph computed and timed
     /// alone, per op and backend, with why each op left on the CPU is there (slows the graph).
     pub explain: bool,
-    /// Gate knob, not a setting: milliseconds each loader job sleeps first (a slow loader must
-    /// change no result).
+    /// Ways to break the arena on purpose, so a gate can be seen failing: only the engine's own
+    /// tests set them (the `test-support` feature), never a user.
+    #[cfg(feature = "test-support")]
+    pub gate: GateKnobs,
+}
+
+/// Gate knobs: each one breaks a mechanism of the arena, so its gate can be seen failing.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GateKnobs {
+    /// Milliseconds each loader job sleeps first (a slow loader must change no result).
     pub loader_delay_ms: u64,
-    /// Gate knob, not a setting: skip the reads at the routing node (the negative control: the
-    /// result must change).
+    /// Skip the reads at the routing node (the negative control: the result must change).
     pub skip_demand_reads: bool,
-    /// Gate knob, not a setting: skip the wait at a layer's last node for the next layer's
-    /// non-expert weights (the negative control of that wait: with a slow loader the result
-    /// must change).
+    /// Skip the wait at a layer's last node for the next layer's non-expert weights (the negative
+    /// control of that wait: with a slow loader the result must change).
     pub skip_layer_wait: bool,
-    /// Gate knob, not a setting: skip the wait at a routing node for the layer's experts (the
-    /// negative control of that wait: with a slow loader the result must change).
+    /// Skip the wait at a routing node for the layer's experts (the negative control of that
+    /// wait: with a slow loader the result must change).
     pub skip_expert_wait: bool,
-    /// Gate knob, not a setting: pacing points the arena mistakes, as if the graph skipped or
-    /// reordered them (the call must fail, not compute on a slot that did not fill).
+    /// Pacing points the arena mistakes, as if the graph skipped or reordered them (the call must
+    /// fail, not compute on a slot that did not fill).
     pub pacing_faults: Vec<PacingFault>,
-    /// Gate knob, not a setting: ggml type names (`f32`) to treat as refused by the device's
-    /// matmul, to exercise the conversion on a device that takes every type.
+    /// ggml type names (`f32`) to treat as refused by the device's matmul, to exercise the
+    /// conversion on a device that takes every type.
     pub refuse_types: Vec<String>,
+}
+
+/// No knob set: what every build without `test-support` runs with.
+#[cfg(not(feature = "test-support"))]
+static NO_GATE_KNOBS: GateKnobs = GateKnobs {
+    loader_delay_ms: 0,
+    skip_demand_reads: false,
+    skip_layer_wait: false,
+    skip_expert_wait: false,
+    pacing_faults: Vec::new(),
+    refuse_types: Vec::new(),
+};
+
+impl PrefillOptions {
+    /// The gate knobs in force (none outside the engine's tests).
+    pub(crate) fn gate(&self) -> &GateKnobs {
+        #[cfg(feature = "test-support")]
+        {
+            &self.gate
+        }
+        #[cfg(not(feature = "test-support"))]
+        {
+            &NO_GATE_KNOBS
+        }
+    }
 }
 
 impl Default for PrefillOptions {
@@ -115,12 +168,8 @@ impl Default for PrefillOptions {
             routed: true,
             routed_full: limits::ROUTED_FULL.default,
             explain: false,
-            loader_delay_ms: 0,
-            skip_demand_reads: false,
-            skip_layer_wait: false,
-            skip_expert_wait: false,
-            pacing_faults: Vec::new(),
-            refuse_types: Vec::new(),
+            #[cfg(feature = "test-support")]
+            gate: GateKnobs::default(),
         }
     }
 }
@@ -149,10 +198,10 @@ impl LoadOptions {
         }
         if let Some(so) = &self.stream {
             limits::IO_THREADS.check(so.io_threads as u64)?;
-            limits::CACHE_MB.check(so.cache_mb)?;
-            if let Some(f) = so.auto_cache_floor_mb {
-                limits::CACHE_FLOOR_MB.check(f)?;
-            }
+            match so.cache {
+                CacheBudget::Mib(n) => limits::CACHE_MB.check(n)?,
+                CacheBudget::Auto { floor_mb } => limits::CACHE_FLOOR_MB.check(floor_mb)?,
+            };
         }
         if let Some(dev) = &self.offload {
             if self.stream.is_some() || self.prefill.is_some() {

@@ -162,7 +162,7 @@ fn g18b_streamed_with_an_evicting_cache() {
     // A cache smaller than one token's experts evicts on every layer.
     let m = Model::load(&LoadOptions {
         stream: Some(StreamOptions {
-            cache_mb: 0,
+            cache: bmoe_engine::CacheBudget::Mib(0),
             io_threads: 2,
             ..Default::default()
         }),

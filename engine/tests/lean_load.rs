@@ -74,7 +74,7 @@ fn load_and_generate(path: &Path, llama_load: bool, index: &GgufIndex, names: &[
     let before = bmoe_engine::telemetry::storage_read_bytes().expect("/proc/self/io");
     let m = Model::load(&LoadOptions {
         stream: Some(StreamOptions {
-            cache_mb: 0,
+            cache: bmoe_engine::CacheBudget::Mib(0),
             io_threads: 1,
             llama_load,
             ..Default::default()

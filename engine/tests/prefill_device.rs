@@ -3,7 +3,7 @@
 mod common;
 
 use bmoe_engine::{
-    CancelToken, DecideRequest, GenerateOptions, LoadOptions, Model, PrefillOptions,
+    CancelToken, DecideRequest, GateKnobs, GenerateOptions, LoadOptions, Model, PrefillOptions,
 };
 
 fn run(m: &Model) -> (Vec<u8>, Vec<u64>, u64) {
@@ -167,7 +167,10 @@ fn g16_streamed_arena_equals_the_cpu_with_and_without_a_cache_and_a_slow_loader(
             &path,
             streamed(cache_mb),
             Some(PrefillOptions {
-                loader_delay_ms: delay_ms,
+                gate: GateKnobs {
+                    loader_delay_ms: delay_ms,
+                    ..Default::default()
+                },
                 ..device(&name, false)
             }),
         );
@@ -235,7 +238,10 @@ fn g17g_skipping_the_routing_node_reads_changes_the_result() {
         streamed(0),
         Some(PrefillOptions {
             routed_full: 1.0,
-            skip_demand_reads: true,
+            gate: GateKnobs {
+                skip_demand_reads: true,
+                ..Default::default()
+            },
             ..device(&name, true)
         }),
     );
@@ -333,7 +339,10 @@ fn converted_gate(path: &std::path::Path, from: &str, to: &str) {
         &path,
         None,
         Some(PrefillOptions {
-            refuse_types: vec![from.into()],
+            gate: GateKnobs {
+                refuse_types: vec![from.into()],
+                ..Default::default()
+            },
             ..device(&name, true)
         }),
     );
@@ -448,9 +457,12 @@ fn g20_g21_skipping_either_arena_wait_with_a_slow_loader_changes_the_result() {
             &path,
             None,
             Some(PrefillOptions {
-                loader_delay_ms: SLOW_LOADER_MS,
-                skip_layer_wait,
-                skip_expert_wait,
+                gate: GateKnobs {
+                    loader_delay_ms: SLOW_LOADER_MS,
+                    skip_layer_wait,
+                    skip_expert_wait,
+                    ..Default::default()
+                },
                 ..device(&name, false)
             }),
         )
@@ -520,7 +532,10 @@ fn g22_a_skipped_or_reordered_pacing_point_fails_the_call() {
             &path,
             None,
             Some(PrefillOptions {
-                pacing_faults: vec![fault],
+                gate: GateKnobs {
+                    pacing_faults: vec![fault],
+                    ..Default::default()
+                },
                 ..device(&name, true)
             }),
         );

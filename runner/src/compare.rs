@@ -10,7 +10,7 @@ use anyhow::{anyhow, Context};
 use serde::Serialize;
 
 use crate::sink::csv::inspect;
-use crate::sink::row::{parse_logp, Row};
+use crate::sink::row::Row;
 
 /// What to compare.
 #[derive(Debug, Clone, Default)]
@@ -341,12 +341,11 @@ pub fn compare(a: &Path, b: &Path, o: &CompareOptions) -> anyhow::Result<Report>
             } else {
                 same = false;
             }
-            let la = parse_logp(&x.choice_logp).unwrap_or_default();
-            let lb = parse_logp(&y.choice_logp).unwrap_or_default();
+            let (la, lb) = (&x.choice_logp.0, &y.choice_logp.0);
             if la.len() != lb.len() {
                 same = false;
             }
-            for (p, q) in la.iter().zip(&lb) {
+            for (p, q) in la.iter().zip(lb) {
                 let d = if p == q { 0.0 } else { (p - q).abs() };
                 if d > o.tolerance || d.is_nan() {
                     same = false;

@@ -429,11 +429,10 @@ pub fn engine_options(
         offload: None,
         n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
         stream: s.moe_stream.then_some(bmoe_engine::StreamOptions {
-            cache_mb: p.cache_mb,
+            // `auto` was resolved here against the profile's RAM, not the machine this runs on.
+            cache: bmoe_engine::CacheBudget::Mib(p.cache_mb),
             io_threads: s.io_threads.or(crate::config::settings::AUTO_IO_THREADS) as usize,
             dense_weights: s.dense_weights.engine(),
-            // `auto` was resolved here against the profile's RAM, not the machine this runs on.
-            auto_cache_floor_mb: None,
             read_all_experts: false,
             llama_load: false,
             prefetch: s.prefetch.engine(),

@@ -42,7 +42,7 @@ fn malformed_toml() {
 #[test]
 fn wrong_type() {
     let p = decide_project(&format!("{DECIDE_JOB}n_predict = \"many\"\n"));
-    fails(&p, &[], &["jobs/job.toml:8:13: n_predict: expected an integer between 1 and 65536, found \"many\""]);
+    fails(&p, &[], &["jobs/job.toml:8:13: n_predict: expected an integer between 1 and 1048576, found \"many\""]);
 }
 
 #[test]
@@ -67,7 +67,7 @@ fn all_errors_of_a_file_together() {
         &[],
         &[
             "jobs/job.toml:8:1: colour: unknown key `colour`",
-            "jobs/job.toml:10:12: overrides.cache_mb: expected a non-negative integer or \"auto\", found \"lots\"",
+            "jobs/job.toml:10:12: overrides.cache_mb: expected an integer between 0 and 1073741824 or \"auto\", found \"lots\"",
             "jobs/job.toml:11:11: overrides.threads: expected an integer between 1 and 1024 or \"auto\", found 0",
             "3 configuration errors",
         ],
@@ -177,7 +177,7 @@ fn bad_environment_and_set_values_name_their_source() {
         .unwrap();
     let out = text(&o);
     assert_eq!(o.status.code(), Some(2), "{out}");
-    assert!(out.contains("environment BMOE_CACHE_MB: cache_mb: expected a non-negative integer or \"auto\", found \"lots\""), "{out}");
+    assert!(out.contains("environment BMOE_CACHE_MB: cache_mb: expected an integer between 0 and 1073741824 or \"auto\", found \"lots\""), "{out}");
     assert!(
         out.contains(
             "--set: threads: expected an integer between 1 and 1024 or \"auto\", found \"x\""

@@ -187,10 +187,10 @@ impl Arena {
             let mut converted = None;
             if !plain {
                 let type_name = crate::ffi::probe::type_name(t);
-                let takes = !opts.refuse_types.contains(&type_name)
+                let takes = !opts.gate().refuse_types.contains(&type_name)
                     && crate::ffi::probe::device_takes_matmul(device, t, is_expert);
                 let to = (!takes && !is_expert)
-                    .then(|| device_type(device, t, &opts.refuse_types))
+                    .then(|| device_type(device, t, &opts.gate().refuse_types))
                     .flatten();
                 match to {
                     Some(to) => {
@@ -269,7 +269,7 @@ impl Arena {
             .map(|(il, n)| (n.clone(), *il))
             .collect();
         // Gate knob: pacing points mistaken as if the graph skipped or reordered them.
-        for f in &opts.pacing_faults {
+        for f in &opts.gate().pacing_faults {
             match *f {
                 PacingFault::DropLast(il) => last_node.retain(|_, l| *l != il),
                 PacingFault::SwapLast(a, b) => {
@@ -299,7 +299,7 @@ impl Arena {
             opts.loaders,
             reader,
             max_read,
-            Duration::from_millis(opts.loader_delay_ms),
+            Duration::from_millis(opts.gate().loader_delay_ms),
         )?;
         Ok(Self {
             slots: [
@@ -569,6 +569,7 @@ impl Arena {
         // Gate knob: this routing node is not taken, as if the graph skipped it.
         if self
             .opts
+            .gate()
             .pacing_faults
             .contains(&PacingFault::DropRouting(il))
         {
@@ -592,7 +593,7 @@ impl Arena {
             .unwrap_or_else(|| vec![false; self.n_expert]);
         let missing: Vec<bool> = routed.iter().zip(&queued).map(|(&r, &q)| r && !q).collect();
         let n_missing = missing.iter().filter(|&&m| m).count();
-        if n_missing > 0 && !self.opts.skip_demand_reads {
+        if n_missing > 0 && !self.opts.gate().skip_demand_reads {
             self.counters.demand += n_missing as u64;
             let jobs = self.expert_jobs(il, &missing, Ticket::Experts(il));
             self.loaders.push_front(jobs);
@@ -616,7 +617,7 @@ impl Arena {
         }
         self.prediction.insert(il, routed);
         // Gate knob: the negative control of this wait (with a slow loader the result changes).
-        if self.opts.skip_expert_wait {
+        if self.opts.gate().skip_expert_wait {
             return Ok(());
         }
         self.wait(Ticket::Experts(il))
@@ -637,7 +638,7 @@ impl Arena {
         self.graph.queued.remove(&il);
         self.enqueue_layer(il + 2);
         // Gate knob `skip_layer_wait`: the negative control of this wait.
-        if il + 1 < self.n_layer && !self.opts.skip_layer_wait {
+        if il + 1 < self.n_layer && !self.opts.gate().skip_layer_wait {
             self.wait(Ticket::Dense(il + 1))?;
         }
         Ok(())

@@ -28,7 +28,7 @@ const STREAM_PROMPTS: [&str; 3] = [
 /// Streaming options for the gates: `cache_mb` (0 = shared slots), two reader lanes.
 pub fn stream(cache_mb: u64, read_all: bool) -> Option<StreamOptions> {
     Some(StreamOptions {
-        cache_mb,
+        cache: bmoe_engine::CacheBudget::Mib(cache_mb),
         io_threads: 2,
         read_all_experts: read_all,
         ..Default::default()

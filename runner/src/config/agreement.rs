@@ -79,14 +79,16 @@ fn engine_option_defaults_are_the_definitions() {
             .min(limits::usable_cores())
     );
     let stream = bmoe_engine::StreamOptions::default();
-    match s.cache_mb {
-        super::settings::CacheMb::Auto => assert_eq!(
-            stream.auto_cache_floor_mb,
-            Some(s.cache_floor_mb),
-            "StreamOptions: cache_mb = auto with the default floor"
-        ),
-        super::settings::CacheMb::Mib(n) => assert_eq!(stream.cache_mb, n),
-    }
+    let want = match s.cache_mb {
+        super::settings::CacheMb::Auto => bmoe_engine::CacheBudget::Auto {
+            floor_mb: s.cache_floor_mb,
+        },
+        super::settings::CacheMb::Mib(n) => bmoe_engine::CacheBudget::Mib(n),
+    };
+    assert_eq!(
+        stream.cache, want,
+        "StreamOptions: cache_mb with the default floor"
+    );
     assert_eq!(
         stream.io_threads as u32,
         s.io_threads.or(limits::AUTO_IO_THREADS)

@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 
 use bmoe_engine::limits::{self, FloatRange, IntRange, ThreadChoice};
-use bmoe_engine::{LoadOptions, PrefillOptions, SessionOptions, StreamOptions};
+use bmoe_engine::{CacheBudget, LoadOptions, PrefillOptions, SessionOptions, StreamOptions};
 use clap::Args;
 
 use crate::config::layers::{self, LayerInputs};
@@ -343,12 +343,13 @@ fn machine_options(
         offload: None,
         n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
         stream: s.moe_stream.then(|| StreamOptions {
-            cache_mb: match s.cache_mb {
-                CacheMb::Mib(n) => n,
-                CacheMb::Auto => 0,
+            cache: match s.cache_mb {
+                CacheMb::Mib(n) => CacheBudget::Mib(n),
+                // `auto`: this machine's available memory minus the floor, sized at load.
+                CacheMb::Auto => CacheBudget::Auto {
+                    floor_mb: s.cache_floor_mb,
+                },
             },
-            // `auto`: this machine's available memory minus the floor, sized at load.
-            auto_cache_floor_mb: (s.cache_mb == CacheMb::Auto).then_some(s.cache_floor_mb),
             io_threads: s.io_threads.or(AUTO_IO_THREADS) as usize,
             dense_weights: s.dense_weights.engine(),
             read_all_experts: false,

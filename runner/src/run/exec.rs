@@ -20,7 +20,7 @@ use crate::config::diag::display_path;
 use crate::config::job::{Decision, Kind, LoadedJob, Payload};
 use crate::ident::{self, Machine};
 use crate::sink::csv::{resolve, CsvSink, Target};
-use crate::sink::row::{escape_text, logp_json, Row, SCHEMA_VERSION};
+use crate::sink::row::{escape_text, ChoiceLogp, Row, SCHEMA_VERSION};
 
 /// (job, sweep point, item id, repeat index): what identifies a row within a run.
 type RowKey = (String, String, String, u32);
@@ -649,7 +649,7 @@ fn run_item(
             // it does not change with what ran before.
             row.n_prompt = r.n_tokens;
             row.best = Some(r.best as u32);
-            row.choice_logp = logp_json(&r.choice_logp);
+            row.choice_logp = ChoiceLogp(r.choice_logp.clone());
             fill_decision(row, d, &r);
         }
         (Kind::Generate, Payload::Text(prompt)) => {

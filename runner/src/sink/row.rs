@@ -136,8 +136,8 @@ pub struct Row {
     /// decide: index of the most likely choice; empty otherwise.
     pub best: Option<u32>,
     /// decide: JSON array of each choice's first-token log-probability (null = -inf).
-    #[schemars(extend("x-unit" = "nats"))]
-    pub choice_logp: String,
+    #[schemars(with = "String", extend("x-unit" = "nats"))]
+    pub choice_logp: ChoiceLogp,
     /// perplexity: exp(mean NLL); empty otherwise.
     pub ppl: Option<f64>,
     /// perplexity: mean negative log-likelihood; empty otherwise.
@@ -313,7 +313,17 @@ impl Row {
             ("n_prompt", self.n_prompt.to_string()),
             ("tokens", self.tokens.to_string()),
             ("best", format!("{:?}", self.best)),
-            ("choice_logp", self.choice_logp.clone()),
+            (
+                "choice_logp",
+                format!(
+                    "{:?}",
+                    self.choice_logp
+                        .0
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>()
+                ),
+            ),
             ("ppl", format!("{:?}", self.ppl.map(f64::to_bits))),
             ("nll_mean", format!("{:?}", self.nll_mean.map(f64::to_bits))),
             ("n_scored", format!("{:?}", self.n_scored)),
@@ -366,6 +376,35 @@ pub fn escape_text(s: &str) -> String {
     out
 }
 
+/// Each choice's log-probability, kept as numbers until the sink writes the cell: a JSON array
+/// (-inf as null), empty when the row is not a decision.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChoiceLogp(pub Vec<f64>);
+
+impl Serialize for ChoiceLogp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.is_empty() {
+            s.serialize_str("")
+        } else {
+            s.serialize_str(&logp_json(&self.0))
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ChoiceLogp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let cell = String::deserialize(d)?;
+        if cell.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        parse_logp(&cell).map(Self).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "choice_logp: expected a JSON array of numbers or null, found {cell:?}"
+            ))
+        })
+    }
+}
+
 /// `[-0.12,-3.4,null]`: log-probabilities as a JSON array, -inf as null.
 pub fn logp_json(v: &[f64]) -> String {
     let items: Vec<serde_json::Value> = v
@@ -397,13 +436,38 @@ mod tests {
     fn one_line_per_row() {
         let r = Row {
             text: escape_text("a\nb,\"c\"\\"),
-            choice_logp: logp_json(&[-0.5, f64::NEG_INFINITY]),
+            choice_logp: ChoiceLogp(vec![-0.5, f64::NEG_INFINITY]),
             ..Row::default()
         };
         let line = r.to_line().unwrap();
         assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
         assert_eq!(*line.last().unwrap(), b'\n');
         assert_eq!(parse_logp("[-0.5,null]").unwrap()[1], f64::NEG_INFINITY);
+        let text = String::from_utf8(line).unwrap();
+        assert!(text.contains("\"[-0.5,null]\""), "{text}");
+    }
+
+    #[test]
+    fn choice_logp_reads_back_as_numbers() {
+        let header = Row::columns().join(",");
+        let read = |line: &str| {
+            csv::Reader::from_reader(format!("{header}\n{line}").as_bytes())
+                .deserialize::<Row>()
+                .next()
+                .unwrap()
+        };
+        let row = Row {
+            choice_logp: ChoiceLogp(vec![-0.25, f64::NEG_INFINITY]),
+            ..Row::default()
+        };
+        let line = String::from_utf8(row.to_line().unwrap()).unwrap();
+        assert_eq!(read(&line).unwrap().choice_logp, row.choice_logp);
+        let empty = String::from_utf8(Row::default().to_line().unwrap()).unwrap();
+        assert!(read(&empty).unwrap().choice_logp.0.is_empty());
+        let e = read(&line.replace("[-0.25,null]", "[oops]"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("choice_logp"), "{e}");
     }
 
     #[test]
