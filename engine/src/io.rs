@@ -117,6 +117,11 @@ impl DirectReader {
         self.lanes.len()
     }
 
+    /// The largest single read the bounce buffers hold.
+    pub fn max_read(&self) -> usize {
+        self.max_read
+    }
+
     /// Whether each file is read with O_DIRECT (false = buffered fallback).
     pub fn direct(&self) -> &[bool] {
         &self.direct
@@ -148,6 +153,32 @@ impl DirectReader {
             std::io::Error::new(e.kind(), format!("{}: {e}", self.paths[file].display()))
         })?;
         Ok(t0.elapsed().as_secs_f64())
+    }
+}
+
+/// A contiguous share of a model's one [`DirectReader`]: lane `i` here is lane `base + i` there, so
+/// the streamer and the arena's loaders read through the same descriptors without queueing on
+/// each other's lanes.
+#[derive(Clone)]
+pub struct Lanes {
+    reader: std::sync::Arc<DirectReader>,
+    base: usize,
+}
+
+impl Lanes {
+    /// Lanes `base..` of `reader`.
+    pub fn new(reader: std::sync::Arc<DirectReader>, base: usize) -> Self {
+        Self { reader, base }
+    }
+
+    /// The shared reader.
+    pub fn reader(&self) -> &DirectReader {
+        &self.reader
+    }
+
+    /// The reader's lane for this share's lane `i`.
+    pub fn lane(&self, i: usize) -> usize {
+        self.base + i
     }
 }
 

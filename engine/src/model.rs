@@ -10,6 +10,7 @@ use crate::ffi::context::{ContextParams, LlamaContext};
 use crate::ffi::model::{KvOverride, LlamaModel, RawLoadParams};
 use crate::ffi::registry::Device;
 use crate::graph::{Capture, CaptureHook};
+use crate::io::{DirectReader, Lanes};
 use crate::options::LoadOptions;
 use crate::stream::lean_load::{self, DenseMaps};
 use crate::stream::Streamer;
@@ -230,10 +231,38 @@ impl Model {
             None if opts.stream.is_some() || arena_device.is_some() => Some(capture_graph(&raw)?),
             None => None,
         };
-        let stream = match (&opts.stream, &capture) {
+        // One direct reader per model: the streamer's lanes first, then the arena loaders'.
+        let reader = match (&opts.stream, &capture) {
             (Some(so), Some(capture)) => {
+                let stream_lanes = Streamer::lanes(capture, so);
+                let loader_lanes = match (&arena_device, &opts.prefill) {
+                    (Some(_), Some(p)) => p.loaders.max(1),
+                    _ => 0,
+                };
+                let max_read = capture
+                    .experts
+                    .values()
+                    .flat_map(|roles| roles.values())
+                    .map(|t| t.nb()[2])
+                    .max()
+                    .unwrap_or(0);
+                let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
+                let r = DirectReader::open(&paths, stream_lanes + loader_lanes, max_read).map_err(
+                    |source| {
+                        EngineError::Stream(crate::error::StreamError::Setup {
+                            what: "opening the model for direct reads",
+                            source,
+                        })
+                    },
+                )?;
+                Some((Arc::new(r), stream_lanes))
+            }
+            _ => None,
+        };
+        let stream = match (&opts.stream, &capture, &reader) {
+            (Some(so), Some(capture), Some((reader, _))) => {
                 let budget = so.cache.bytes(crate::stream::memory::available_bytes());
-                let st = Streamer::new(capture, &index, so, budget, n_expert_used)?;
+                let st = Streamer::new(capture, &index, so, budget, n_expert_used, reader.clone())?;
                 if budget > 0 && budget < st.token_bytes {
                     warnings.push(format!(
                         "expert cache of {} MiB is below one token's routed experts ({:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
@@ -256,9 +285,12 @@ impl Model {
         // After the streamer: the host bindings the arena restores are the streamer's.
         let arena = match (arena_device, &capture, &opts.prefill) {
             (Some(d), Some(c), Some(p)) => {
-                let a =
-                    crate::device::arena::Arena::new(c, d, p, stream.is_some().then_some(&index))
-                        .map_err(EngineError::Device)?;
+                let streamed = match (&stream, &reader) {
+                    (Some(_), Some((r, base))) => Some((&index, Lanes::new(r.clone(), *base))),
+                    _ => None,
+                };
+                let a = crate::device::arena::Arena::new(c, d, p, streamed)
+                    .map_err(EngineError::Device)?;
                 warnings.extend(a.refusals());
                 Some(Arc::new(Mutex::new(a)))
             }

@@ -19,7 +19,7 @@ use crate::ffi::registry::Device;
 use crate::ffi::tensor::{self, Binding, Layout, TensorPtr};
 use crate::gguf::index::GgufIndex;
 use crate::graph::{layer_of, routed_mask, Capture};
-use crate::io::DirectReader;
+use crate::io::Lanes;
 use crate::options::{PacingFault, PrefillOptions};
 use crate::telemetry::PrefillDevCounters;
 
@@ -150,13 +150,18 @@ fn experts_of(roles: Option<&BTreeMap<crate::graph::ExpertRole, TensorPtr>>) -> 
 
 impl Arena {
     /// Lays out every layer's weights in two slots of `device`'s memory. With `streamed` the
-    /// experts are read from the GGUF (their host copies are the streamer's, not the model).
+    /// experts are read from the GGUF, on the model's reader lanes given (their host copies are
+    /// the streamer's, not the model).
     pub fn new(
         capture: &Capture,
         device: Device,
         opts: &PrefillOptions,
-        streamed: Option<&GgufIndex>,
+        streamed: Option<(&GgufIndex, Lanes)>,
     ) -> Result<Self, DeviceError> {
+        let (streamed, lanes) = match streamed {
+            Some((index, lanes)) => (Some(index), Some(lanes)),
+            None => (None, None),
+        };
         let buft = BufferType::of_device(device);
         let mut layers: BTreeMap<u32, Layer> = BTreeMap::new();
         let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
@@ -284,20 +289,9 @@ impl Arena {
                 PacingFault::DropRouting(_) => {}
             }
         }
-        let reader = match streamed {
-            Some(index) => {
-                let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
-                Some(Arc::new(
-                    DirectReader::open(&paths, opts.loaders.max(1), max_read).map_err(|e| {
-                        DeviceError::io("opening the model for the arena's reads", e)
-                    })?,
-                ))
-            }
-            None => None,
-        };
         let loaders = Loaders::start(
             opts.loaders,
-            reader,
+            lanes,
             max_read,
             Duration::from_millis(opts.gate().loader_delay_ms),
         )?;

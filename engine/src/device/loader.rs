@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::DeviceError;
 use crate::ffi::tensor::{Binding, TensorPtr, ViewScratch};
-use crate::io::DirectReader;
+use crate::io::Lanes;
 
 /// What a wait is for: a layer's non-expert weights, or its experts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,7 +86,7 @@ impl Loaders {
     /// knob: a slow loader must not change any result).
     pub fn start(
         n: usize,
-        reader: Option<Arc<DirectReader>>,
+        reader: Option<Lanes>,
         max_read: usize,
         delay: Duration,
     ) -> Result<Self, DeviceError> {
@@ -102,7 +102,7 @@ impl Loaders {
             let scratch = ViewScratch::new()?;
             let h = std::thread::Builder::new()
                 .name(format!("bmoe-load-{lane}"))
-                .spawn(move || worker(&shared, reader.as_deref(), lane, max_read, scratch, delay))
+                .spawn(move || worker(&shared, reader.as_ref(), lane, max_read, scratch, delay))
                 .map_err(|e| DeviceError::io("starting arena loaders", e))?;
             threads.push(h);
         }
@@ -181,7 +181,7 @@ impl Drop for Loaders {
 
 fn worker(
     shared: &Shared,
-    reader: Option<&DirectReader>,
+    reader: Option<&Lanes>,
     lane: usize,
     max_read: usize,
     mut scratch: ViewScratch,
@@ -226,7 +226,7 @@ fn worker(
 
 fn run(
     job: &Job,
-    reader: Option<&DirectReader>,
+    reader: Option<&Lanes>,
     lane: usize,
     max_read: usize,
     scratch: &mut ViewScratch,
@@ -254,7 +254,8 @@ fn run(
             let mut at = 0;
             for &(file, offset, len) in parts {
                 reader
-                    .read(lane, file, offset, &mut buf[at..at + len])
+                    .reader()
+                    .read(reader.lane(lane), file, offset, &mut buf[at..at + len])
                     .map_err(|e| DeviceError::io("reading experts for the device", e))?;
                 at += len;
             }

@@ -100,14 +100,23 @@ fn setup_err(what: &'static str) -> impl Fn(std::io::Error) -> EngineError + Cop
 }
 
 impl Streamer {
+    /// Reader lanes the streamer reads on (lanes `0..` of the model's reader): one per I/O thread,
+    /// and the read-ahead lanes when a predictor runs.
+    pub fn lanes(capture: &Capture, opts: &StreamOptions) -> usize {
+        let prefetch = prefetch::Predictor::new(&capture.routers, opts.prefetch).is_some();
+        opts.io_threads + if prefetch { PREFETCH_LANES } else { 0 }
+    }
+
     /// Rebinds the captured expert tensors (and, with `anon`, the dense weights) and prepares the
-    /// reader. `budget_bytes` is the resolved cache size.
+    /// reads, on lanes `0..Streamer::lanes()` of the model's `reader`. `budget_bytes` is the
+    /// resolved cache size.
     pub fn new(
         capture: &Capture,
         index: &GgufIndex,
         opts: &StreamOptions,
         budget_bytes: u64,
         n_expert_used: u32,
+        reader: std::sync::Arc<DirectReader>,
     ) -> Result<Self> {
         if capture.experts.is_empty() {
             return Err(EngineError::Unsupported(
@@ -209,16 +218,19 @@ impl Streamer {
                 dense.push(r);
             }
         }
-        let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
         let predictor = prefetch::Predictor::new(&capture.routers, opts.prefetch);
         let prefetch_lanes = if predictor.is_some() {
             PREFETCH_LANES
         } else {
             0
         };
-        let reader = DirectReader::open(&paths, opts.io_threads + prefetch_lanes, max_read)
-            .map_err(setup_err("opening the model for direct reads"))?;
-        let reader = std::sync::Arc::new(reader);
+        if reader.lanes() < opts.io_threads + prefetch_lanes || reader.max_read() < max_read {
+            return Err(setup_err("sharing the model's reader")(
+                std::io::Error::other(
+                    "the reader has fewer lanes or a smaller bounce buffer than the streamer needs",
+                ),
+            ));
+        }
         let prefetcher = match predictor {
             Some(_) => Some(
                 prefetch::Prefetcher::new(reader.clone(), opts.io_threads, prefetch_lanes)
