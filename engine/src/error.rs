@@ -90,9 +90,6 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
-    /// A synthetic model specification is invalid.
-    #[error("synthetic model: {0}")]
-    Synth(String),
     /// llama.cpp threw a C++ exception, caught at the boundary (a damaged vocabulary, say).
     #[error(transparent)]
     Thrown(#[from] crate::ffi::guard::Thrown),

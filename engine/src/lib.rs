@@ -15,7 +15,6 @@ pub mod model;
 pub mod options;
 pub mod session;
 pub mod stream;
-pub mod synth;
 pub mod telemetry;
 pub mod tokenizer;
 

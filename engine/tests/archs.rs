@@ -11,8 +11,8 @@ mod common;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use bmoe_engine::synth::{Preset, SynthArch, SynthSpec};
 use bmoe_engine::{CancelToken, GenerateOptions, LoadOptions, Model};
+use bmoe_synth::{Preset, SynthArch, SynthSpec};
 use common::gates;
 
 /// The cells of the coverage table, in column order.

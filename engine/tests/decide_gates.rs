@@ -249,8 +249,8 @@ fn g18c_sum_scoring_equals_first_token_and_teacher_forcing() {
 /// sequence, so reuse keeps a prefix only by restoring the state saved where the rendered prefix
 /// ends; `auto` must still equal `off` bit for bit and `on` keep every `best`, and the trace must
 /// really restore (a repeated decision hits).
-fn g18b_recurrent(arch: bmoe_engine::synth::SynthArch) {
-    let spec = bmoe_engine::synth::SynthSpec::preset(bmoe_engine::synth::Preset::Tiny, arch);
+fn g18b_recurrent(arch: bmoe_synth::SynthArch) {
+    let spec = bmoe_synth::SynthSpec::preset(bmoe_synth::Preset::Tiny, arch);
     let m = Model::load(&LoadOptions::new(common::model(
         &format!("decide-{}", arch.name()),
         &spec,
@@ -291,10 +291,10 @@ fn g18b_recurrent(arch: bmoe_engine::synth::SynthArch) {
 
 #[test]
 fn g18b_recurrent_qwen35moe() {
-    g18b_recurrent(bmoe_engine::synth::SynthArch::Qwen35Moe);
+    g18b_recurrent(bmoe_synth::SynthArch::Qwen35Moe);
 }
 
 #[test]
 fn g18b_recurrent_nemotron_h_moe() {
-    g18b_recurrent(bmoe_engine::synth::SynthArch::NemotronHMoe);
+    g18b_recurrent(bmoe_synth::SynthArch::NemotronHMoe);
 }

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["error", "telemetry", "io"],
     &["limits", "chat"],
     &["options"],
-    &["gguf", "synth"],
+    &["gguf"],
     &["graph"],
     &["stream", "device"],
     &["model"],

@@ -197,11 +197,11 @@ fn g16_streamed_arena_equals_the_cpu_with_and_without_a_cache_and_a_slow_loader(
 fn many_experts() -> std::path::PathBuf {
     common::model(
         "tiny-64-experts",
-        &bmoe_engine::synth::SynthSpec {
+        &bmoe_synth::SynthSpec {
             n_expert: 64,
-            ..bmoe_engine::synth::SynthSpec::preset(
-                bmoe_engine::synth::Preset::Tiny,
-                bmoe_engine::synth::SynthArch::Qwen3Moe,
+            ..bmoe_synth::SynthSpec::preset(
+                bmoe_synth::Preset::Tiny,
+                bmoe_synth::SynthArch::Qwen3Moe,
             )
         },
     )
@@ -309,12 +309,12 @@ fn a_refused_weight_type_is_converted_for_the_device_copy_only() {
     // The specification's quantized path: Q6_K dense matrices -> Q8_0.
     let q6k = common::model(
         "tiny-q6k-dense",
-        &bmoe_engine::synth::SynthSpec {
+        &bmoe_synth::SynthSpec {
             n_embd: 256,
-            dense_type: bmoe_engine::synth::WeightType::Q6_K,
-            ..bmoe_engine::synth::SynthSpec::preset(
-                bmoe_engine::synth::Preset::Tiny,
-                bmoe_engine::synth::SynthArch::Qwen3Moe,
+            dense_type: bmoe_synth::WeightType::Q6_K,
+            ..bmoe_synth::SynthSpec::preset(
+                bmoe_synth::Preset::Tiny,
+                bmoe_synth::SynthArch::Qwen3Moe,
             )
         },
     );

@@ -7,10 +7,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use bmoe_engine::synth::{write_model, Preset, SynthArch, SynthSpec};
 use bmoe_engine::{
     CancelToken, DenseWeights, EngineError, GenerateOptions, LoadOptions, Model, StreamOptions,
 };
+use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 use common::gates::stream;
 
 const PROMPTS: [&str; 1] = ["Stream the experts, please."];
@@ -42,7 +42,7 @@ fn gates_page_aligned_experts() {
         n_embd: 256,
         n_ff_exp: 256,
         n_expert: 16,
-        expert_type: bmoe_engine::synth::WeightType::Q4_0,
+        expert_type: bmoe_synth::WeightType::Q4_0,
         ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
     };
     let path = common::model("page-aligned-experts", &spec);

@@ -2,8 +2,8 @@
 //! GGUFs load like single files.
 mod common;
 
-use bmoe_engine::synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
 use bmoe_engine::{CancelToken, EngineError, GenerateOptions, LoadOptions, Model};
+use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
 
 fn greedy(path: &std::path::Path) -> Vec<i32> {
     let m = Model::load(&LoadOptions::new(path)).expect("load");
@@ -105,6 +105,6 @@ fn a_width_that_does_not_fit_the_block_is_refused() {
     let e = write_model(&spec, &common::dir().join("bad.gguf"))
         .err()
         .unwrap();
-    assert!(matches!(e, EngineError::Synth(_)), "{e}");
+    assert!(matches!(e, bmoe_synth::SynthError::Invalid(_)), "{e}");
     assert!(!common::dir().join("bad.gguf").exists());
 }

@@ -1,28 +1,21 @@
 //! The one-shot commands through the real binary: output, exit codes, and errors that are
 //! messages, never panics or backtraces.
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::process::Output;
 
-static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+mod common;
 
 fn bmoe(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bmoe"))
+    common::bmoe_command()
         .args(args)
-        .env("RUST_BACKTRACE", "1")
         .output()
         .expect("run bmoe")
 }
 
+/// The shared tiny model (written by the library; `synth_cli_writes_the_library_bytes` checks
+/// the command writes the same file).
 fn tiny() -> PathBuf {
-    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap()).path();
-    let p = dir.join("tiny.gguf");
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let o = bmoe(&["synth", "--preset", "tiny", "-o", p.to_str().unwrap()]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    });
-    p
+    common::model_path()
 }
 
 fn s(p: &Path) -> &str {
@@ -196,4 +189,16 @@ fn an_out_of_range_routed_share_is_an_error_not_a_panic() {
     );
     assert!(!err.contains("panicked"), "{err}");
     assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn synth_cli_writes_the_library_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("tiny.gguf");
+    let o = bmoe(&["synth", "--preset", "tiny", "-o", s(&p)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        std::fs::read(&p).unwrap() == std::fs::read(tiny()).unwrap(),
+        "`bmoe synth --preset tiny` and bmoe_synth::write_model wrote different files"
+    );
 }

@@ -4,7 +4,7 @@
 //! expert cache anonymous, the dense weights file-backed).
 mod common;
 
-use bmoe_engine::synth::{write_model, Preset, SynthArch, SynthSpec};
+use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 use common::{text, Project};
 
 const JOB: &str = r#"

@@ -7,6 +7,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod common;
+
 static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
 
 /// What one run of the binary ended in.
@@ -27,15 +29,10 @@ fn run_limited(cpus: Option<&str>, args: &[&str], limit: Duration) -> Ran {
         }
         None => Command::new(env!("CARGO_BIN_EXE_bmoe")),
     };
-    c.args(args)
-        .env("RUST_BACKTRACE", "1")
+    common::clean_env(&mut c)
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("BMOE_") {
-            c.env_remove(k);
-        }
-    }
     let t0 = Instant::now();
     let mut child = c.spawn().expect("spawn bmoe");
     let mut out_pipe = child.stdout.take().expect("stdout");
@@ -94,23 +91,22 @@ fn run(args: &[&str]) -> Ran {
 }
 
 fn tiny() -> PathBuf {
+    common::model_path()
+}
+
+/// A text for `ppl`, in this test's own folder.
+fn text_file() -> PathBuf {
     let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap()).path();
-    let p = dir.join("tiny.gguf");
+    let p = dir.join("text.txt");
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
-        let r = run(&["synth", "--preset", "tiny", "-o", p.to_str().unwrap()]);
-        assert_eq!(r.code, Some(0), "{}", r.err);
         std::fs::write(
-            dir.join("text.txt"),
+            &p,
             "The quick brown fox jumps over the lazy dog. ".repeat(12),
         )
         .unwrap();
     });
     p
-}
-
-fn text_file() -> PathBuf {
-    tiny().with_file_name("text.txt")
 }
 
 fn s(p: &Path) -> &str {

@@ -3,8 +3,8 @@ use ggml_sys as sys;
 
 use super::arch::SynthArch;
 use crate::error::{Result, SynthError};
-use bmoe_engine::gguf::write::GgmlType;
 use bmoe_engine::gguf::write as quant;
+use bmoe_engine::gguf::write::GgmlType;
 
 /// Tensor data types a synthetic model can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

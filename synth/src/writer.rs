@@ -11,8 +11,8 @@ use super::rng::Rng;
 use super::spec::SynthSpec;
 use super::vocab;
 use crate::error::{Result, SynthError};
-use bmoe_engine::gguf::write::GgufBuilder;
 use bmoe_engine::gguf::write as quant;
+use bmoe_engine::gguf::write::GgufBuilder;
 use ggml_sys as sys;
 
 /// What `write_model` wrote.

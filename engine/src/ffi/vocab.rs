@@ -125,7 +125,7 @@ impl<'m> Vocab<'m> {
 mod tests {
     use crate::ffi::model::{LlamaModel, RawLoadParams};
     use crate::ffi::registry::Device;
-    use crate::synth::{write_model, Preset, SynthArch, SynthSpec};
+    use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 
     /// Below the engine's checks (which refuse this file): the file straight into llama.cpp
     /// loads, and tokenizing "hi" throws std::out_of_range from the byte fallback. Through the

@@ -317,7 +317,7 @@ mod tests {
 
     #[test]
     fn a_fused_expert_tensor_is_found_as_its_stored_parts() {
-        use crate::synth::{write_model, Preset, SynthArch, SynthSpec};
+        use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.gguf");
         let spec = SynthSpec::preset(Preset::Tiny, SynthArch::Qwen35Moe);

@@ -8,6 +8,14 @@ use crate::error::{EngineError, Result};
 pub mod check;
 pub mod index;
 
+/// Writing GGUF files (the synthetic models of `bmoe-synth`, test fixtures): the gguf builder and
+/// ggml's quantizer, safe wrappers from the engine's private `ffi`.
+pub mod write {
+    pub use crate::ffi::backend_init;
+    pub use crate::ffi::gguf::{GgmlType, GgufBuilder};
+    pub use crate::ffi::quant::{block_size, quantize, requires_imatrix, row_size, type_name};
+}
+
 /// Checks that `path` exists, is readable and starts like a GGUF.
 pub fn check_gguf_file(path: &Path) -> Result<u64> {
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {

@@ -6,7 +6,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub mod gates;
 
-use bmoe_engine::synth::{write_model, Preset, SynthArch, SynthSpec};
+use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 
 static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
 static MODELS: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();

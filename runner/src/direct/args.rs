@@ -104,7 +104,7 @@ pub struct SynthArgs {
     #[arg(long, value_parser = ["tiny", "small", "bench"], default_value = "tiny")]
     pub preset: String,
     /// Architecture.
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bmoe_engine::synth::SynthArch::NAMES), default_value = "qwen3moe")]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bmoe_synth::SynthArch::NAMES), default_value = "qwen3moe")]
     pub arch: String,
     /// Transformer blocks.
     #[arg(long)]
@@ -131,10 +131,10 @@ pub struct SynthArgs {
     #[arg(long)]
     pub ctx: Option<u32>,
     /// Type of the routed experts.
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bmoe_engine::synth::WeightType::NAMES))]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bmoe_synth::WeightType::NAMES))]
     pub expert_type: Option<String>,
     /// Type of the other matrices.
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bmoe_engine::synth::WeightType::NAMES))]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bmoe_synth::WeightType::NAMES))]
     pub dense_type: Option<String>,
     /// Router skew: 0 = even routing, larger = a few experts take most tokens.
     #[arg(long)]

@@ -1,6 +1,6 @@
 //! `bmoe synth`: write a synthetic MoE GGUF.
 use anyhow::{anyhow, Context};
-use bmoe_engine::synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
+use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
 
 use super::args::SynthArgs;
 

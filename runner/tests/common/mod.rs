@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use bmoe_engine::synth::{write_model, Preset, SynthArch, SynthSpec};
+use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 
 /// A scratch project: `models/tiny.gguf`, `profiles/host.toml`, and whatever a test writes.
 pub struct Project {
@@ -84,28 +84,13 @@ impl Project {
         self.write(rel, &s);
     }
 
-    /// A `bmoe` command in the project folder, with no BMOE_* variables leaking in and
-    /// RUST_BACKTRACE=1 so a panic would show.
+    /// A `bmoe` command in the project folder ([`bmoe_command`]).
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_bmoe"));
+        let mut c = bmoe_command();
         // The model-hash cache goes into the project, not the user's ~/.cache.
         c.current_dir(self.dir.path())
             .args(args)
-            .env("RUST_BACKTRACE", "1")
             .env("XDG_CACHE_HOME", self.dir.path().join(".cache"));
-        for k in [
-            "JOB_COMPLETION_INDEX",
-            "SLURM_ARRAY_TASK_ID",
-            "SLURM_ARRAY_TASK_MIN",
-            "SLURM_ARRAY_TASK_COUNT",
-        ] {
-            c.env_remove(k);
-        }
-        for (k, _) in std::env::vars() {
-            if k.starts_with("BMOE_") {
-                c.env_remove(k);
-            }
-        }
         c
     }
 
@@ -113,6 +98,33 @@ impl Project {
     pub fn bmoe(&self, args: &[&str]) -> Output {
         self.cmd(args).output().expect("run bmoe")
     }
+}
+
+/// Strips what the shell running the tests may set and a run would read: BMOE_* settings and the
+/// scheduler's array-task variables (a shard index). RUST_BACKTRACE=1 so a panic would show.
+pub fn clean_env(c: &mut Command) -> &mut Command {
+    c.env("RUST_BACKTRACE", "1");
+    for k in [
+        "JOB_COMPLETION_INDEX",
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_ARRAY_TASK_MIN",
+        "SLURM_ARRAY_TASK_COUNT",
+    ] {
+        c.env_remove(k);
+    }
+    for (k, _) in std::env::vars() {
+        if k.starts_with("BMOE_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// The real `bmoe` binary in a clean environment ([`clean_env`]).
+pub fn bmoe_command() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bmoe"));
+    clean_env(&mut c);
+    c
 }
 
 /// stdout + stderr as text.

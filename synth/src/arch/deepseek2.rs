@@ -14,8 +14,8 @@
 //! `glm4moe.rs`.
 use super::{plan, Role, TensorPlan};
 use crate::error::{Result, SynthError};
-use bmoe_engine::gguf::write::GgufBuilder;
 use crate::spec::SynthSpec;
+use bmoe_engine::gguf::write::GgufBuilder;
 
 /// What sets it apart (`bmoe archs`).
 pub(super) const ABOUT: &str = "MLA attention (q and kv latents, absorbed k_b/v_b, one cached KV head); leading dense layer; shared expert; grouped sigmoid top-k with a selection bias (exp_probs_b), renormalised and scaled; fused gate/up experts";

@@ -6,8 +6,8 @@
 //! output is multiplied by its own scale (`ffn_down_exps.scale`, read by GET_ROWS through a
 //! reshape and a REPEAT, not by a matmul); softcapped logits.
 use super::{Role, TensorPlan};
-use bmoe_engine::gguf::write::GgufBuilder;
 use crate::spec::{SynthSpec, WeightType};
+use bmoe_engine::gguf::write::GgufBuilder;
 
 /// The window of the sliding layers (the real models: 1024); small so test prompts cross it.
 const SLIDING_WINDOW: u32 = 64;

@@ -10,8 +10,8 @@
 //! reads it.
 use super::{plan, Role, TensorPlan};
 use crate::error::{Result, SynthError};
-use bmoe_engine::gguf::write::GgufBuilder;
 use crate::spec::SynthSpec;
+use bmoe_engine::gguf::write::GgufBuilder;
 
 /// What sets it apart (`bmoe archs`).
 pub(super) const ABOUT: &str = "leading dense layer; shared expert; sigmoid top-k with a selection bias (exp_probs_b), renormalised and scaled; q/k/v biases, per-head q/k norms, partial rotary";

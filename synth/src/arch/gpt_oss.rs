@@ -3,8 +3,8 @@
 //! sliding), a biased router whose weights are a softmax over the chosen experts only, and
 //! gate/up/down experts in MXFP4 with per-expert biases that `ADD_ID` reads with the routed ids.
 use super::{Role, TensorPlan};
-use bmoe_engine::gguf::write::GgufBuilder;
 use crate::spec::{SynthSpec, WeightType};
+use bmoe_engine::gguf::write::GgufBuilder;
 
 /// The window of the sliding layers. The real models use 128; half of it here so that the test
 /// prompts (60 to 160 tokens) cross it.

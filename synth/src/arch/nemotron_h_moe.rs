@@ -8,9 +8,9 @@
 //! (`load_arch_hparams`, `load_arch_tensors`, the graph), `src/models/mamba-base.cpp`.
 use super::{Role, TensorPlan};
 use crate::error::{Result, SynthError};
-use bmoe_engine::gguf::write::GgufBuilder;
-use bmoe_engine::gguf::write as quant;
 use crate::spec::{SynthSpec, WeightType};
+use bmoe_engine::gguf::write as quant;
+use bmoe_engine::gguf::write::GgufBuilder;
 
 /// One line for `bmoe archs`.
 pub(crate) const ABOUT: &str = "hybrid: Mamba2 (recurrent state), attention and MoE blocks; up/down experts without a gate (ReLU squared), sigmoid routing with a selection bias, latent projections, a shared expert";

@@ -3,8 +3,8 @@
 //! (`ffn_gate_inp_shexp`, one weight per embedding column). `models/qwen2moe.cpp` in the pinned
 //! llama.cpp.
 use super::{plan, Role, TensorPlan};
-use bmoe_engine::gguf::write::GgufBuilder;
 use crate::spec::SynthSpec;
+use bmoe_engine::gguf::write::GgufBuilder;
 
 /// What sets it apart (`bmoe archs`).
 pub(super) const ABOUT: &str = "shared expert behind its own sigmoid gate (ffn_gate_inp_shexp); q/k/v biases; softmax top-k, not renormalised";

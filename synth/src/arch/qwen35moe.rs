@@ -4,8 +4,8 @@
 //! Keys and tensors as llama.cpp reads them: `src/models/qwen35moe.cpp` (`load_arch_hparams`,
 //! `load_arch_tensors`, the graph) and `src/models/delta-net-base.cpp`.
 use super::{Role, TensorPlan};
-use bmoe_engine::gguf::write::GgufBuilder;
 use crate::spec::{SynthSpec, WeightType};
+use bmoe_engine::gguf::write::GgufBuilder;
 
 /// One line for `bmoe archs`.
 pub(crate) const ABOUT: &str = "hybrid: Gated-DeltaNet (recurrent state) layers and gated attention every 4th; gate/up/down experts (softmax top-k renormalised) plus a sigmoid-gated shared expert";
@@ -170,10 +170,7 @@ mod tests {
             let s = SynthSpec {
                 n_embd: hd * 4,
                 n_head: 4,
-                ..SynthSpec::preset(
-                    crate::Preset::Tiny,
-                    crate::SynthArch::Qwen3Moe,
-                )
+                ..SynthSpec::preset(crate::Preset::Tiny, crate::SynthArch::Qwen3Moe)
             };
             let (n_rot, sec) = rope_dims(&s);
             assert_eq!(sec.iter().sum::<i32>() as u32, n_rot / 2, "{hd}");
