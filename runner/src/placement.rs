@@ -37,8 +37,12 @@ pub struct ModelDims {
     pub n_layer: u64,
     /// Embedding width.
     pub n_embd: u64,
-    /// Width of K (and V) per token per layer.
-    pub n_embd_kv: u64,
+    /// Bytes of K and V (f16) per token of context, all layers with an attention cache.
+    pub kv_bytes_per_token: u64,
+    /// Layers with an attention cache.
+    pub n_kv_layers: u64,
+    /// Bytes of the recurrent state of one sequence, all state-space layers.
+    pub recurrent_bytes: u64,
     /// Experts per layer (0 = dense).
     pub n_expert: u64,
     /// Experts per token.
@@ -61,91 +65,42 @@ pub struct ModelDims {
     pub data_start: u64,
 }
 
-const LAYER_SUFFIXES: &[&str] = &[
-    "attn_norm",
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "attn_q_norm",
-    "attn_k_norm",
-    "attn_qkv",
-    "ffn_norm",
-    "post_attention_norm",
-    "ffn_gate_inp",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_down",
-    "ffn_gate_shexp",
-    "ffn_up_shexp",
-    "ffn_down_shexp",
-    "ffn_gate_inp_shexp",
-    "exp_probs_b",
-];
-const EXPERT_SUFFIXES: &[&str] = &[
-    "ffn_gate_exps",
-    "ffn_up_exps",
-    "ffn_down_exps",
-    "ffn_gate_up_exps",
-];
-
 /// Reads the model's dimensions from its header.
 pub fn model_dims(path: &Path) -> Result<ModelDims, bmoe_engine::EngineError> {
     let idx = GgufIndex::open(path)?;
     let arch = idx.arch().unwrap_or_default();
     let k = |s: &str| idx.get_u64(&format!("{arch}.{s}"));
-    let n_layer = k("block_count").unwrap_or(0);
     let n_embd = k("embedding_length").unwrap_or(0);
-    let n_head = k("attention.head_count").unwrap_or(1).max(1);
-    let n_head_kv = k("attention.head_count_kv").unwrap_or(n_head);
-    let head_dim = k("attention.key_length").unwrap_or(n_embd / n_head);
+    // The engine's reading of the header: which tensors are experts, which layers keep K and V.
+    let layers = idx.layers();
     let mut d = ModelDims {
-        n_layer,
+        n_layer: layers.len() as u64,
         n_embd,
-        n_embd_kv: n_head_kv * head_dim,
+        kv_bytes_per_token: layers.iter().map(|l| l.kv_bytes_per_token).sum(),
+        n_kv_layers: layers.iter().filter(|l| l.kv_bytes_per_token > 0).count() as u64,
+        recurrent_bytes: layers.iter().map(|l| l.recurrent_bytes).sum(),
         n_expert: k("expert_count").unwrap_or(0),
         n_expert_used: k("expert_used_count").unwrap_or(0),
         n_ff_exp: k("expert_feed_forward_length").unwrap_or(0),
         n_ctx_train: k("context_length").unwrap_or(0),
         file_bytes: idx.total_file_bytes(),
+        expert_bytes: layers.iter().map(|l| l.expert_bytes).sum(),
+        max_layer_bytes: layers.iter().map(|l| l.bytes).max().unwrap_or(0),
+        max_layer_expert_bytes: layers.iter().map(|l| l.expert_bytes).max().unwrap_or(0),
         arch: arch.clone(),
         ..ModelDims::default()
     };
-    let mut data_start = u64::MAX;
-    let mut see = |name: &str| {
-        idx.get(name).map(|t| {
-            if t.file == 0 {
-                data_start = data_start.min(t.offset);
-            }
-            t.size
-        })
-    };
-    if let Some(b) = see("token_embd.weight") {
-        d.n_vocab_max = b / n_embd.max(1);
+    if let Some(t) = idx.get("token_embd.weight") {
+        d.n_vocab_max = t.size / n_embd.max(1);
     }
-    see("output.weight");
-    see("output_norm.weight");
-    for il in 0..n_layer {
-        let (mut layer, mut experts) = (0, 0);
-        for s in LAYER_SUFFIXES.iter().chain(EXPERT_SUFFIXES) {
-            for kind in ["weight", "bias"] {
-                if let Some(b) = see(&format!("blk.{il}.{s}.{kind}")) {
-                    layer += b;
-                    if EXPERT_SUFFIXES.contains(s) {
-                        experts += b;
-                    }
-                }
-            }
-        }
-        d.expert_bytes += experts;
-        d.max_layer_bytes = d.max_layer_bytes.max(layer);
-        d.max_layer_expert_bytes = d.max_layer_expert_bytes.max(experts);
-    }
-    d.data_start = if data_start == u64::MAX {
-        0
-    } else {
-        data_start
-    };
+    d.data_start = idx
+        .tensor_infos()
+        .iter()
+        .filter_map(|i| idx.get(&i.name))
+        .filter(|t| t.file == 0)
+        .map(|t| t.offset)
+        .min()
+        .unwrap_or(0);
     Ok(d)
 }
 
@@ -277,16 +232,27 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
         u64::from(s.context)
     };
     let mut budget = Vec::new();
-    let kv = 2.0 * dims.n_layer as f64 * n_ctx as f64 * dims.n_embd_kv as f64 * 2.0;
+    let kv = n_ctx as f64 * dims.kv_bytes_per_token as f64;
     budget.push(BudgetLine {
         what: "KV cache",
         mib: kv / MIB,
         counted: true,
         note: format!(
-            "2 x {} layers x {n_ctx} ctx x {} kv width x 2 B (f16)",
-            dims.n_layer, dims.n_embd_kv
+            "{n_ctx} ctx x {} B per token (K and V, f16) over the {} of {} layers with attention",
+            dims.kv_bytes_per_token, dims.n_kv_layers, dims.n_layer
         ),
     });
+    if dims.recurrent_bytes > 0 {
+        budget.push(BudgetLine {
+            what: "recurrent state",
+            mib: dims.recurrent_bytes as f64 / MIB,
+            counted: true,
+            note: format!(
+                "{} state-space layers: conv and state (f32), one sequence",
+                dims.n_layer - dims.n_kv_layers
+            ),
+        });
+    }
     // llama.cpp picks flash attention on the CPU (flash_attn = auto): no attention-score matrix,
     // only the f16 mask; the MoE intermediates dominate.
     let compute = |ubatch: u64| -> f64 {

@@ -38,6 +38,19 @@ const FUSED_EXPERTS: &[(&str, &[&str])] = &[(
     &["ffn_gate_exps.weight", "ffn_up_exps.weight"],
 )];
 
+/// One layer of a model as its header describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayerShape {
+    /// Bytes of all the layer's tensors.
+    pub bytes: u64,
+    /// Bytes of its routed expert tensors (`*_exps.*`).
+    pub expert_bytes: u64,
+    /// Bytes of K and V (f16) one token of context takes (0: no attention cache).
+    pub kv_bytes_per_token: u64,
+    /// Bytes of the recurrent state of one sequence (f32; 0: not a state-space layer).
+    pub recurrent_bytes: u64,
+}
+
 /// The tensor table of a (possibly split) GGUF.
 pub struct GgufIndex {
     files: Vec<(PathBuf, u64)>,
@@ -187,6 +200,78 @@ impl GgufIndex {
     /// Every tensor's name, type and shape, all shards, in file order.
     pub fn tensor_infos(&self) -> &[TensorInfo] {
         &self.infos
+    }
+
+    /// Every layer's weights and cache, from the header alone (budgets made before a load).
+    pub fn layers(&self) -> Vec<LayerShape> {
+        let arch = self.arch().unwrap_or_default();
+        let key = |s: &str| format!("{arch}.{s}");
+        let n_layer = self.get_u64(&key("block_count")).unwrap_or(0) as usize;
+        let n_embd = self.get_u64(&key("embedding_length")).unwrap_or(0);
+        let n_head = self
+            .get_u64(&key("attention.head_count"))
+            .unwrap_or(1)
+            .max(1);
+        // Per layer where the model varies it (0 marks a layer without attention).
+        let kv_heads: Vec<u64> = match self.first.get_int_array(&key("attention.head_count_kv")) {
+            Some(a) => a.iter().map(|&h| h.max(0) as u64).collect(),
+            None => {
+                let h = self
+                    .get_u64(&key("attention.head_count_kv"))
+                    .unwrap_or(n_head);
+                vec![h; n_layer]
+            }
+        };
+        let k_len = self
+            .get_u64(&key("attention.key_length"))
+            .unwrap_or(n_embd / n_head);
+        let v_len = self
+            .get_u64(&key("attention.value_length"))
+            .unwrap_or(k_len);
+        let ssm = |s: &str| self.get_u64(&key(&format!("ssm.{s}"))).unwrap_or(0);
+        let (inner, state, groups, conv) = (
+            ssm("inner_size"),
+            ssm("state_size"),
+            ssm("group_count").max(1),
+            ssm("conv_kernel"),
+        );
+        let mut out = vec![LayerShape::default(); n_layer];
+        let mut attention = vec![false; n_layer];
+        let mut recurrent = vec![false; n_layer];
+        for (name, loc) in &self.tensors {
+            let Some((il, suffix)) = name
+                .strip_prefix("blk.")
+                .and_then(|r| r.split_once('.'))
+                .and_then(|(il, s)| Some((il.parse::<usize>().ok()?, s)))
+            else {
+                continue;
+            };
+            let Some(l) = out.get_mut(il) else { continue };
+            l.bytes += loc.size;
+            if suffix.contains("_exps.") {
+                l.expert_bytes += loc.size;
+            }
+            if suffix.starts_with("ssm_") {
+                recurrent[il] = true;
+            } else if ["attn_q", "attn_k", "attn_qkv", "attn_kv"]
+                .iter()
+                .any(|p| suffix.starts_with(p))
+            {
+                attention[il] = true;
+            }
+        }
+        for (il, l) in out.iter_mut().enumerate() {
+            let heads = kv_heads.get(il).copied().unwrap_or(0);
+            // A layer with a state space (Mamba, gated delta net) keeps a recurrent state in
+            // place of K and V, even where its fused input projection is named like attention's.
+            if recurrent[il] {
+                let conv_state = conv.saturating_sub(1) * (inner + 2 * groups * state);
+                l.recurrent_bytes = 4 * (conv_state + inner * state);
+            } else if attention[il] && heads > 0 {
+                l.kv_bytes_per_token = 2 * heads * (k_len + v_len);
+            }
+        }
+        out
     }
 
     /// Where a tensor lives.
