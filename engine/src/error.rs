@@ -63,6 +63,9 @@ pub enum EngineError {
     #[error("tokenization failed: {0}")]
     Tokenize(#[source] FfiError),
     /// `llama_decode` failed (an error code, or an exception).
+    /// Moving a weight (onto the streamer's memory, a file mapping or a neutral value) failed.
+    #[error("moving a weight: {0}")]
+    Weight(#[source] FfiError),
     #[error("decode failed: {0}")]
     Decode(#[source] FfiError),
     /// A decode left no logits where the call needs them (the row named).
@@ -115,6 +118,19 @@ pub enum EngineError {
     Conflict(String),
 }
 
+/// An expert matrix whose experts the GGUF does not hold one by one: neither stored as such nor
+/// as the parts of a fused tensor.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("tensor {tensor}: its {n_expert} experts of {expert_bytes} bytes are not in the GGUF, neither stored as such nor as the parts of a fused tensor")]
+pub struct ExpertsNotInFile {
+    /// The tensor.
+    pub tensor: String,
+    /// Its experts.
+    pub n_expert: i64,
+    /// Bytes of one expert.
+    pub expert_bytes: usize,
+}
+
 /// A routing node named an expert its layer does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("layer {layer} routed to expert {expert}, out of 0..{n_expert}")]
@@ -153,15 +169,8 @@ pub enum StreamError {
         source: std::io::Error,
     },
     /// An expert tensor the file does not hold in a form the streamer can read.
-    #[error("tensor {tensor}: its {n_expert} experts of {expert_bytes} bytes are not in the GGUF, neither stored as such nor as the parts of a fused tensor")]
-    NotInFile {
-        /// The tensor.
-        tensor: String,
-        /// Its experts.
-        n_expert: i64,
-        /// Bytes of one expert.
-        expert_bytes: usize,
-    },
+    #[error(transparent)]
+    NotInFile(#[from] ExpertsNotInFile),
     /// A routing node's ids could not be read as host I32.
     #[error("routing node of layer {0} is not readable host I32")]
     UnreadableRouting(u32),
@@ -179,6 +188,9 @@ pub enum DeviceError {
     /// A weight the arena copies from is not in host memory.
     #[error("{0}: not in host memory")]
     NotOnHost(String),
+    /// A streamed expert matrix the file does not hold expert by expert.
+    #[error(transparent)]
+    NotInFile(#[from] ExpertsNotInFile),
     /// A weight's type has no ggml dequantizer, so it cannot be converted for the device.
     #[error("{tensor}: ggml cannot dequantize {ty}")]
     NoDequantizer {

@@ -17,6 +17,7 @@ pub mod session;
 pub mod stream;
 pub mod telemetry;
 pub mod tokenizer;
+mod weights;
 
 pub use error::{EngineError, Result};
 pub use ffi::error::FfiError;

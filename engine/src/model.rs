@@ -10,11 +10,12 @@ use crate::ffi::context::{ContextParams, LlamaContext};
 use crate::ffi::model::{KvOverride, LlamaModel, RawLoadParams};
 use crate::ffi::registry::Device;
 use crate::graph::{Capture, CaptureHook};
-use crate::io::{DirectReader, Lanes};
+use crate::io::DirectReader;
 use crate::options::LoadOptions;
 use crate::stream::lean_load::{self, DenseMaps};
 use crate::stream::Streamer;
 use crate::telemetry::{LoadMode, LoadStats};
+use crate::weights::table::WeightTable;
 
 /// What a loaded model is.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -72,8 +73,6 @@ pub struct Model {
     dense_maps: Option<DenseMaps>,
     pub(crate) info: ModelInfo,
     pub(crate) template: Option<String>,
-    /// One call computes at a time per model: streamed experts live in shared memory.
-    pub(crate) exec: Mutex<()>,
     warnings: Vec<String>,
     load_stats: LoadStats,
 }
@@ -99,7 +98,8 @@ fn capture_graph(raw: &LlamaModel) -> Result<Capture> {
     .map_err(EngineError::Context)?;
     let mut b = Batch::new(1);
     b.push(0, 0, true);
-    ctx.decode(&b).map_err(EngineError::Decode)?;
+    ctx.decode(&b, &mut raw.exec().lock())
+        .map_err(EngineError::Decode)?;
     drop(ctx);
     let c = std::mem::take(&mut *cap.lock().map_err(|_| EngineError::HookPoisoned)?);
     Ok(c)
@@ -231,21 +231,18 @@ impl Model {
             None if opts.stream.is_some() || arena_device.is_some() => Some(capture_graph(&raw)?),
             None => None,
         };
+        // The expert matrices and where their experts are in the file, found once for the
+        // streamer and the arena both.
+        let table = capture.as_ref().map(|c| WeightTable::new(c, &index));
         // One direct reader per model: the streamer's lanes first, then the arena loaders'.
-        let reader = match (&opts.stream, &capture) {
-            (Some(so), Some(capture)) => {
+        let reader = match (&opts.stream, &capture, &table) {
+            (Some(so), Some(capture), Some(table)) => {
                 let stream_lanes = Streamer::lanes(capture, so);
                 let loader_lanes = match (&arena_device, &opts.prefill) {
                     (Some(_), Some(p)) => p.loaders.max(1),
                     _ => 0,
                 };
-                let max_read = capture
-                    .experts
-                    .values()
-                    .flat_map(|roles| roles.values())
-                    .map(|t| t.nb()[2])
-                    .max()
-                    .unwrap_or(0);
+                let max_read = table.max_expert_bytes();
                 let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
                 let r = DirectReader::open(&paths, stream_lanes + loader_lanes, max_read).map_err(
                     |source| {
@@ -255,14 +252,23 @@ impl Model {
                         })
                     },
                 )?;
-                Some((Arc::new(r), stream_lanes))
+                Some(Arc::new(r))
             }
             _ => None,
         };
-        let stream = match (&opts.stream, &capture, &reader) {
-            (Some(so), Some(capture), Some((reader, _))) => {
+        let stream = match (&opts.stream, &capture, &table, &reader) {
+            (Some(so), Some(capture), Some(table), Some(reader)) => {
                 let budget = so.cache.bytes(crate::stream::memory::available_bytes());
-                let st = Streamer::new(capture, &index, so, budget, n_expert_used, reader.clone())?;
+                let mut exec = raw.exec().lock();
+                let st = Streamer::new(
+                    capture,
+                    table,
+                    so,
+                    budget,
+                    n_expert_used,
+                    reader.clone(),
+                    &mut exec.quiet(),
+                )?;
                 if budget > 0 && budget < st.token_bytes {
                     warnings.push(format!(
                         "expert cache of {} MiB is below one token's routed experts ({:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
@@ -283,13 +289,16 @@ impl Model {
             _ => None,
         };
         // After the streamer: the host bindings the arena restores are the streamer's.
-        let arena = match (arena_device, &capture, &opts.prefill) {
-            (Some(d), Some(c), Some(p)) => {
-                let streamed = match (&stream, &reader) {
-                    (Some(_), Some((r, base))) => Some((&index, Lanes::new(r.clone(), *base))),
-                    _ => None,
-                };
-                let a = crate::device::arena::Arena::new(c, d, p, streamed)
+        let arena = match (arena_device, &capture, &table, &opts.prefill) {
+            (Some(d), Some(c), Some(table), Some(p)) => {
+                let streamer =
+                    match &stream {
+                        Some(s) => Some(s.lock().map_err(|_| {
+                            EngineError::Stream(crate::error::StreamError::Poisoned)
+                        })?),
+                        None => None,
+                    };
+                let a = crate::device::arena::Arena::new(c, table, d, p, streamer.as_deref())
                     .map_err(EngineError::Device)?;
                 warnings.extend(a.refusals());
                 Some(Arc::new(Mutex::new(a)))
@@ -326,7 +335,6 @@ impl Model {
             dense_maps,
             info,
             template,
-            exec: Mutex::new(()),
             warnings,
             load_stats: LoadStats {
                 mode: if lean {

@@ -14,7 +14,9 @@ const LAYERS: &[&[&str]] = &[
     &["options"],
     &["gguf"],
     &["graph"],
-    &["stream", "device"],
+    &["weights"],
+    &["stream"],
+    &["device"],
     &["model"],
     &["session"],
     &["tokenizer"],
@@ -242,6 +244,50 @@ fn unsafe_lives_in_the_ffi_module_only() {
     assert!(!unsafe_lines(&engine.join("ffi"), None).is_empty());
 }
 
+/// The calls that move a weight tensor (rebind its data, re-type it, restore or detach its
+/// binding, bind it into a device buffer).
+const MOVES: &[&str] = &[
+    ".rebind(",
+    ".set_layout(",
+    ".restore(",
+    ".detach(",
+    ".bind(",
+];
+
+/// Lines of `dir`'s Rust files (outside `skip`) that call one of `MOVES`.
+fn move_lines(dir: &Path, skip: &[PathBuf]) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for f in files
+        .iter()
+        .filter(|f| !skip.iter().any(|s| f.starts_with(s)))
+    {
+        let text = std::fs::read_to_string(f).expect("read source");
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if MOVES.iter().any(|m| code.contains(m)) {
+                out.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn only_the_residency_owner_moves_weights() {
+    let engine = src_dir();
+    let bad = move_lines(&engine, &[engine.join("ffi"), engine.join("weights")]);
+    assert!(
+        bad.is_empty(),
+        "a weight moved outside engine/src/weights (the one residency owner):\n{}",
+        bad.join("\n")
+    );
+    // The scan itself finds what it looks for: the owner's own moves.
+    assert!(move_lines(&engine.join("weights"), &[]).len() >= 4);
+}
+
 #[test]
 fn the_checker_sees_an_upward_import() {
     // The checker itself can fail: a scratch tree where `graph` names `session`.
@@ -257,7 +303,7 @@ fn the_checker_sees_an_upward_import() {
     let bad = violations(&src);
     assert_eq!(bad.len(), 1, "{bad:?}");
     assert!(
-        bad[0].contains("`graph` (layer 5) names `session` (layer 8)"),
+        bad[0].contains("`graph` (layer 5) names `session` (layer 10)"),
         "{bad:?}"
     );
     assert_eq!(

@@ -43,6 +43,8 @@ pub struct ModelDims {
     pub n_kv_layers: u64,
     /// Bytes of the recurrent state of one sequence, all state-space layers.
     pub recurrent_bytes: u64,
+    /// Layers with a recurrent state (state-space layers).
+    pub n_recurrent_layers: u64,
     /// Experts per layer (0 = dense).
     pub n_expert: u64,
     /// Experts per token.
@@ -79,6 +81,7 @@ pub fn model_dims(path: &Path) -> Result<ModelDims, bmoe_engine::EngineError> {
         kv_bytes_per_token: layers.iter().map(|l| l.kv_bytes_per_token).sum(),
         n_kv_layers: layers.iter().filter(|l| l.kv_bytes_per_token > 0).count() as u64,
         recurrent_bytes: layers.iter().map(|l| l.recurrent_bytes).sum(),
+        n_recurrent_layers: layers.iter().filter(|l| l.recurrent_bytes > 0).count() as u64,
         n_expert: k("expert_count").unwrap_or(0),
         n_expert_used: k("expert_used_count").unwrap_or(0),
         n_ff_exp: k("expert_feed_forward_length").unwrap_or(0),
@@ -248,8 +251,8 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
             mib: dims.recurrent_bytes as f64 / MIB,
             counted: true,
             note: format!(
-                "{} state-space layers: conv and state (f32), one sequence",
-                dims.n_layer - dims.n_kv_layers
+                "{} state-space layers of {}: conv and state (f32), one sequence",
+                dims.n_recurrent_layers, dims.n_layer
             ),
         });
     }

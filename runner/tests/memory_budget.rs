@@ -54,6 +54,32 @@ fn plan_against_peak(arch: SynthArch) {
         serde_json::to_string_pretty(&plan["units"][0]["budget"]).unwrap()
     );
     let budget = plan["units"][0]["counted_mib"].as_f64().unwrap();
+    // The recurrent-state line counts the state-space layers only (a hybrid's MoE-only layers
+    // have neither a state nor K and V).
+    let n_ssm = bmoe_engine::gguf::index::GgufIndex::open(&p.path("models/small.gguf"))
+        .unwrap()
+        .tensor_infos()
+        .iter()
+        .filter(|t| t.name.ends_with(".ssm_in.weight"))
+        .count();
+    let state_line = plan["units"][0]["budget"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["what"] == "recurrent state");
+    match state_line {
+        Some(l) => assert!(
+            l["note"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{n_ssm} state-space layers of ")),
+            "{l}: the file has {n_ssm} state-space layers"
+        ),
+        None => assert_eq!(
+            n_ssm, 0,
+            "no recurrent-state line for {n_ssm} state-space layers"
+        ),
+    }
 
     let o = p.bmoe(&["run", "jobs/budget.toml", "-q"]);
     assert!(o.status.success(), "{}", text(&o));

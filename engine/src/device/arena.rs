@@ -17,11 +17,11 @@ use crate::ffi::probe::device_takes_matmul_of;
 use crate::ffi::quant;
 use crate::ffi::registry::Device;
 use crate::ffi::tensor::{self, Binding, Layout, TensorPtr};
-use crate::gguf::index::GgufIndex;
 use crate::graph::{layer_of, routed_mask, Capture};
-use crate::io::Lanes;
 use crate::options::{PacingFault, PrefillOptions};
 use crate::telemetry::PrefillDevCounters;
+use crate::weights::table::{ExpertMatrix, WeightTable};
+use crate::weights::{residency, Quiet};
 
 /// A non-expert weight of a layer: copied from its host binding.
 struct DenseWeight {
@@ -132,7 +132,7 @@ fn device_type(device: Device, t: TensorPtr, refuse: &[String]) -> Option<Layout
 fn convert(t: TensorPtr, host: Binding, to: Layout) -> Result<Vec<u8>, DeviceError> {
     let n: usize = t.ne().iter().map(|&d| d as usize).product();
     let bytes = host
-        .host_bytes(t.nbytes())
+        .host_bytes()
         .ok_or_else(|| DeviceError::NotOnHost(t.name().to_string()))?;
     let from = t.layout().ty();
     let f = quant::to_f32(from, bytes, n).ok_or_else(|| DeviceError::NoDequantizer {
@@ -142,34 +142,27 @@ fn convert(t: TensorPtr, host: Binding, to: Layout) -> Result<Vec<u8>, DeviceErr
     Ok(quant::quantize(to.ty(), &f, t.ne()[0] as usize))
 }
 
-fn experts_of(roles: Option<&BTreeMap<crate::graph::ExpertRole, TensorPtr>>) -> Vec<TensorPtr> {
-    roles
-        .map(|r| r.values().copied().collect())
-        .unwrap_or_default()
-}
-
 impl Arena {
-    /// Lays out every layer's weights in two slots of `device`'s memory. With `streamed` the
-    /// experts are read from the GGUF, on the model's reader lanes given (their host copies are
-    /// the streamer's, not the model).
+    /// Lays out every layer's weights in two slots of `device`'s memory. With a `streamer` the
+    /// experts are read from the GGUF, on the reader lanes after the streamer's (their host
+    /// copies are the streamer's regions, bound before this records them).
     pub fn new(
         capture: &Capture,
+        table: &WeightTable,
         device: Device,
         opts: &PrefillOptions,
-        streamed: Option<(&GgufIndex, Lanes)>,
+        streamer: Option<&crate::stream::Streamer>,
     ) -> Result<Self, DeviceError> {
-        let (streamed, lanes) = match streamed {
-            Some((index, lanes)) => (Some(index), Some(lanes)),
-            None => (None, None),
-        };
+        let lanes = streamer.map(|s| s.later_lanes());
+        let streamed = lanes.is_some();
         let buft = BufferType::of_device(device);
         let mut layers: BTreeMap<u32, Layer> = BTreeMap::new();
         let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
         let mut plain_sizes: BTreeMap<u32, usize> = BTreeMap::new();
         let mut refused: BTreeMap<String, (usize, String)> = BTreeMap::new();
         let mut converted_types: BTreeMap<(String, String), usize> = BTreeMap::new();
-        let mut n_expert = 0usize;
-        let mut max_read = 0usize;
+        let n_expert = table.n_expert();
+        let max_read = table.max_expert_bytes();
         for (name, &t) in &capture.weights {
             let Some((il, _)) = layer_of(name) else {
                 continue;
@@ -178,7 +171,8 @@ impl Arena {
             if !host.is_host() {
                 return Err(DeviceError::NotOnHost(format!("weight {name}")));
             }
-            let is_expert = experts_of(capture.experts.get(&il)).contains(&t);
+            let expert = table.expert(il, t);
+            let is_expert = expert.is_some();
             // Expert matrices stay in the weights pair: MUL_MAT_ID follows them to the device.
             let plain = !is_expert && capture.non_matmul.contains(name);
             let off = if plain {
@@ -216,33 +210,16 @@ impl Arena {
                 experts: Vec::new(),
                 routed: capture.routing.contains(&il),
             });
-            if is_expert {
-                let expert_bytes = t.nb()[2];
-                n_expert = n_expert.max(t.ne()[2] as usize);
-                max_read = max_read.max(expert_bytes);
+            if let Some(m) = expert {
                 let file = match streamed {
-                    Some(index) => Some(
-                        index
-                            .expert_parts(
-                                name,
-                                t.layout().ty(),
-                                t.ne()[0],
-                                t.ne()[2] as u64,
-                                expert_bytes,
-                            )
-                            .ok_or_else(|| {
-                                DeviceError::Job(format!(
-                                    "tensor {name}: its experts are not in the GGUF"
-                                ))
-                            })?,
-                    ),
-                    None => None,
+                    true => Some(m.parts()?.to_vec()),
+                    false => None,
                 };
                 layer.experts.push(ExpertWeight {
                     t,
                     off: *off,
                     host,
-                    expert_bytes,
+                    expert_bytes: m.expert_bytes,
                     file,
                 });
             } else {
@@ -255,14 +232,7 @@ impl Arena {
                 });
             }
             // The slot holds the device copy: sized in its layout.
-            match &converted {
-                Some((to, from, _)) => {
-                    t.set_layout(*to);
-                    *off += buft.alloc_size(t);
-                    t.set_layout(*from);
-                }
-                None => *off += buft.alloc_size(t),
-            }
+            *off += residency::device_bytes(t, buft, converted.as_ref().map(|c| c.0))?;
         }
         let slot_size = sizes.values().copied().max().unwrap_or(0);
         let plain_size = plain_sizes.values().copied().max().unwrap_or(0);
@@ -459,12 +429,7 @@ impl Arena {
             for w in &layer.experts {
                 let at = e * w.expert_bytes;
                 let source = match &w.file {
-                    Some(parts) => Source::File(
-                        parts
-                            .iter()
-                            .map(|p| (p.file, p.offset + (e * p.bytes) as u64, p.bytes))
-                            .collect(),
-                    ),
+                    Some(parts) => Source::File(ExpertMatrix::pieces(parts, e).collect()),
                     None => Source::Host(w.host, at),
                 };
                 jobs.push(Job {
@@ -524,7 +489,7 @@ impl Arena {
 
     /// Binds the arena for a wide graph of `tokens` tokens: layers 0 and 1 are queued and layer
     /// 0's non-expert weights awaited; every other wait is at a pacing point.
-    pub fn begin(&mut self, tokens: u64) -> Result<(), DeviceError> {
+    pub fn begin(&mut self, tokens: u64, quiet: &mut Quiet<'_>) -> Result<(), DeviceError> {
         // A failed earlier graph may have left an error or jobs behind.
         let _ = self.loaders.drain();
         // Every weight points into its slot from the start, so the whole graph is scheduled onto
@@ -533,17 +498,12 @@ impl Arena {
             let slot = &self.slots[(il % 2) as usize];
             let plain = &self.plain[(il % 2) as usize];
             for d in &layer.dense {
-                if let Some((to, _, _)) = &d.converted {
-                    d.t.set_layout(*to);
-                }
-                if d.plain {
-                    plain.bind(d.t, d.off)?;
-                } else {
-                    slot.bind(d.t, d.off)?;
-                }
+                let to = d.converted.as_ref().map(|c| c.0);
+                let buffer = if d.plain { plain } else { slot };
+                residency::onto_device(d.t, buffer, d.off, to, quiet)?;
             }
             for w in &layer.experts {
-                slot.bind(w.t, w.off)?;
+                residency::onto_device(w.t, slot, w.off, None, quiet)?;
             }
         }
         self.active.store(true, Ordering::Relaxed);
@@ -639,22 +599,28 @@ impl Arena {
     }
 
     /// Stops the loaders, puts every weight back on the host; an incomplete graph is an error.
-    pub fn end(&mut self) -> Result<(), DeviceError> {
+    pub fn end(&mut self, quiet: &mut Quiet<'_>) -> Result<(), DeviceError> {
         let loader_error = self.loaders.drain();
+        // Every weight goes back, even past a failed one; the first failure is reported.
+        let mut restore_error = None;
         for layer in self.layers.values() {
-            for d in &layer.dense {
-                d.t.restore(d.host);
-                if let Some((_, from, _)) = &d.converted {
-                    d.t.set_layout(*from);
+            let moves = layer
+                .dense
+                .iter()
+                .map(|d| (d.t, d.host, d.converted.as_ref().map(|c| c.1)))
+                .chain(layer.experts.iter().map(|w| (w.t, w.host, None)));
+            for (t, host, layout) in moves {
+                if let Err(e) = residency::back_to_host(t, host, layout, quiet) {
+                    restore_error.get_or_insert(e);
                 }
-            }
-            for w in &layer.experts {
-                w.t.restore(w.host);
             }
         }
         let was = self.active.swap(false, Ordering::Relaxed);
         if let Some(e) = loader_error {
             return Err(e);
+        }
+        if let Some(e) = restore_error {
+            return Err(e.into());
         }
         if was && self.graph.expect < self.n_layer {
             return Err(DeviceError::PacingSkipped(format!(

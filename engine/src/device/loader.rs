@@ -235,10 +235,9 @@ fn run(
     let src: &[u8] = match &job.source {
         Source::Host(b, off) => {
             let off = *off;
-            let all = b
-                .host_bytes(off + job.len)
-                .ok_or_else(|| DeviceError::NotOnHost("a weight's host copy".into()))?;
-            &all[off..off + job.len]
+            b.host_bytes()
+                .and_then(|all| all.get(off..off + job.len))
+                .ok_or_else(|| DeviceError::NotOnHost("a weight's host copy".into()))?
         }
         Source::Owned(b) => b.as_slice(),
         Source::File(parts) => {

@@ -5,7 +5,7 @@ use ggml_sys as sys;
 
 use super::error::FfiError;
 use super::registry::Device;
-use super::tensor::TensorPtr;
+use super::tensor::{Layout, TensorPtr};
 
 /// An owned backend buffer marked as holding weights (so the scheduler moves ops to it).
 pub struct WeightsBuffer {
@@ -56,6 +56,42 @@ impl BufferType {
         };
         n.next_multiple_of(a.max(1))
     }
+
+    /// Bytes a tensor of `t`'s shape in `layout`'s type needs in this buffer type, asked of a
+    /// header-only copy so `t` itself is not touched.
+    pub fn alloc_size_as(&self, t: TensorPtr, layout: Layout) -> Result<usize, FfiError> {
+        // SAFETY: plain size query.
+        let overhead = unsafe { sys::ggml_tensor_overhead() };
+        let params = sys::ggml_init_params {
+            mem_size: 2 * overhead,
+            mem_buffer: std::ptr::null_mut(),
+            no_alloc: true,
+        };
+        // SAFETY: ggml_init allocates its own arena; NULL means failure. The context holds one
+        // header and no data, and is freed before returning; the header is read only in between.
+        unsafe {
+            let ctx = sys::ggml_init(params);
+            if ctx.is_null() {
+                return Err(FfiError::Ggml(
+                    "ggml could not create a sizing context".into(),
+                ));
+            }
+            let ne = t.ne();
+            let h = sys::ggml_new_tensor(ctx, layout.ty(), 4, ne.as_ptr());
+            let r = if h.is_null() {
+                Err(FfiError::Ggml(format!(
+                    "{}: no header in the new type",
+                    t.name()
+                )))
+            } else {
+                let n = sys::ggml_backend_buft_get_alloc_size(self.0, h);
+                let a = sys::ggml_backend_buft_get_alignment(self.0);
+                Ok(n.next_multiple_of(a.max(1)))
+            };
+            sys::ggml_free(ctx);
+            r
+        }
+    }
 }
 
 impl WeightsBuffer {
@@ -98,11 +134,31 @@ impl WeightsBuffer {
         unsafe { sys::ggml_backend_buffer_get_base(self.raw.as_ptr()) as usize }
     }
 
-    /// Points `t` at `offset` inside this buffer (buffer, data and extra are replaced).
-    pub fn bind(&self, t: TensorPtr, offset: usize) -> Result<(), FfiError> {
-        t.detach();
-        // SAFETY: the tensor has no buffer now, `offset` was laid out within the buffer's size
-        // with the buffer type's alloc size, and this runs between graph computes.
+    /// Points `t` at `offset` inside this buffer (buffer, data and extra are replaced); `Err` when
+    /// `t` in its current layout does not fit there.
+    pub fn bind(
+        &self,
+        t: TensorPtr,
+        offset: usize,
+        quiet: &mut super::quiet::Quiet<'_>,
+    ) -> Result<(), FfiError> {
+        // SAFETY: pure query of a live buffer type about a live tensor's shape and type.
+        let need = unsafe {
+            sys::ggml_backend_buft_get_alloc_size(
+                sys::ggml_backend_buffer_get_type(self.raw.as_ptr()),
+                t.raw(),
+            )
+        };
+        if offset.checked_add(need).is_none_or(|end| end > self.size()) {
+            return Err(FfiError::Argument(format!(
+                "{}: {need} bytes at offset {offset} do not fit a buffer of {}",
+                t.name(),
+                self.size()
+            )));
+        }
+        t.detach(quiet);
+        // SAFETY: the tensor has no buffer now, `offset + need` lies within the buffer (checked
+        // above), and no graph computes (`Quiet`).
         let st = unsafe {
             sys::ggml_backend_tensor_alloc(
                 self.raw.as_ptr(),

@@ -10,6 +10,7 @@ use super::batch::Batch;
 use super::error::FfiError;
 use super::guard::{ErrBuf, Thrown};
 use super::model::LlamaModel;
+use super::quiet::ExecGuard;
 
 /// The one graph seam: llama.cpp's `cb_eval`, split into its two phases.
 pub trait EvalHook: Send {
@@ -210,8 +211,18 @@ impl<'m> LlamaContext<'m> {
         unsafe { sys::llama_n_ubatch(self.raw()) }
     }
 
-    /// Runs the batch. Errors carry llama.cpp's return code and logged reason.
-    pub fn decode(&mut self, batch: &Batch) -> Result<DecodeStatus, FfiError> {
+    /// Runs the batch, under `exec`, the model's held execution lock (no weight moves while the
+    /// graph computes). Errors carry llama.cpp's return code and logged reason.
+    pub fn decode(
+        &mut self,
+        batch: &Batch,
+        exec: &mut ExecGuard<'_>,
+    ) -> Result<DecodeStatus, FfiError> {
+        if !exec.holds(self._model.exec()) {
+            return Err(FfiError::Argument(
+                "decode called without its own model's execution lock".into(),
+            ));
+        }
         super::log::clear_recent();
         let mut rc = 0i32;
         let mut e = ErrBuf::new();
@@ -231,10 +242,12 @@ impl<'m> LlamaContext<'m> {
         }
     }
 
-    /// The logits of output row `i` of the last decode (-1 = last), `n_vocab` floats.
-    pub fn logits(&self, i: i32, n_vocab: usize) -> Option<&[f32]> {
-        // SAFETY: llama returns NULL for an invalid row, otherwise a pointer to n_vocab floats
-        // owned by the context and valid until the next decode (which needs `&mut self`).
+    /// The logits of output row `i` of the last decode (-1 = last), one per vocabulary entry.
+    pub fn logits(&self, i: i32) -> Option<&[f32]> {
+        let n_vocab = self._model.vocab().n_tokens();
+        // SAFETY: llama returns NULL for an invalid row, otherwise a pointer to one float per
+        // entry of the model's vocabulary (`n_vocab`, asked of the same model), owned by the
+        // context and valid until the next decode (which needs `&mut self`).
         unsafe {
             let p = sys::llama_get_logits_ith(self.raw(), i);
             (!p.is_null()).then(|| std::slice::from_raw_parts(p, n_vocab))

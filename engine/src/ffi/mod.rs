@@ -11,6 +11,7 @@ pub mod log;
 pub mod model;
 pub mod probe;
 pub mod quant;
+pub mod quiet;
 pub mod region;
 pub mod registry;
 pub mod rpc;

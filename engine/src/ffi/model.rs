@@ -30,7 +30,11 @@ pub struct RawLoadParams {
 }
 
 /// An owned `llama_model`.
-pub struct LlamaModel(NonNull<sys::llama_model>);
+pub struct LlamaModel {
+    raw: NonNull<sys::llama_model>,
+    /// Held by every decode on a context of this model and by every move of its weights.
+    exec: super::quiet::ExecLock,
+}
 
 // SAFETY: llama.cpp models are immutable after load apart from weight data the engine itself
 // manages, and llama.cpp documents sharing one model across contexts and threads.
@@ -43,7 +47,7 @@ impl Drop for LlamaModel {
         let mut e = ErrBuf::new();
         // SAFETY: we own the pointer; every context borrowing it has been dropped (lifetimes). The
         // shim catches a throw from a destructor; there is nothing to do about one but go on.
-        let _ = unsafe { sys::shim::bmoe_model_free(self.0.as_ptr(), e.ptr(), e.len()) };
+        let _ = unsafe { sys::shim::bmoe_model_free(self.raw.as_ptr(), e.ptr(), e.len()) };
     }
 }
 
@@ -70,7 +74,7 @@ impl LlamaModel {
             sys::shim::bmoe_model_load_from_file(cpath.as_ptr(), mp, &mut raw, err.ptr(), err.len())
         };
         err.check("llama_model_load_from_file", rc)?;
-        NonNull::new(raw).map(LlamaModel).ok_or_else(|| {
+        NonNull::new(raw).map(LlamaModel::own).ok_or_else(|| {
             FfiError::no_result("llama_model_load_from_file", "no reason was logged")
         })
     }
@@ -107,15 +111,27 @@ impl LlamaModel {
             )
         };
         err.check("llama_model_init_from_user", rc)?;
-        let model = NonNull::new(raw).map(LlamaModel).ok_or_else(|| {
+        let model = NonNull::new(raw).map(LlamaModel::own).ok_or_else(|| {
             FfiError::no_result("llama_model_init_from_user", "no reason was logged")
         })?;
         Ok((model, created))
     }
 
+    fn own(raw: NonNull<sys::llama_model>) -> LlamaModel {
+        LlamaModel {
+            raw,
+            exec: super::quiet::ExecLock::default(),
+        }
+    }
+
     /// The raw pointer, for the other wrappers.
     pub fn raw(&self) -> *mut sys::llama_model {
-        self.0.as_ptr()
+        self.raw.as_ptr()
+    }
+
+    /// The model's execution lock: decodes and weight moves take it.
+    pub fn exec(&self) -> &super::quiet::ExecLock {
+        &self.exec
     }
 
     /// A metadata value as a string, `None` when the key is absent.

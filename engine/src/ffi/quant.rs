@@ -80,6 +80,12 @@ pub fn to_f32(ty: GgmlType, bytes: &[u8], n: usize) -> Option<Vec<f32>> {
     Some(out)
 }
 
+/// Whether ggml can convert `ty` to f32 (`to_f32` answers for it).
+pub fn has_f32(ty: GgmlType) -> bool {
+    // SAFETY: pure lookup in ggml's static type-traits table.
+    ty == sys::GGML_TYPE_F32 || unsafe { (*sys::ggml_get_type_traits(ty)).to_float }.is_some()
+}
+
 /// Whether `ty` is a quantized (block) type.
 pub fn is_quantized(ty: GgmlType) -> bool {
     // SAFETY: pure lookup in ggml's static type-traits table.

@@ -62,9 +62,10 @@ impl Region {
         self.len
     }
 
-    /// The start address, for rebinding tensors onto the region.
-    pub fn as_mut_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+    /// The whole region, read-only (what a weight bound to it computes on).
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the mapping is readable for `len` bytes; writers need `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     /// The whole region as bytes (untouched pages read as zero).

@@ -3,14 +3,16 @@
 use std::ffi::CStr;
 
 use super::error::FfiError;
+use super::quiet::Quiet;
 use ggml_sys as sys;
 
 /// A model weight tensor found by the capture pass; valid as long as its model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TensorPtr(*mut sys::ggml_tensor);
 
-// SAFETY: weight tensor structs live in the model's ggml context for the model's lifetime; the
-// engine mutates them only between graph computes, under the model's execution lock.
+// SAFETY: weight tensor structs live in the model's ggml context for the model's lifetime; every
+// write to one takes a `Quiet`, which only the model's held execution lock lends, and decodes hold
+// that lock too.
 unsafe impl Send for TensorPtr {}
 // SAFETY: as above.
 unsafe impl Sync for TensorPtr {}
@@ -148,12 +150,14 @@ fn decode_ids(t: &sys::ggml_tensor, raw: &[u8]) -> Option<Vec<i32>> {
     Some(out)
 }
 
-/// Where a tensor's bytes live: its buffer, data address and backend extra.
+/// Where a tensor's bytes live: its buffer, data address and backend extra, and how many bytes
+/// it had there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Binding {
     buffer: sys::ggml_backend_buffer_t,
     data: *mut std::ffi::c_void,
     extra: *mut std::ffi::c_void,
+    nbytes: usize,
 }
 
 // SAFETY: plain addresses of model-lifetime objects, used under the arena's lock.
@@ -166,12 +170,14 @@ impl Binding {
         !self.buffer.is_null() && unsafe { sys::ggml_backend_buffer_is_host(self.buffer) }
     }
 
-    /// The `len` host bytes at this binding; `None` unless `is_host`.
-    pub fn host_bytes(&self, len: usize) -> Option<&[u8]> {
-        // SAFETY: host buffers of model weights are readable for `len` = the tensor's nbytes at
-        // `data` for the model's lifetime (the mapping or engine memory).
+    /// The tensor's bytes at this binding; `None` unless `is_host`.
+    pub fn host_bytes(&self) -> Option<&[u8]> {
+        // SAFETY: `nbytes` is the tensor's size when the binding was read, and a host binding of a
+        // model weight stays readable for that many bytes at `data` for the model's lifetime (the
+        // file mapping, llama.cpp's buffer or an engine region, all dropped after the bindings'
+        // users: see `Model`'s drop).
         self.is_host()
-            .then(|| unsafe { std::slice::from_raw_parts(self.data as *const u8, len) })
+            .then(|| unsafe { std::slice::from_raw_parts(self.data as *const u8, self.nbytes) })
     }
 }
 
@@ -213,11 +219,10 @@ impl TensorPtr {
         }
     }
 
-    /// Sets type and strides. Call only between graph computes, before the tensor is bound to a
-    /// buffer sized for the new layout (and back before it returns to its host binding).
-    pub fn set_layout(&self, l: Layout) {
-        // SAFETY: field writes on a live tensor struct while no graph runs (arena begin/end, or
-        // load time), under the model's execution lock.
+    /// Sets type and strides: before the tensor is bound to a buffer sized for the new layout,
+    /// and back before it returns to its host binding.
+    pub fn set_layout(&self, l: Layout, _quiet: &mut Quiet<'_>) {
+        // SAFETY: field writes on a live tensor struct while no graph computes (`Quiet`).
         unsafe {
             (*self.0).type_ = l.ty;
             (*self.0).nb = l.nb;
@@ -241,23 +246,34 @@ impl TensorPtr {
             buffer: t.buffer,
             data: t.data,
             extra: t.extra,
+            nbytes: self.nbytes(),
         }
     }
 
-    /// Puts the tensor back where `b` says. Call only between graph computes.
-    pub fn restore(&self, b: Binding) {
-        // SAFETY: field writes on a live tensor struct while no graph runs; `b` was read from
-        // this tensor earlier and its buffer still exists (the model's or the engine's).
+    /// Puts the tensor back where `b` says; `Err` when `b` held fewer bytes than the tensor has
+    /// now (a binding of another tensor, or read under another layout).
+    pub fn restore(&self, b: Binding, _quiet: &mut Quiet<'_>) -> Result<(), FfiError> {
+        if b.nbytes < self.nbytes() {
+            return Err(FfiError::Argument(format!(
+                "{}: restoring a binding of {} bytes onto a tensor of {}",
+                self.name(),
+                b.nbytes,
+                self.nbytes()
+            )));
+        }
+        // SAFETY: field writes on a live tensor struct while no graph computes (`Quiet`); `b`
+        // holds the tensor's bytes (checked above) in a buffer that lives as long as the model.
         unsafe {
             (*self.0).buffer = b.buffer;
             (*self.0).data = b.data;
             (*self.0).extra = b.extra;
         }
+        Ok(())
     }
 
     /// Clears buffer, data and extra (before `ggml_backend_tensor_alloc`).
-    pub fn detach(&self) {
-        // SAFETY: as `restore`.
+    pub(super) fn detach(&self, _quiet: &mut Quiet<'_>) {
+        // SAFETY: field writes on a live tensor struct while no graph computes (`Quiet`).
         unsafe {
             (*self.0).buffer = std::ptr::null_mut();
             (*self.0).data = std::ptr::null_mut();
@@ -309,20 +325,35 @@ impl TensorPtr {
         self.get().data.cast()
     }
 
-    /// The tensor's bytes where they are now (host memory: the mapping or an engine region).
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: weights of a CPU model are host memory of `nbytes()` bytes at `data`, readable
-        // for the model's lifetime (mapped file or engine region).
-        unsafe { std::slice::from_raw_parts(self.data(), self.nbytes()) }
+    /// The tensor's bytes where they are now, `None` unless in host memory. Borrowed from the
+    /// proof, so no move of any weight can happen while the slice lives.
+    pub fn bytes<'q>(&self, _quiet: &'q Quiet<'_>) -> Option<&'q [u8]> {
+        let t = self.get();
+        if t.data.is_null() || !self.binding().is_host() {
+            return None;
+        }
+        // SAFETY: a host binding of a weight holds `nbytes()` bytes at `data`, readable for the
+        // model's lifetime; no move can change `data` while `_quiet` is borrowed.
+        Some(unsafe { std::slice::from_raw_parts(self.data(), self.nbytes()) })
     }
 
-    /// Points the tensor at `data`, which must hold `nbytes()` bytes in the tensor's layout for as
-    /// long as the tensor is computed on. Call only between graph computes.
-    pub fn rebind(&self, data: *mut u8) {
-        // SAFETY: writing the `data` field of a live tensor struct; the engine calls this only
-        // while no graph runs (load time or under the execution lock between decodes), and the
-        // CPU backend reads `data` afresh at compute time.
-        unsafe { (*self.0).data = data.cast() };
+    /// Points the tensor's data at `mem`, host memory holding its bytes in its layout; `Err`
+    /// unless `mem` has at least `nbytes()` bytes. `mem`'s owner must outlive every compute on
+    /// the tensor: the engine keeps such owners in `Model`, dropped before the raw model.
+    pub fn rebind(&self, mem: &[u8], _quiet: &mut Quiet<'_>) -> Result<(), FfiError> {
+        if mem.len() < self.nbytes() {
+            return Err(FfiError::Argument(format!(
+                "{}: binding {} bytes to a tensor of {}",
+                self.name(),
+                mem.len(),
+                self.nbytes()
+            )));
+        }
+        // SAFETY: writing the `data` field of a live tensor struct while no graph computes
+        // (`Quiet`); `mem` holds the tensor's bytes (checked above). The CPU backend reads `data`
+        // afresh at compute time, and weights are never written through it.
+        unsafe { (*self.0).data = mem.as_ptr().cast_mut().cast() };
+        Ok(())
     }
 }
 

@@ -11,6 +11,7 @@ use crate::ffi::batch::Batch;
 use crate::ffi::vocab::Vocab;
 use crate::options::{DecideRequest, PrefixReuse, Scoring};
 use crate::telemetry::{DecideRecord, Timing};
+use crate::weights::ExecGuard;
 
 use super::prefill::Outputs;
 use super::{Session, SEQS};
@@ -178,7 +179,7 @@ impl Session<'_> {
         // The (choice, log-probability) of each continuation row, in row order, when the rows
         // ran with the prompt's last piece.
         let mut with_prompt: Option<Vec<(usize, f64)>> = None;
-        let (_exec, before) = self.begin();
+        let (mut exec, before) = self.begin();
         let reuse = self.reuse_prefix(&tokens)?;
         let mut prefill_s = 0.0;
         if reuse.kept < tokens.len() {
@@ -192,8 +193,13 @@ impl Session<'_> {
                 let fresh = self.saved.as_ref().is_none_or(|s| s.tokens != tokens[..b]);
                 if b > 0 && b >= from && fresh {
                     if b > from {
-                        prefill_s +=
-                            self.prefill(&tokens[from..b], from, Outputs::Last, |_, _, _| Ok(()))?;
+                        prefill_s += self.prefill(
+                            &tokens[from..b],
+                            from,
+                            Outputs::Last,
+                            &mut exec,
+                            |_, _, _| Ok(()),
+                        )?;
                     }
                     self.kv = tokens[..b].to_vec();
                     self.save_snapshot();
@@ -203,15 +209,20 @@ impl Session<'_> {
             }
             if self.can_run_with_prompt(&work) {
                 let t0 = Instant::now();
-                let r = self.prefill_with_choices(&tokens, from, &choices, &work);
+                let r = self.prefill_with_choices(&tokens, from, &choices, &work, &mut exec);
                 prefill_s += t0.elapsed().as_secs_f64();
                 with_prompt = Some(r?);
             } else {
-                prefill_s +=
-                    self.prefill(&tokens[from..], from, Outputs::Last, |_, _, _| Ok(()))?;
+                prefill_s += self.prefill(
+                    &tokens[from..],
+                    from,
+                    Outputs::Last,
+                    &mut exec,
+                    |_, _, _| Ok(()),
+                )?;
                 self.last_logits = self
                     .ctx
-                    .logits(-1, self.n_vocab)
+                    .logits(-1)
                     .ok_or_else(|| EngineError::NoLogits("after prefill".into()))?
                     .to_vec();
             }
@@ -237,7 +248,7 @@ impl Session<'_> {
                 }
             }
             None if !work.is_empty() => {
-                self.score_continuations(&choices, &work, ctx_len, &mut scores)?
+                self.score_continuations(&choices, &work, ctx_len, &mut scores, &mut exec)?
             }
             None => {}
         }
@@ -349,15 +360,18 @@ impl Session<'_> {
         from: usize,
         choices: &[Choice],
         work: &[(usize, usize)],
+        exec: &mut ExecGuard<'_>,
     ) -> Result<Vec<(usize, f64)>> {
         let n = tokens.len();
         let width = self.widths.cpu.max(1) as usize;
         // Where `prefill(&tokens[from..])` would start its last piece.
         let last = from + (n - from - 1) / width * width;
         if last > from {
-            self.prefill(&tokens[from..last], from, Outputs::None, |_, _, _| Ok(()))?;
+            self.prefill(&tokens[from..last], from, Outputs::None, exec, |_, _, _| {
+                Ok(())
+            })?;
         }
-        let result = self.run_last_piece_with_choices(tokens, last, choices, work);
+        let result = self.run_last_piece_with_choices(tokens, last, choices, work, exec);
         // Whatever happened, the choice sequences leave nothing behind; after an error the cache
         // no longer matches `kv` (the caller cleared it), the first error is the one reported.
         for k in 0..work.len() {
@@ -375,6 +389,7 @@ impl Session<'_> {
         last: usize,
         choices: &[Choice],
         work: &[(usize, usize)],
+        exec: &mut ExecGuard<'_>,
     ) -> Result<Vec<(usize, f64)>> {
         let n = tokens.len();
         // Each choice's sequence holds the prompt's cells before its first decoded position: the
@@ -424,11 +439,11 @@ impl Session<'_> {
             for (seqs, pos, tok, out) in piece {
                 batch.push_seqs(*tok, *pos as i32, seqs, *out != Out::Nothing);
             }
-            self.run_batch(&batch)?;
+            self.run_batch(&batch, exec)?;
             for (r, (_, _, _, out)) in piece.iter().enumerate() {
                 let l = || {
                     self.ctx
-                        .logits(r as i32, self.n_vocab)
+                        .logits(r as i32)
                         .ok_or_else(|| EngineError::NoLogits(format!("for row {r}")))
                 };
                 match *out {
@@ -450,6 +465,7 @@ impl Session<'_> {
         work: &[(usize, usize)],
         ctx_len: usize,
         scores: &mut [f64],
+        exec: &mut ExecGuard<'_>,
     ) -> Result<()> {
         // CPU pieces; with a prefill device they stay narrower than any device piece, so a CPU
         // graph never takes the shape of a device graph (the width rule).
@@ -494,12 +510,12 @@ impl Session<'_> {
                     for &(seq, pos, tok, target) in piece {
                         batch.push_seq(tok, pos as i32, seq, target.is_some());
                     }
-                    self.run_batch(&batch)?;
+                    self.run_batch(&batch, exec)?;
                     for (r, &(_, _, _, target)) in piece.iter().enumerate() {
                         if let Some((i, tok)) = target {
                             let l = self
                                 .ctx
-                                .logits(r as i32, self.n_vocab)
+                                .logits(r as i32)
                                 .ok_or_else(|| EngineError::NoLogits(format!("for choice {i}")))?;
                             scores[i] += log_softmax(l)[tok as usize];
                         }

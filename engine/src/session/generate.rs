@@ -47,10 +47,10 @@ impl Session<'_> {
                 top_p,
             } => Sampler::seeded(seed, temperature, top_k, top_p)?,
         };
-        let (_exec, before) = self.begin();
+        let (mut exec, before) = self.begin();
         self.forget()?;
         let mut rec = GenerateRecord::default();
-        let prefill_s = self.prefill(&tokens, 0, Outputs::Last, |_, _, _| Ok(()))?;
+        let prefill_s = self.prefill(&tokens, 0, Outputs::Last, &mut exec, |_, _, _| Ok(()))?;
         rec.timing = Timing {
             n_prompt: tokens.len() as u32,
             prefill_s,
@@ -87,7 +87,7 @@ impl Session<'_> {
             }
             batch.clear();
             batch.push(tok, pos as i32, true);
-            self.run_batch(&batch)?;
+            self.run_batch(&batch, &mut exec)?;
         }
         rec.timing.n_decoded = rec.tokens.len() as u32;
         rec.timing.decode_s = t0.elapsed().as_secs_f64();

@@ -16,6 +16,7 @@ use crate::ffi::batch::Batch;
 use crate::ffi::context::{ContextParams, DecodeStatus, EvalHook, LlamaContext};
 use crate::model::Model;
 use crate::options::SessionOptions;
+use crate::weights::ExecGuard;
 use hook::EngineHook;
 
 pub use decide::log_softmax;
@@ -103,7 +104,6 @@ pub struct Session<'m> {
     /// all of it, never a range of positions.
     pub(crate) recurrent: bool,
     pub(crate) n_ctx: usize,
-    pub(crate) n_vocab: usize,
     abort: Arc<AtomicBool>,
     hook_error: Arc<Mutex<Option<EngineError>>>,
 }
@@ -197,45 +197,46 @@ impl<'m> Session<'m> {
             snapshots: model.raw.n_swa() > 0 || model.raw.has_recurrent_state(),
             recurrent: model.raw.has_recurrent_state(),
             n_ctx,
-            n_vocab: model.info.n_vocab as usize,
             abort,
             hook_error,
         })
     }
 
     /// Holds the model's execution lock for one call and snapshots the streaming counters.
-    pub(crate) fn begin(&self) -> (std::sync::MutexGuard<'m, ()>, Snapshot) {
+    pub(crate) fn begin(&self) -> (ExecGuard<'m>, Snapshot) {
         let model: &'m Model = self.model;
-        let guard = model.exec.lock().unwrap_or_else(|p| p.into_inner());
-        (guard, Snapshot::take(model))
+        (model.raw.exec().lock(), Snapshot::take(model))
     }
 
     /// Runs one wide batch with every layer weight bound to the device arena, and back after.
-    pub(crate) fn run_on_device(&mut self, batch: &Batch) -> Result<()> {
+    pub(crate) fn run_on_device(&mut self, batch: &Batch, exec: &mut ExecGuard<'_>) -> Result<()> {
         let Some(arena) = self.model.arena.clone() else {
-            return self.run_batch(batch);
+            return self.run_batch(batch, exec);
         };
         let poisoned = |_| EngineError::Device(DeviceError::Poisoned);
-        let began = arena.lock().map_err(poisoned)?.begin(batch.len() as u64);
+        let began = arena
+            .lock()
+            .map_err(poisoned)?
+            .begin(batch.len() as u64, &mut exec.quiet());
         if let Err(e) = began {
             // Whatever was bound goes back to the host before the error is reported.
-            let _ = arena.lock().map_err(poisoned)?.end();
+            let _ = arena.lock().map_err(poisoned)?.end(&mut exec.quiet());
             return Err(EngineError::Device(e));
         }
-        let r = self.run_batch(batch);
-        let end = arena.lock().map_err(poisoned)?.end();
+        let r = self.run_batch(batch, exec);
+        let end = arena.lock().map_err(poisoned)?.end(&mut exec.quiet());
         // The hook's own error (a skipped pacing point, a failed read) says more than the end's.
         r?;
         end.map_err(EngineError::Device)
     }
 
     /// Runs one batch; a stop requested by the hook (a failed expert read) becomes its error.
-    pub(crate) fn run_batch(&mut self, batch: &Batch) -> Result<()> {
+    pub(crate) fn run_batch(&mut self, batch: &Batch, exec: &mut ExecGuard<'_>) -> Result<()> {
         self.abort.store(false, Ordering::Relaxed);
         if let Ok(mut e) = self.hook_error.lock() {
             *e = None;
         }
-        let status = self.ctx.decode(batch).map_err(EngineError::Decode)?;
+        let status = self.ctx.decode(batch, exec).map_err(EngineError::Decode)?;
         let hook_err = self.hook_error.lock().ok().and_then(|mut e| e.take());
         self.abort.store(false, Ordering::Relaxed);
         match (status, hook_err) {
@@ -254,16 +255,18 @@ impl<'m> Session<'m> {
     /// Prefills `tokens` as the start of the next decision's prompt, as if an earlier call had
     /// left them in the cache (a warm-up, and how gate G18a feeds a prompt in two pieces).
     pub fn prime(&mut self, tokens: &[i32]) -> Result<()> {
-        let (_exec, _) = self.begin();
+        let (mut exec, _) = self.begin();
         self.forget()?;
         if tokens.is_empty() {
             return Ok(());
         }
-        self.prefill(tokens, 0, prefill::Outputs::Last, |_, _, _| Ok(()))?;
+        self.prefill(tokens, 0, prefill::Outputs::Last, &mut exec, |_, _, _| {
+            Ok(())
+        })?;
         self.kv = tokens.to_vec();
         self.last_logits = self
             .ctx
-            .logits(-1, self.n_vocab)
+            .logits(-1)
             .ok_or_else(|| EngineError::NoLogits("after prefill".into()))?
             .to_vec();
         Ok(())

@@ -17,15 +17,14 @@ impl Session<'_> {
                 extra: String::new(),
             });
         }
-        let (_exec, _) = self.begin();
+        let (mut exec, _) = self.begin();
         self.forget()?;
-        let n_vocab = self.n_vocab;
         let mut rows = Vec::with_capacity(tokens.len());
-        self.prefill(tokens, 0, Outputs::All, |s, start, end| {
+        self.prefill(tokens, 0, Outputs::All, &mut exec, |s, start, end| {
             for i in 0..(end - start) {
                 let l = s
                     .ctx
-                    .logits(i as i32, n_vocab)
+                    .logits(i as i32)
                     .ok_or_else(|| EngineError::NoLogits(format!("for row {}", start + i)))?;
                 rows.push(l.to_vec());
             }
@@ -44,8 +43,7 @@ impl Session<'_> {
                 tokens.len()
             )));
         }
-        let (_exec, before) = self.begin();
-        let n_vocab = self.n_vocab;
+        let (mut exec, before) = self.begin();
         let mut nll = 0.0f64;
         let mut n_scored = 0u32;
         let mut prefill_s = 0.0;
@@ -55,14 +53,14 @@ impl Session<'_> {
             }
             self.forget()?;
             let mut next = 1usize;
-            prefill_s += self.prefill(window, 0, Outputs::All, |s, start, end| {
+            prefill_s += self.prefill(window, 0, Outputs::All, &mut exec, |s, start, end| {
                 for i in start..end {
                     if i + 1 >= window.len() {
                         break;
                     }
                     let l = s
                         .ctx
-                        .logits((i - start) as i32, n_vocab)
+                        .logits((i - start) as i32)
                         .ok_or_else(|| EngineError::NoLogits(format!("for row {i}")))?;
                     nll -= log_softmax(l)[window[i + 1] as usize];
                     n_scored += 1;

@@ -3,6 +3,7 @@ use std::time::Instant;
 
 use crate::error::Result;
 use crate::ffi::batch::Batch;
+use crate::weights::ExecGuard;
 
 use super::Session;
 
@@ -35,6 +36,7 @@ impl Session<'_> {
         tokens: &[i32],
         pos0: usize,
         outputs: Outputs,
+        exec: &mut ExecGuard<'_>,
         mut on_piece: impl FnMut(&Self, usize, usize) -> Result<()>,
     ) -> Result<f64> {
         // Every row an output (perplexity): a piece may not exceed the logit-row cap.
@@ -71,9 +73,9 @@ impl Session<'_> {
             // therefore never share a shape, so llama.cpp's graph reuse (which skips
             // re-scheduling) never runs a graph scheduled for one side with weights on the other.
             if on_device {
-                self.run_on_device(&batch)?;
+                self.run_on_device(&batch, exec)?;
             } else {
-                self.run_batch(&batch)?;
+                self.run_batch(&batch, exec)?;
             }
             on_piece(self, start, end)?;
             start = end;

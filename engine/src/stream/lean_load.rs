@@ -14,6 +14,7 @@ use crate::ffi::region::Region;
 use crate::ffi::tensor::TensorPtr;
 use crate::gguf::index::GgufIndex;
 use crate::graph::Capture;
+use crate::weights::residency;
 
 /// A model whose weights are bound to nothing real yet: every tensor points at one shared range
 /// of never-written anonymous memory (reads give zeros, no page is committed), enough for the
@@ -144,13 +145,17 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
     }
     let zeros = Region::reserve(largest)
         .map_err(|e| load_err(index, format!("reserving address space: {e}")))?;
-    for t in tensors
-        .iter()
-        .map(|(t, _)| t)
-        .chain(&absent)
-        .chain(&assembled)
     {
-        t.rebind(zeros.as_mut_ptr());
+        let mut exec = raw.exec().lock();
+        let mut quiet = exec.quiet();
+        for t in tensors
+            .iter()
+            .map(|(t, _)| t)
+            .chain(&absent)
+            .chain(&assembled)
+        {
+            residency::onto_region(*t, &zeros, &mut quiet).map_err(EngineError::Weight)?;
+        }
     }
     Ok(Unfilled {
         raw,
@@ -315,8 +320,10 @@ impl Unfilled {
         for c in ones.as_mut_slice()[..ones_len].chunks_exact_mut(4) {
             c.copy_from_slice(&1.0f32.to_ne_bytes());
         }
+        let mut exec = self.raw.exec().lock();
+        let mut quiet = exec.quiet();
         for t in &ones_needed {
-            t.rebind(ones.as_mut_ptr());
+            residency::onto_region(*t, &ones, &mut quiet).map_err(EngineError::Weight)?;
         }
         let experts: Vec<TensorPtr> = capture
             .experts
@@ -350,11 +357,11 @@ impl Unfilled {
                     format!("tensor {} lies past the end of the file", t.name()),
                 ));
             }
-            // The tensor is only read through this pointer (weights are never written).
-            t.rebind(m[off..end].as_ptr().cast_mut());
+            residency::onto_file(*t, &m[off..end], &mut quiet).map_err(EngineError::Weight)?;
             maps[loc.file].will_need(off, end - off);
             dense_bytes += loc.size;
         }
+        drop(exec);
         Ok(Ok((
             self.raw,
             DenseMaps {

@@ -15,11 +15,12 @@ pub use crate::error::StreamError;
 use crate::error::{EngineError, Result};
 use crate::ffi::region::Region;
 use crate::ffi::tensor::TensorPtr;
-use crate::gguf::index::GgufIndex;
 use crate::graph::{Capture, ExpertRole};
 use crate::io::DirectReader;
 use crate::options::{DenseWeights, Prefetch, StreamOptions};
 use crate::telemetry::StreamCounters;
+use crate::weights::table::{ExpertMatrix, WeightTable};
+use crate::weights::{residency, Quiet};
 
 use cache::ExpertLru;
 
@@ -92,6 +93,8 @@ pub struct Streamer {
     pub budget_bytes: u64,
     /// Whether each file is read with O_DIRECT.
     pub direct: Vec<bool>,
+    /// Reader lanes this streamer reads on (`0..own_lanes`).
+    own_lanes: usize,
 }
 
 /// A setup step's I/O failure, as the engine's error.
@@ -103,7 +106,7 @@ impl Streamer {
     /// Reader lanes the streamer reads on (lanes `0..` of the model's reader): one per I/O thread,
     /// and the read-ahead lanes when a predictor runs.
     pub fn lanes(capture: &Capture, opts: &StreamOptions) -> usize {
-        let prefetch = prefetch::Predictor::new(&capture.routers, opts.prefetch).is_some();
+        let prefetch = prefetch::Predictor::possible(&capture.routers, opts.prefetch);
         opts.io_threads + if prefetch { PREFETCH_LANES } else { 0 }
     }
 
@@ -112,11 +115,12 @@ impl Streamer {
     /// resolved cache size.
     pub fn new(
         capture: &Capture,
-        index: &GgufIndex,
+        table: &WeightTable,
         opts: &StreamOptions,
         budget_bytes: u64,
         n_expert_used: u32,
         reader: std::sync::Arc<DirectReader>,
+        quiet: &mut Quiet<'_>,
     ) -> Result<Self> {
         if capture.experts.is_empty() {
             return Err(EngineError::Unsupported(
@@ -134,33 +138,23 @@ impl Streamer {
         }
         let mut layers = BTreeMap::new();
         let mut n_expert = 0u32;
-        let mut max_read = 0usize;
+        let max_read = table.max_expert_bytes();
         let mut token_bytes = 0u64;
-        for (&il, roles) in &capture.experts {
+        for (il, matrices) in table.layers() {
             let mut tensors = Vec::new();
             let mut layer_expert_bytes = 0u64;
-            for (&role, &ptr) in roles {
-                let name = ptr.name();
-                let ne = ptr.ne();
-                let expert_bytes = ptr.nb()[2];
-                let parts = index
-                    .expert_parts(&name, ptr.layout().ty(), ne[0], ne[2] as u64, expert_bytes)
-                    .filter(|_| ptr.nbytes() == expert_bytes * ne[2] as usize)
-                    .ok_or_else(|| {
-                        EngineError::Stream(StreamError::NotInFile {
-                            tensor: name.to_string(),
-                            n_expert: ne[2],
-                            expert_bytes,
-                        })
-                    })?;
-                n_expert = n_expert.max(ne[2] as u32);
-                max_read = max_read.max(expert_bytes);
-                layer_expert_bytes += expert_bytes as u64;
+            for m in matrices {
+                let parts = m
+                    .parts()
+                    .map_err(|e| EngineError::Stream(StreamError::NotInFile(e)))?
+                    .to_vec();
+                n_expert = n_expert.max(m.n_expert as u32);
+                layer_expert_bytes += m.expert_bytes as u64;
                 tensors.push(ExpertTensor {
-                    role,
-                    ptr,
+                    role: m.role,
+                    ptr: m.t,
                     parts,
-                    expert_bytes,
+                    expert_bytes: m.expert_bytes,
                 });
             }
             token_bytes += layer_expert_bytes * u64::from(n_expert_used);
@@ -188,14 +182,15 @@ impl Streamer {
             }
             for layer in layers.values() {
                 for t in &layer.tensors {
-                    t.ptr.rebind(shared[&t.role].as_mut_ptr());
+                    residency::onto_region(t.ptr, &shared[&t.role], quiet)
+                        .map_err(EngineError::Weight)?;
                 }
             }
         } else {
             for layer in layers.values_mut() {
                 for t in &layer.tensors {
                     let r = Region::reserve(t.ptr.nbytes()).map_err(io_err)?;
-                    t.ptr.rebind(r.as_mut_ptr());
+                    residency::onto_region(t.ptr, &r, quiet).map_err(EngineError::Weight)?;
                     layer.regions.push(r);
                 }
             }
@@ -211,14 +206,12 @@ impl Streamer {
                 .values()
                 .filter(|w| !expert_ptrs.contains(w))
             {
-                let n = w.nbytes();
-                let mut r = Region::reserve(n).map_err(io_err)?;
-                r.as_mut_slice()[..n].copy_from_slice(w.bytes());
-                w.rebind(r.as_mut_ptr());
+                let mut r = Region::reserve(w.nbytes()).map_err(io_err)?;
+                residency::copied_into(*w, &mut r, quiet).map_err(EngineError::Weight)?;
                 dense.push(r);
             }
         }
-        let predictor = prefetch::Predictor::new(&capture.routers, opts.prefetch);
+        let predictor = prefetch::Predictor::new(&capture.routers, opts.prefetch, quiet);
         let prefetch_lanes = if predictor.is_some() {
             PREFETCH_LANES
         } else {
@@ -264,7 +257,15 @@ impl Streamer {
             token_bytes,
             budget_bytes,
             direct,
+            own_lanes: opts.io_threads + prefetch_lanes,
         })
+    }
+
+    /// The reader's lanes after the streamer's own, for the arena's loaders. Only a built
+    /// streamer hands them out, so an arena that reads streamed experts is built after the
+    /// streamer and records the streamer's bindings as the host ones it restores.
+    pub fn later_lanes(&self) -> crate::io::Lanes {
+        crate::io::Lanes::new(self.reader.clone(), self.own_lanes)
     }
 
     /// Cumulative counters.
@@ -351,10 +352,18 @@ impl Streamer {
             }
         }
         let layer = self.layers.get_mut(&il).expect("layer checked above");
-        let mut regions: Vec<&mut Region> = if self.lru.is_some() {
-            layer.regions.iter_mut().collect()
+        // Each expert matrix with the region it is bound to, in the layer's order: its own (cache
+        // mode), or its role's shared slot.
+        let mut pairs: Vec<(&ExpertTensor, &mut Region)> = if self.lru.is_some() {
+            layer.tensors.iter().zip(layer.regions.iter_mut()).collect()
         } else {
-            self.shared.values_mut().collect()
+            let mut by_role: BTreeMap<ExpertRole, &mut Region> =
+                self.shared.iter_mut().map(|(&role, r)| (role, r)).collect();
+            layer
+                .tensors
+                .iter()
+                .filter_map(|t| by_role.remove(&t.role).map(|r| (t, r)))
+                .collect()
         };
         // Misses read ahead go straight in; only the others are read here.
         let mut misses = misses;
@@ -366,11 +375,7 @@ impl Streamer {
                 let Some(bytes) = p.take(il, e as u32) else {
                     continue;
                 };
-                for (t, chunk) in layer.tensors.iter().zip(bytes) {
-                    let base = t.ptr.data();
-                    let Some(r) = regions.iter_mut().find(|r| r.as_mut_ptr() == base) else {
-                        continue;
-                    };
+                for ((t, r), chunk) in pairs.iter_mut().zip(bytes) {
                     let (at, eb) = (e * t.expert_bytes, t.expert_bytes);
                     // Moving the pages in costs no copy and no page faults here; each move can
                     // split the region's mapping in two, so past a bound (the kernel's map
@@ -394,12 +399,7 @@ impl Streamer {
             }
         }
         let mut jobs: Vec<(&mut [u8], usize, u64)> = Vec::new();
-        for region in regions {
-            // Pair each region with its tensor by address (shared slots are keyed by role).
-            let base = region.as_mut_ptr();
-            let Some(t) = layer.tensors.iter().find(|t| t.ptr.data() == base) else {
-                continue;
-            };
+        for (t, region) in pairs {
             let eb = t.expert_bytes;
             for (e, dst) in region
                 .as_mut_slice()
@@ -409,9 +409,9 @@ impl Streamer {
             {
                 if misses[e] {
                     let mut rest = dst;
-                    for p in &t.parts {
-                        let (piece, tail) = rest.split_at_mut(p.bytes);
-                        jobs.push((piece, p.file, p.offset + (e * p.bytes) as u64));
+                    for (file, offset, len) in ExpertMatrix::pieces(&t.parts, e) {
+                        let (piece, tail) = rest.split_at_mut(len);
+                        jobs.push((piece, file, offset));
                         rest = tail;
                     }
                 }

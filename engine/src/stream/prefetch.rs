@@ -14,6 +14,8 @@ use crate::ffi::region::Region;
 use crate::ffi::tensor::TensorPtr;
 use crate::io::DirectReader;
 use crate::options::Prefetch;
+use crate::weights::table::ExpertMatrix;
+use crate::weights::Quiet;
 
 /// One layer's router as f32 rows, one per expert.
 struct Router {
@@ -28,10 +30,22 @@ pub(crate) struct Predictor {
 }
 
 impl Predictor {
+    /// Whether `new` will make a predictor: prefetch is on and every router's type has an f32
+    /// converter.
+    pub(crate) fn possible(routers: &BTreeMap<u32, TensorPtr>, mode: Prefetch) -> bool {
+        mode != Prefetch::Off
+            && (mode == Prefetch::Repeat
+                || routers.values().all(|w| quant::has_f32(w.layout().ty())))
+    }
+
     /// Dequantizes the routers the capture found; `None` when a router's type has no f32
     /// converter (prefetch then stays off).
-    pub(crate) fn new(routers: &BTreeMap<u32, TensorPtr>, mode: Prefetch) -> Option<Predictor> {
-        if mode == Prefetch::Off {
+    pub(crate) fn new(
+        routers: &BTreeMap<u32, TensorPtr>,
+        mode: Prefetch,
+        quiet: &Quiet<'_>,
+    ) -> Option<Predictor> {
+        if !Self::possible(routers, mode) {
             return None;
         }
         let mut out = BTreeMap::new();
@@ -41,7 +55,7 @@ impl Predictor {
             // `repeat` never applies a router: only the layer order is needed.
             let rows = match mode {
                 Prefetch::Repeat => Vec::new(),
-                _ => quant::to_f32(w.layout().ty(), w.bytes(), n)?,
+                _ => quant::to_f32(w.layout().ty(), w.bytes(quiet)?, n)?,
             };
             out.insert(
                 il,
@@ -188,15 +202,9 @@ impl Prefetcher {
                     .map(|s| {
                         let mut buf = Region::reserve(s.expert_bytes)?;
                         let mut at = 0;
-                        for p in &s.parts {
-                            let off = p.offset + e as u64 * p.bytes as u64;
-                            reader.read(
-                                lane,
-                                p.file,
-                                off,
-                                &mut buf.as_mut_slice()[at..at + p.bytes],
-                            )?;
-                            at += p.bytes;
+                        for (file, off, len) in ExpertMatrix::pieces(&s.parts, e as usize) {
+                            reader.read(lane, file, off, &mut buf.as_mut_slice()[at..at + len])?;
+                            at += len;
                         }
                         Ok(buf)
                     })
