@@ -85,6 +85,10 @@ pub struct PrefillDevCounters {
     /// Layers read whole by the routed-full fallback (the layer before routed to more than
     /// `routed_full` of its experts).
     pub whole_fallback: u64,
+    /// Bytes of `read_bytes` the arena read from the GGUF (the rest came from memory).
+    pub file_read_bytes: u64,
+    /// (layer, expert) pairs the arena took from the CPU-side expert cache instead of the file.
+    pub cached_experts: u64,
 }
 
 impl PrefillDevCounters {
@@ -98,12 +102,19 @@ impl PrefillDevCounters {
             routed: self.routed - before.routed,
             demand: self.demand - before.demand,
             whole_fallback: self.whole_fallback - before.whole_fallback,
+            file_read_bytes: self.file_read_bytes - before.file_read_bytes,
+            cached_experts: self.cached_experts - before.cached_experts,
         }
     }
 
     /// MiB the arena read.
     pub fn read_mib(&self) -> f64 {
         self.read_bytes as f64 / (1u64 << 20) as f64
+    }
+
+    /// MiB the arena read from the GGUF.
+    pub fn file_read_mib(&self) -> f64 {
+        self.file_read_bytes as f64 / (1u64 << 20) as f64
     }
 }
 

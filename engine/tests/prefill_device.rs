@@ -664,3 +664,27 @@ fn explain_prefill_profiles_device_graphs_and_changes_no_result() {
     // Taken: the next report starts over.
     assert_eq!(m.explain_prefill().unwrap().graphs, 0);
 }
+
+/// G27, cached experts go to the device from memory: on a streamed model whose expert cache holds
+/// every expert (decode and the CPU pieces fill it first), a wide device graph takes its experts
+/// from the cache's regions instead of the file (`cached_experts > 0`, fewer bytes read from the
+/// GGUF than with shared slots, which cache nothing), and every bit stays the all-CPU run's.
+#[test]
+fn g27_the_arena_takes_cached_experts_from_memory_and_stays_identical() {
+    let name = loopback();
+    let path = common::tiny();
+    let cpu = run_all(&load(&path, None, None));
+    let run = |cache_mb: u64| {
+        let m = load(&path, streamed(cache_mb), Some(device(&name, true)));
+        assert_eq!(run_all(&m), cpu, "G27: cache {cache_mb} MiB");
+        m.prefill_dev_counters()
+    };
+    let (cached, uncached) = (run(64), run(0));
+    assert!(cached.cached_experts > 0, "{cached:?}");
+    assert_eq!(uncached.cached_experts, 0, "{uncached:?}");
+    assert!(
+        cached.file_read_bytes < uncached.file_read_bytes,
+        "experts the cache holds are not read from the file again: {cached:?} vs {uncached:?}"
+    );
+    assert!(cached.file_read_bytes < cached.read_bytes, "{cached:?}");
+}

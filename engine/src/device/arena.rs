@@ -64,6 +64,9 @@ struct GraphState {
     whole: Vec<u32>,
     /// Layers whose routing node has run.
     routed_seen: Vec<u32>,
+    /// Per layer, the experts the CPU-side expert cache holds (taken from its memory, not read
+    /// from the file); stable for the graph, since the streamer stays out of a wide graph.
+    cached: HashMap<u32, Vec<bool>>,
 }
 
 /// How the arena laid a model out (for diagnostics and tests).
@@ -403,6 +406,7 @@ impl Arena {
     pub fn counters(&self) -> PrefillDevCounters {
         PrefillDevCounters {
             read_bytes: self.loaders.bytes(),
+            file_read_bytes: self.loaders.file_bytes(),
             ..self.counters.clone()
         }
     }
@@ -420,17 +424,25 @@ impl Arena {
         r
     }
 
-    fn expert_jobs(&self, il: u32, which: &[bool], ticket: Ticket) -> Vec<Job> {
+    fn expert_jobs(&mut self, il: u32, which: &[bool], ticket: Ticket) -> Vec<Job> {
         let Some(layer) = self.layers.get(&il) else {
             return Vec::new();
         };
+        let cached = self.graph.cached.get(&il);
         let mut jobs = Vec::new();
         for (e, _) in which.iter().enumerate().filter(|(_, &w)| w) {
+            // A streamed expert the CPU-side cache holds is in its region, the host binding.
+            let in_cache = cached.is_some_and(|c| c.get(e) == Some(&true));
+            if in_cache && layer.experts.iter().any(|w| w.file.is_some()) {
+                self.counters.cached_experts += 1;
+            }
             for w in &layer.experts {
                 let at = e * w.expert_bytes;
                 let source = match &w.file {
-                    Some(parts) => Source::File(ExpertMatrix::pieces(parts, e).collect()),
-                    None => Source::Host(w.host, at),
+                    Some(parts) if !in_cache => {
+                        Source::File(ExpertMatrix::pieces(parts, e).collect())
+                    }
+                    _ => Source::Host(w.host, at),
                 };
                 jobs.push(Job {
                     ticket,
@@ -489,7 +501,12 @@ impl Arena {
 
     /// Binds the arena for a wide graph of `tokens` tokens: layers 0 and 1 are queued and layer
     /// 0's non-expert weights awaited; every other wait is at a pacing point.
-    pub fn begin(&mut self, tokens: u64, quiet: &mut Quiet<'_>) -> Result<(), DeviceError> {
+    pub fn begin(
+        &mut self,
+        tokens: u64,
+        cached: HashMap<u32, Vec<bool>>,
+        quiet: &mut Quiet<'_>,
+    ) -> Result<(), DeviceError> {
         // A failed earlier graph may have left an error or jobs behind.
         let _ = self.loaders.drain();
         // Every weight points into its slot from the start, so the whole graph is scheduled onto
@@ -507,7 +524,10 @@ impl Arena {
             }
         }
         self.active.store(true, Ordering::Relaxed);
-        self.graph = GraphState::default();
+        self.graph = GraphState {
+            cached,
+            ..GraphState::default()
+        };
         if let Some(x) = self.explain.as_mut() {
             x.begin_graph();
         }

@@ -59,6 +59,7 @@ struct State {
     in_flight: usize,
     error: Option<DeviceError>,
     bytes: u64,
+    file_bytes: u64,
     stop: bool,
 }
 
@@ -167,6 +168,11 @@ impl Loaders {
     pub fn bytes(&self) -> u64 {
         self.shared.lock().bytes
     }
+
+    /// Bytes of those read from the GGUF.
+    pub fn file_bytes(&self) -> u64 {
+        self.shared.lock().file_bytes
+    }
 }
 
 impl Drop for Loaders {
@@ -209,7 +215,12 @@ fn worker(
         let mut s = shared.lock();
         s.in_flight -= 1;
         match r {
-            Ok(()) => s.bytes += job.len as u64,
+            Ok(()) => {
+                s.bytes += job.len as u64;
+                if matches!(job.source, Source::File(_)) {
+                    s.file_bytes += job.len as u64;
+                }
+            }
             Err(e) => {
                 s.error.get_or_insert(e);
             }
@@ -262,17 +273,7 @@ fn run(
         }
     };
     match job.target {
-        Target::Whole(t) => {
-            if src.len() != t.nbytes() {
-                return Err(DeviceError::Job(format!(
-                    "{}: upload of {} bytes",
-                    t.name(),
-                    src.len()
-                )));
-            }
-            t.upload(src);
-            Ok(())
-        }
+        Target::Whole(t) => Ok(t.upload(src)?),
         Target::Expert(t, e) => Ok(scratch.upload_expert(t, e, src)?),
     }
 }

@@ -301,7 +301,7 @@ extern "C" fn record_tensor(t: *mut sys::ggml_tensor, ud: *mut std::os::raw::c_v
     // duration of the load call that invokes this; `t` is a live tensor of the model being built.
     let created = unsafe { &mut *ud.cast::<Vec<super::tensor::TensorPtr>>() };
     // SAFETY: non-null, live for the model's lifetime.
-    created.push(super::tensor::TensorPtr::from_graph(unsafe { &*t }));
+    created.push(super::tensor::TensorPtr::of_model(unsafe { &*t }));
 }
 
 /// Renders one user message with a chat template; `Ok(None)` when llama.cpp does not know the

@@ -282,15 +282,36 @@ impl TensorPtr {
     }
 
     /// Copies `src` (exactly `nbytes()`) into the tensor wherever it lives.
-    pub fn upload(&self, src: &[u8]) {
-        assert_eq!(src.len(), self.nbytes(), "upload size");
-        // SAFETY: the tensor is bound to a live buffer and `src` holds nbytes bytes; this is a
-        // synchronous copy done between graph computes or at a synchronised callback point.
-        unsafe { sys::ggml_backend_tensor_set(self.0, src.as_ptr().cast(), 0, src.len()) }
+    pub fn upload(&self, src: &[u8]) -> Result<(), FfiError> {
+        if src.len() != self.nbytes() || self.buffer().is_null() {
+            return Err(FfiError::Argument(format!(
+                "{}: uploading {} bytes to a tensor of {}{}",
+                self.name(),
+                src.len(),
+                self.nbytes(),
+                if self.buffer().is_null() {
+                    " bound to no buffer"
+                } else {
+                    ""
+                }
+            )));
+        }
+        // SAFETY: the tensor is bound to a live buffer (checked non-null; the arena binds it to
+        // its slot before queuing the upload and drains the loaders before it unbinds) and `src`
+        // holds exactly its bytes; ggml checks the copy against the tensor's extent.
+        unsafe { sys::ggml_backend_tensor_set(self.0, src.as_ptr().cast(), 0, src.len()) };
+        Ok(())
     }
 
-    /// Wraps a weight seen in the graph.
-    pub fn from_graph(t: &sys::ggml_tensor) -> Self {
+    /// The weight `t` is, when it lives in a weights buffer: only a model's weights live as long
+    /// as their model (a graph's activations go with the graph).
+    pub fn weight(t: &sys::ggml_tensor) -> Option<Self> {
+        is_weight(t).then_some(TensorPtr(t as *const _ as *mut _))
+    }
+
+    /// Wraps a tensor llama.cpp created as a weight of the model it is building (before any
+    /// buffer holds it).
+    pub(super) fn of_model(t: &sys::ggml_tensor) -> Self {
         TensorPtr(t as *const _ as *mut _)
     }
 
@@ -433,6 +454,12 @@ impl ViewScratch {
     pub fn upload_expert(&mut self, t: TensorPtr, e: usize, src: &[u8]) -> Result<(), FfiError> {
         let ne = t.ne();
         let nb = t.nb();
+        if t.buffer().is_null() {
+            return Err(FfiError::Argument(format!(
+                "{}: expert {e} uploaded to a tensor bound to no buffer",
+                t.name()
+            )));
+        }
         if e as i64 >= ne[2] || src.len() != nb[2] {
             return Err(FfiError::Argument(format!(
                 "{}: expert {e} of {} bytes asked, the tensor has {} experts of {} bytes",
@@ -443,8 +470,8 @@ impl ViewScratch {
             )));
         }
         // SAFETY: the context is ours; the view lies inside `t` (expert e < ne[2], nb[2] bytes);
-        // `t` is bound to a live buffer (the arena bound it before queuing this upload), which
-        // `ggml_backend_view_init` requires; `src` holds exactly the view's bytes. The copy is
+        // `t` is bound to a buffer (checked non-null; the arena binds it before queuing this
+        // upload and drains the loaders before unbinding), which `ggml_backend_view_init` requires; `src` holds exactly the view's bytes. The copy is
         // synchronous, and the slot it writes is not computed on until the arena's wait returns.
         unsafe {
             sys::ggml_reset(self.0.as_ptr());

@@ -54,9 +54,10 @@ impl EvalHook for CaptureHook {
             c.routing.insert(il);
         }
         if let Some(il) = node_layer(name, "ffn_moe_logits") {
-            if let Some(w) = tensor::src(t, 0).map(tensor::view_root) {
-                if t.op == sys::GGML_OP_MUL_MAT && tensor::is_weight(w) {
-                    c.routers.insert(il, TensorPtr::from_graph(w));
+            let router = tensor::src(t, 0).map(tensor::view_root);
+            if let Some(w) = router.and_then(TensorPtr::weight) {
+                if t.op == sys::GGML_OP_MUL_MAT {
+                    c.routers.insert(il, w);
                 }
             }
         }
@@ -87,12 +88,11 @@ impl EvalHook for CaptureHook {
             let Some(s) = tensor::src(t, i) else { continue };
             // Views share their source's buffer: the weight is the tensor they view.
             let s = tensor::view_root(s);
-            if !tensor::is_weight(s) {
+            let Some(w) = TensorPtr::weight(s) else {
                 continue;
-            }
+            };
             let sname = tensor::name(s);
-            c.weights
-                .insert(sname.to_string(), TensorPtr::from_graph(s));
+            c.weights.insert(sname.to_string(), w);
             let matmul = i == 0 && matches!(t.op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_MUL_MAT_ID);
             if !matmul && !view_op {
                 c.non_matmul.insert(sname.to_string());
@@ -101,10 +101,7 @@ impl EvalHook for CaptureHook {
                 if let Some((il, role)) =
                     layer_of(sname).and_then(|(il, suf)| Some((il, expert_role(suf)?)))
                 {
-                    c.experts
-                        .entry(il)
-                        .or_default()
-                        .insert(role, TensorPtr::from_graph(s));
+                    c.experts.entry(il).or_default().insert(role, w);
                 }
             }
         }

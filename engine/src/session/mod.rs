@@ -214,10 +214,20 @@ impl<'m> Session<'m> {
             return self.run_batch(batch, exec);
         };
         let poisoned = |_| EngineError::Device(DeviceError::Poisoned);
-        let began = arena
-            .lock()
-            .map_err(poisoned)?
-            .begin(batch.len() as u64, &mut exec.quiet());
+        // What the expert cache holds goes to the device from memory; the streamer does not run
+        // during a wide graph, so this stays true until it ends.
+        let cached = match &self.model.stream {
+            Some(s) => s
+                .lock()
+                .map_err(|_| EngineError::Stream(crate::stream::StreamError::Poisoned))?
+                .cached_experts(),
+            None => Default::default(),
+        };
+        let began =
+            arena
+                .lock()
+                .map_err(poisoned)?
+                .begin(batch.len() as u64, cached, &mut exec.quiet());
         if let Err(e) = began {
             // Whatever was bound goes back to the host before the error is reported.
             let _ = arena.lock().map_err(poisoned)?.end(&mut exec.quiet());

@@ -268,6 +268,21 @@ impl Streamer {
         crate::io::Lanes::new(self.reader.clone(), self.own_lanes)
     }
 
+    /// Per layer, the experts the cache holds now (none without a cache: shared slots keep
+    /// nothing from one layer to the next).
+    pub fn cached_experts(&self) -> std::collections::HashMap<u32, Vec<bool>> {
+        let Some(lru) = &self.lru else {
+            return Default::default();
+        };
+        self.layers
+            .keys()
+            .map(|&il| {
+                let held = (0..self.n_expert).map(|e| lru.contains(il, e)).collect();
+                (il, held)
+            })
+            .collect()
+    }
+
     /// Cumulative counters.
     pub fn counters(&self) -> StreamCounters {
         let mut c = self.counters.clone();

@@ -94,10 +94,12 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
     }
     if d.tokens > 0 {
         eprintln!(
-            "prefill-device: {} tokens, {} nodes, {:.1} MiB read, stall {:.3} s, routed {}, demand {}, whole_fallback {}",
+            "prefill-device: {} tokens, {} nodes, {:.1} MiB read ({:.1} MiB from the file, {} experts from the cache), stall {:.3} s, routed {}, demand {}, whole_fallback {}",
             d.tokens,
             d.nodes,
             d.read_mib(),
+            d.file_read_mib(),
+            d.cached_experts,
             d.stall_s,
             d.routed,
             d.demand,

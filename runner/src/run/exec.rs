@@ -728,6 +728,8 @@ fn fill_common(
     row.prefill_dev_routed = d.routed;
     row.prefill_dev_demand = d.demand;
     row.prefill_dev_whole_fallback = d.whole_fallback;
+    row.prefill_dev_file_read_mib = d.file_read_mib();
+    row.prefill_dev_cached_experts = d.cached_experts;
 }
 
 /// Bytes as MiB.

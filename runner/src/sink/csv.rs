@@ -351,22 +351,25 @@ mod tests {
         }
     }
 
-    /// A file the schema-2 build wrote (its columns end at `reuse_reason`) is an older header:
-    /// this build appends next to it, in `<stem>.v3.csv`.
+    /// A file an older build wrote (schema 2's columns end at `reuse_reason`, schema 3's at
+    /// `prefill_dev_whole_fallback`) is an older header: this build appends next to it, in
+    /// `<stem>.v4.csv`.
     #[test]
-    fn a_schema_2_file_rotates_to_v3() {
+    fn schema_2_and_3_files_rotate_to_v4() {
         let cols = Row::columns();
-        let end = cols.iter().position(|c| c == "reuse_reason").unwrap() + 1;
-        assert!(
-            end < cols.len(),
-            "schema 3 appended columns after reuse_reason"
-        );
-        assert_eq!(classify(&cols[..end]), Some(HeaderKind::Older));
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("nightly.csv");
-        std::fs::write(&p, format!("{}\n", cols[..end].join(","))).unwrap();
-        let (t, _) = resolve(&p).unwrap();
-        assert_eq!(t.write, d.path().join("nightly.v3.csv"));
+        for last in ["reuse_reason", "prefill_dev_whole_fallback"] {
+            let end = cols.iter().position(|c| c == last).unwrap() + 1;
+            assert!(
+                end < cols.len(),
+                "later schemas appended columns after {last}"
+            );
+            assert_eq!(classify(&cols[..end]), Some(HeaderKind::Older));
+            let d = tempfile::tempdir().unwrap();
+            let p = d.path().join("nightly.csv");
+            std::fs::write(&p, format!("{}\n", cols[..end].join(","))).unwrap();
+            let (t, _) = resolve(&p).unwrap();
+            assert_eq!(t.write, d.path().join("nightly.v4.csv"));
+        }
     }
 
     #[test]
@@ -463,7 +466,7 @@ mod tests {
         assert_eq!(e.rows[0].item, "a");
         assert_eq!(e.rows[0].host, "");
         let (t, rows) = resolve(&p).unwrap();
-        assert_eq!(t.write, d.path().join("x.v3.csv"));
+        assert_eq!(t.write, d.path().join("x.v4.csv"));
         assert!(t.note.unwrap().contains("older bmoe (schema 1)"));
         assert_eq!(rows.len(), 1);
         let mut s = CsvSink::open(&t.write).unwrap();

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// One row of the telemetry CSV (see docs/telemetry.md).
 ///
@@ -250,6 +250,7 @@ pub struct Row {
     /// could not be kept; empty otherwise.
     #[schemars(extend("x-since" = 2))]
     pub reuse_reason: String,
+    // ---- schema 3 ----
     /// How the model of this (job, profile point) was loaded: `lean` (a streamed model: its
     /// header and dense weights, no expert) or `llama` (llama.cpp's load, which reads the whole
     /// file); empty when it did not load.
@@ -284,6 +285,15 @@ pub struct Row {
     /// more than `routed_full` of its experts).
     #[schemars(extend("x-since" = 3, "x-unit" = "count"))]
     pub prefill_dev_whole_fallback: u64,
+    // ---- schema 4 ----
+    /// Bytes the device arena read from the GGUF, / 2^20 (the rest of `prefill_dev_read_mib` came
+    /// from memory: host weights, converted weights, experts the CPU-side cache held).
+    #[schemars(extend("x-since" = 4, "x-unit" = "MiB"))]
+    pub prefill_dev_file_read_mib: f64,
+    /// (layer, expert) pairs the device arena took from the CPU-side expert cache instead of
+    /// reading them from the GGUF.
+    #[schemars(extend("x-since" = 4, "x-unit" = "count"))]
+    pub prefill_dev_cached_experts: u64,
 }
 
 impl Row {
