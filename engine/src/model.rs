@@ -105,6 +105,19 @@ fn capture_graph(raw: &LlamaModel) -> Result<Capture> {
     Ok(c)
 }
 
+/// Where the KV cache and recurrent state of a run with prefill device `name` live, said once at
+/// load: the specification moves them into the device's host buffer type, which is not built.
+fn kv_placement_note(name: &str, host_buffer: bool) -> String {
+    let why = if host_buffer {
+        "moving them into its host buffer type is not built yet"
+    } else {
+        "it offers no host buffer type to move them into"
+    };
+    format!(
+        "prefill device {name}: the KV cache and recurrent state stay in CPU memory ({why}); device graphs run their attention on the CPU"
+    )
+}
+
 impl Model {
     /// Loads a model as `opts` says.
     pub fn load(opts: &LoadOptions) -> Result<Model> {
@@ -149,6 +162,7 @@ impl Model {
         if let Some(p) = &opts.prefill {
             match crate::device::resolve(&p.device) {
                 crate::device::Resolution::Device(d, name) => {
+                    warnings.push(kv_placement_note(&name, d.info().host_buffer));
                     devices.push(d);
                     arena_device = Some(d);
                     prefill_device = Some(name);

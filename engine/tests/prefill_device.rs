@@ -79,8 +79,14 @@ fn g16_g17_arena_on_the_loopback_device_equals_the_cpu() {
     let cpu = run(&cpu_model);
     let m = Model::load(&with_device(&name)).unwrap();
     assert_eq!(m.info().prefill_device.as_deref(), Some(name.as_str()));
-    // The loopback device takes every matmul (asked with probe ops): nothing to warn about.
-    assert!(m.warnings().is_empty(), "{:?}", m.warnings());
+    // The loopback device takes every matmul (asked with probe ops): the one line says where the
+    // KV cache stays (the RPC device offers no host buffer type).
+    assert_eq!(
+        m.warnings(),
+        [format!(
+            "prefill device {name}: the KV cache and recurrent state stay in CPU memory (it offers no host buffer type to move them into); device graphs run their attention on the CPU"
+        )]
+    );
     let dev = run(&m);
     assert!(dev.2 > 0, "wide pieces must run on the device");
     assert_eq!(

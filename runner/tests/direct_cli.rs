@@ -40,6 +40,11 @@ fn devices_lists_the_cpu_and_the_rpc_backend() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("CPU"), "{out}");
     assert!(out.contains("RPC"), "{out}");
+    // Whether a device offers a host buffer type (the CPU's own is its plain memory: no).
+    assert!(out.contains("host buffer"), "{out}");
+    let o = bmoe(&["devices", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["devices"][0]["host_buffer"], false, "{v}");
 }
 
 #[test]

@@ -34,6 +34,9 @@ pub struct DeviceInfo {
     pub memory_free: u64,
     /// Total memory in bytes as the device reports it.
     pub memory_total: u64,
+    /// Whether the device offers a host buffer type: host memory it addresses directly (where the
+    /// specification puts the KV cache of a prefill device).
+    pub host_buffer: bool,
 }
 
 /// A device handle from the registry; devices live for the whole process.
@@ -81,13 +84,14 @@ impl Device {
     pub fn info(&self) -> DeviceInfo {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: `self.0` is a live registry device; the out-pointers are valid locals.
-        let (name, description, ty, reg) = unsafe {
+        let (name, description, ty, reg, host_buffer) = unsafe {
             sys::ggml_backend_dev_memory(self.0, &mut free, &mut total);
             (
                 cstr(sys::ggml_backend_dev_name(self.0)),
                 cstr(sys::ggml_backend_dev_description(self.0)),
                 sys::ggml_backend_dev_type(self.0),
                 sys::ggml_backend_dev_backend_reg(self.0),
+                !sys::ggml_backend_dev_host_buffer_type(self.0).is_null(),
             )
         };
         let backend = if reg.is_null() {
@@ -110,6 +114,7 @@ impl Device {
             backend,
             memory_free: free as u64,
             memory_total: total as u64,
+            host_buffer,
         }
     }
 }

@@ -15,16 +15,17 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     }
     println!("backends: {}", bmoe_engine::backend_names().join(", "));
     println!(
-        "{:<12} {:<6} {:<8} {:>12}  description",
-        "device", "kind", "backend", "memory MiB"
+        "{:<12} {:<6} {:<8} {:>12} {:>11}  description",
+        "device", "kind", "backend", "memory MiB", "host buffer"
     );
     for d in devices {
         println!(
-            "{:<12} {:<6} {:<8} {:>12}  {}",
+            "{:<12} {:<6} {:<8} {:>12} {:>11}  {}",
             d.name,
             format!("{:?}", d.kind).to_lowercase(),
             d.backend,
             d.memory_total >> 20,
+            if d.host_buffer { "yes" } else { "no" },
             d.description
         );
     }
