@@ -242,6 +242,18 @@ impl<'m> LlamaContext<'m> {
         }
     }
 
+    /// Makes the next decode reserve the compute buffers again, for the graph shapes and weight
+    /// placement it then finds. llama.cpp reserves once, at creation; the only public call that
+    /// asks for a new reservation without changing anything else is clearing the control vector
+    /// (none is ever set here), which marks the scheduler for a reserve at the next decode.
+    pub fn reserve_at_next_decode(&mut self) {
+        // SAFETY: live context, exclusively borrowed (no decode running). With NULL data llama.cpp
+        // only disables the control vector (`llama_adapter_cvec::apply`) and sets its
+        // reserve flag; nothing there allocates or throws. The reservation itself runs inside the
+        // next decode, which goes through the shim.
+        unsafe { sys::llama_set_adapter_cvec(self.raw(), std::ptr::null(), 0, 0, 0, 0) };
+    }
+
     /// The logits of output row `i` of the last decode (-1 = last), one per vocabulary entry.
     pub fn logits(&self, i: i32) -> Option<&[f32]> {
         let n_vocab = self._model.vocab().n_tokens();

@@ -103,6 +103,9 @@ pub struct Session<'m> {
     /// The memory keeps one recurrent state per sequence: a sequence copied from another holds
     /// all of it, never a range of positions.
     pub(crate) recurrent: bool,
+    /// Whether the compute buffers were reserved again with the weights on the prefill device
+    /// (at this session's first device graph).
+    device_reserved: bool,
     pub(crate) n_ctx: usize,
     abort: Arc<AtomicBool>,
     hook_error: Arc<Mutex<Option<EngineError>>>,
@@ -196,6 +199,7 @@ impl<'m> Session<'m> {
             saved: None,
             snapshots: model.raw.n_swa() > 0 || model.raw.has_recurrent_state(),
             recurrent: model.raw.has_recurrent_state(),
+            device_reserved: false,
             n_ctx,
             abort,
             hook_error,
@@ -232,6 +236,14 @@ impl<'m> Session<'m> {
             // Whatever was bound goes back to the host before the error is reported.
             let _ = arena.lock().map_err(poisoned)?.end(&mut exec.quiet());
             return Err(EngineError::Device(e));
+        }
+        // llama.cpp reserved the compute buffers at creation with every weight on the CPU, so the
+        // CPU's buffer was sized for the widest piece computed there. Reserved again now, with the
+        // weights in the arena, the wide graph's buffers go to the device and the CPU's holds its
+        // own share; narrower CPU pieces and decode grow it to what they need.
+        if !self.device_reserved {
+            self.ctx.reserve_at_next_decode();
+            self.device_reserved = true;
         }
         let r = self.run_batch(batch, exec);
         let end = arena.lock().map_err(poisoned)?.end(&mut exec.quiet());

@@ -1,0 +1,62 @@
+//! Where the compute buffers of a run with a prefill device are, as llama.cpp reports them: its
+//! log lines (`compute buffer size`) at context creation and after the first device graph, which
+//! reserves them again with the weights in the arena:
+//!
+//! `cargo run --release -p bmoe-engine --example compute_buffers -- MODEL [DEVICE_UBATCH] [CPU_UBATCH]`
+//!
+//! The device is an in-process loopback RPC server fronting this CPU (its buffers are host memory
+//! too, so the process's RSS does not show the split; llama.cpp's lines do).
+use bmoe_engine::test_support::start_loopback_server;
+use bmoe_engine::{
+    CancelToken, Device, GenerateOptions, LoadOptions, Model, PrefillOptions, SessionOptions,
+    StreamOptions,
+};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let model = args.first().map_or("models/small.gguf", String::as_str);
+    let device_ubatch: u32 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2048);
+    let cpu_ubatch: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(512);
+    let endpoint = start_loopback_server(Device::cpu().expect("cpu"), 1).expect("loopback server");
+    let dev = bmoe_engine::add_rpc_server(&endpoint).expect("add server")[0]
+        .name
+        .clone();
+    let m = Model::load(&LoadOptions {
+        stream: Some(StreamOptions::default()),
+        prefill: Some(PrefillOptions {
+            device: dev,
+            min_tokens: 32,
+            ..Default::default()
+        }),
+        ..LoadOptions::new(model)
+    })
+    .expect("load");
+    // llama.cpp's own log from here on: the reservations are its INFO lines.
+    bmoe_engine::set_log_verbose(true);
+    eprintln!("== context created (device ubatch {device_ubatch}, CPU ubatch {cpu_ubatch})");
+    let mut s = m
+        .session(&SessionOptions {
+            n_ctx: 4096,
+            n_ubatch: cpu_ubatch,
+            n_ubatch_device: device_ubatch,
+            ..Default::default()
+        })
+        .expect("session");
+    eprintln!("== a 2000-token prompt: device pieces, then the CPU's tail and one decode token");
+    let prompt: String = "The quick brown fox jumps over the lazy dog. "
+        .chars()
+        .cycle()
+        .take(1500)
+        .collect();
+    s.generate(
+        &prompt,
+        &GenerateOptions {
+            n_predict: 1,
+            chat: false,
+            ..Default::default()
+        },
+        &CancelToken::new(),
+    )
+    .expect("generate");
+    eprintln!("== done");
+}
