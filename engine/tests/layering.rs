@@ -199,29 +199,30 @@ fn every_top_level_module_is_on_a_layer() {
     assert!(missing.is_empty(), "modules on no layer: {missing:?}");
 }
 
-/// Lines of `dir`'s Rust files (outside `skip`) that open an unsafe block, fn, impl or trait.
-fn unsafe_lines(dir: &Path, skip: Option<&Path>) -> Vec<String> {
+/// What opens an unsafe block, fn, impl or trait.
+const UNSAFE: &[&str] = &[
+    "unsafe {",
+    "unsafe fn",
+    "unsafe impl",
+    "unsafe extern",
+    "unsafe trait",
+];
+
+/// Lines of `dir`'s Rust files (outside the folders in `skip`) whose code (not a comment) holds
+/// one of `patterns`, as `file:line: text`.
+fn lines_with(dir: &Path, skip: &[PathBuf], patterns: &[&str]) -> Vec<String> {
     let mut files = Vec::new();
     rust_files(dir, &mut files);
     files.sort();
     let mut out = Vec::new();
     for f in files
         .iter()
-        .filter(|f| skip.is_none_or(|s| !f.starts_with(s)))
+        .filter(|f| !skip.iter().any(|s| f.starts_with(s)))
     {
         let text = std::fs::read_to_string(f).expect("read source");
         for (i, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
-            if [
-                "unsafe {",
-                "unsafe fn",
-                "unsafe impl",
-                "unsafe extern",
-                "unsafe trait",
-            ]
-            .iter()
-            .any(|k| code.contains(k))
-            {
+            if patterns.iter().any(|k| code.contains(k)) {
                 out.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
             }
         }
@@ -233,15 +234,15 @@ fn unsafe_lines(dir: &Path, skip: Option<&Path>) -> Vec<String> {
 fn unsafe_lives_in_the_ffi_module_only() {
     let engine = src_dir();
     let runner = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runner/src");
-    let mut bad = unsafe_lines(&engine, Some(&engine.join("ffi")));
-    bad.extend(unsafe_lines(&runner, None));
+    let mut bad = lines_with(&engine, &[engine.join("ffi")], UNSAFE);
+    bad.extend(lines_with(&runner, &[], UNSAFE));
     assert!(
         bad.is_empty(),
         "unsafe outside ggml-sys and engine/src/ffi:\n{}",
         bad.join("\n")
     );
     // The scan itself finds what it looks for.
-    assert!(!unsafe_lines(&engine.join("ffi"), None).is_empty());
+    assert!(!lines_with(&engine.join("ffi"), &[], UNSAFE).is_empty());
 }
 
 /// The calls that move a weight tensor (rebind its data, re-type it, restore or detach its
@@ -254,38 +255,21 @@ const MOVES: &[&str] = &[
     ".bind(",
 ];
 
-/// Lines of `dir`'s Rust files (outside `skip`) that call one of `MOVES`.
-fn move_lines(dir: &Path, skip: &[PathBuf]) -> Vec<String> {
-    let mut files = Vec::new();
-    rust_files(dir, &mut files);
-    files.sort();
-    let mut out = Vec::new();
-    for f in files
-        .iter()
-        .filter(|f| !skip.iter().any(|s| f.starts_with(s)))
-    {
-        let text = std::fs::read_to_string(f).expect("read source");
-        for (i, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            if MOVES.iter().any(|m| code.contains(m)) {
-                out.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn only_the_residency_owner_moves_weights() {
     let engine = src_dir();
-    let bad = move_lines(&engine, &[engine.join("ffi"), engine.join("weights")]);
+    let bad = lines_with(
+        &engine,
+        &[engine.join("ffi"), engine.join("weights")],
+        MOVES,
+    );
     assert!(
         bad.is_empty(),
         "a weight moved outside engine/src/weights (the one residency owner):\n{}",
         bad.join("\n")
     );
     // The scan itself finds what it looks for: the owner's own moves.
-    assert!(move_lines(&engine.join("weights"), &[]).len() >= 4);
+    assert!(lines_with(&engine.join("weights"), &[], MOVES).len() >= 4);
 }
 
 #[test]

@@ -29,6 +29,19 @@ pub struct RawLoadParams {
     pub gpu_layers: i32,
 }
 
+impl RawLoadParams {
+    /// The CPU alone, mapped, no override: the plain load the ffi tests start from.
+    #[cfg(test)]
+    pub(crate) fn cpu_only() -> RawLoadParams {
+        RawLoadParams {
+            devices: vec![Device::cpu().expect("cpu device")],
+            mmap: true,
+            kv_overrides: vec![],
+            gpu_layers: 0,
+        }
+    }
+}
+
 /// An owned `llama_model`.
 pub struct LlamaModel {
     raw: NonNull<sys::llama_model>,

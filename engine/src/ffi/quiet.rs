@@ -59,23 +59,13 @@ mod tests {
     use crate::ffi::context::{ContextParams, LlamaContext};
     use crate::ffi::model::{LlamaModel, RawLoadParams};
     use crate::ffi::region::Region;
-    use crate::ffi::registry::Device;
     use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 
     fn tiny(dir: &std::path::Path, name: &str) -> LlamaModel {
         let p = dir.join(name);
         let spec = SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe);
         write_model(&spec, &p).expect("write the tiny model");
-        LlamaModel::load(
-            &p,
-            &RawLoadParams {
-                devices: vec![Device::cpu().expect("cpu device")],
-                mmap: true,
-                kv_overrides: vec![],
-                gpu_layers: 0,
-            },
-        )
-        .expect("load")
+        LlamaModel::load(&p, &RawLoadParams::cpu_only()).expect("load")
     }
 
     fn context(m: &LlamaModel) -> LlamaContext<'_> {
@@ -124,16 +114,8 @@ mod tests {
             let spec = SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe);
             write_model(&spec, &p).expect("write the tiny model");
             let idx = crate::gguf::index::GgufIndex::open(&p).expect("index");
-            LlamaModel::load_unfilled(
-                idx.header(),
-                &RawLoadParams {
-                    devices: vec![Device::cpu().expect("cpu device")],
-                    mmap: true,
-                    kv_overrides: vec![],
-                    gpu_layers: 0,
-                },
-            )
-            .expect("load unfilled")
+            LlamaModel::load_unfilled(idx.header(), &RawLoadParams::cpu_only())
+                .expect("load unfilled")
         };
         let mut exec = m.exec().lock();
         let mut q = exec.quiet();

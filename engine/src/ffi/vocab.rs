@@ -124,7 +124,6 @@ impl<'m> Vocab<'m> {
 #[cfg(test)]
 mod tests {
     use crate::ffi::model::{LlamaModel, RawLoadParams};
-    use crate::ffi::registry::Device;
     use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 
     /// Below the engine's checks (which refuse this file): the file straight into llama.cpp
@@ -144,16 +143,7 @@ mod tests {
             .expect("the byte token for 'h'");
         b[at..at + 6].copy_from_slice(b"<0x6G>");
         std::fs::write(&p, b).expect("write the damaged copy");
-        let m = LlamaModel::load(
-            &p,
-            &RawLoadParams {
-                devices: vec![Device::cpu().expect("cpu device")],
-                mmap: true,
-                kv_overrides: vec![],
-                gpu_layers: 0,
-            },
-        )
-        .expect("llama.cpp loads the file");
+        let m = LlamaModel::load(&p, &RawLoadParams::cpu_only()).expect("llama.cpp loads the file");
         let e = m.vocab().tokenize("hi", false, false).unwrap_err();
         assert!(
             e.to_string().contains("llama.cpp failed in llama_tokenize"),
