@@ -82,6 +82,9 @@ pub struct ArenaLayout {
 
 /// The arena of one model on one device.
 pub struct Arena {
+    // First field, so dropped first: the loader threads are joined before the slots they write
+    // into are freed.
+    loaders: Loaders,
     slots: [WeightsBuffer; 2],
     /// The second pair, plain device memory, for weights non-matmul ops read.
     plain: [WeightsBuffer; 2],
@@ -93,7 +96,6 @@ pub struct Arena {
     n_layer: u32,
     n_expert: usize,
     opts: PrefillOptions,
-    loaders: Loaders,
     graph: GraphState,
     /// Per layer, the experts the previous device graph routed to (the prediction).
     prediction: HashMap<u32, Vec<bool>>,
