@@ -557,6 +557,19 @@ fn g22_a_skipped_or_reordered_pacing_point_fails_the_call() {
     }
 }
 
+/// Loads the tiny model with `stream` and `prefill`, checks two generates, a perplexity and a
+/// decision give `cpu`'s bits, and returns the arena's counters.
+fn counters_of_an_identical_run(
+    stream: Option<bmoe_engine::StreamOptions>,
+    prefill: PrefillOptions,
+    cpu: &common::gates::Outcome,
+    what: &str,
+) -> bmoe_engine::PrefillDevCounters {
+    let m = load(&common::tiny(), stream, Some(prefill));
+    assert_eq!(&run_all(&m), cpu, "{what}");
+    m.prefill_dev_counters()
+}
+
 /// G23, the routed-full fallback: a layer routing to more than `routed_full` of its experts gets
 /// the next layer read whole. On the tiny model (8 experts, top-2) a 16-token piece routes to
 /// nearly all of them, so with the default 0.85 it fires, is counted (`whole_fallback`), and the
@@ -568,16 +581,16 @@ fn g23_the_routed_full_fallback_fires_is_counted_and_stays_identical() {
     let path = common::tiny();
     let cpu = run_all(&load(&path, None, None));
     let run = |routed_full: f64| {
-        let m = load(
-            &path,
+        let prefill = PrefillOptions {
+            routed_full,
+            ..device(&name, true)
+        };
+        counters_of_an_identical_run(
             streamed(0),
-            Some(PrefillOptions {
-                routed_full,
-                ..device(&name, true)
-            }),
-        );
-        assert_eq!(run_all(&m), cpu, "routed_full {routed_full}");
-        m.prefill_dev_counters()
+            prefill,
+            &cpu,
+            &format!("routed_full {routed_full}"),
+        )
     };
     let (fallback, off) = (run(0.85), run(1.0));
     assert!(
@@ -681,9 +694,8 @@ fn g27_the_arena_takes_cached_experts_from_memory_and_stays_identical() {
     let path = common::tiny();
     let cpu = run_all(&load(&path, None, None));
     let run = |cache_mb: u64| {
-        let m = load(&path, streamed(cache_mb), Some(device(&name, true)));
-        assert_eq!(run_all(&m), cpu, "G27: cache {cache_mb} MiB");
-        m.prefill_dev_counters()
+        let what = format!("G27: cache {cache_mb} MiB");
+        counters_of_an_identical_run(streamed(cache_mb), device(&name, true), &cpu, &what)
     };
     let (cached, uncached) = (run(64), run(0));
     assert!(cached.cached_experts > 0, "{cached:?}");
