@@ -130,6 +130,10 @@ pub struct GateKnobs {
     /// ggml type names (`f32`) to treat as refused by the device's matmul, to exercise the
     /// conversion on a device that takes every type.
     pub refuse_types: Vec<String>,
+    /// Keep llama.cpp's first reservation of the compute buffers (made with every weight on the
+    /// CPU) instead of reserving again at the first device graph: the baseline the
+    /// `compute_buffers` benchmark compares against.
+    pub keep_first_reserve: bool,
 }
 
 /// No knob set: what every build without `test-support` runs with.
@@ -141,6 +145,7 @@ static NO_GATE_KNOBS: GateKnobs = GateKnobs {
     skip_expert_wait: false,
     pacing_faults: Vec::new(),
     refuse_types: Vec::new(),
+    keep_first_reserve: false,
 };
 
 impl PrefillOptions {

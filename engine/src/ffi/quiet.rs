@@ -142,6 +142,19 @@ mod tests {
             .expect_err("a smaller tensor's binding");
         assert!(e.to_string().contains("restoring a binding"), "{e}");
         assert_eq!(big.binding(), before);
+        let e = big
+            .upload(&[0u8; 4])
+            .expect_err("an upload of the wrong size");
+        assert!(e.to_string().contains("uploading 4 bytes"), "{e}");
+        let cpu = crate::ffi::registry::Device::cpu().expect("cpu device");
+        let slot = crate::ffi::buffer::WeightsBuffer::alloc(
+            crate::ffi::buffer::BufferType::of_device(cpu),
+            64,
+        )
+        .expect("a 64-byte buffer");
+        let e = slot.bind(big, 0, &mut q).expect_err("a slot without room");
+        assert!(e.to_string().contains("do not fit a buffer of"), "{e}");
+        assert_eq!(big.binding(), before);
         let whole = Region::reserve(big.nbytes()).expect("region");
         big.rebind(whole.as_slice(), &mut q)
             .expect("a binding that fits");

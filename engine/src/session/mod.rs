@@ -241,7 +241,12 @@ impl<'m> Session<'m> {
         // CPU's buffer was sized for the widest piece computed there. Reserved again now, with the
         // weights in the arena, the wide graph's buffers go to the device and the CPU's holds its
         // own share; narrower CPU pieces and decode grow it to what they need.
-        if !self.device_reserved {
+        let keep_first = self
+            .model
+            .prefill
+            .as_ref()
+            .is_some_and(|p| p.gate().keep_first_reserve);
+        if !self.device_reserved && !keep_first {
             self.ctx.reserve_at_next_decode();
             self.device_reserved = true;
         }
