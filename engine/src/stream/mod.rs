@@ -44,19 +44,9 @@ const MAX_ADOPTED: u64 = 12_000;
 /// Below this many bytes per routing node, reads run on the calling thread.
 const INLINE_READ_BYTES: usize = 1 << 20;
 
-/// One expert matrix of one layer, and where its bytes are in the GGUF.
-struct ExpertTensor {
-    role: ExpertRole,
-    ptr: TensorPtr,
-    /// Where each expert's bytes are on disk, piece by piece (one piece unless the tensor is a
-    /// fused one the file stores as its parts).
-    parts: Vec<crate::gguf::index::ExpertPart>,
-    /// Bytes per expert in memory (`nb[2]`, the pieces' sum).
-    expert_bytes: usize,
-}
-
 struct Layer {
-    tensors: Vec<ExpertTensor>,
+    /// The layer's expert matrices, each checked to be readable expert by expert from the file.
+    tensors: Vec<ExpertMatrix>,
     /// One region per tensor (cache mode); empty in shared-slot mode.
     regions: Vec<Region>,
 }
@@ -144,18 +134,11 @@ impl Streamer {
             let mut tensors = Vec::new();
             let mut layer_expert_bytes = 0u64;
             for m in matrices {
-                let parts = m
-                    .parts()
-                    .map_err(|e| EngineError::Stream(StreamError::NotInFile(e)))?
-                    .to_vec();
+                m.parts()
+                    .map_err(|e| EngineError::Stream(StreamError::NotInFile(e)))?;
                 n_expert = n_expert.max(m.n_expert as u32);
                 layer_expert_bytes += m.expert_bytes as u64;
-                tensors.push(ExpertTensor {
-                    role: m.role,
-                    ptr: m.t,
-                    parts,
-                    expert_bytes: m.expert_bytes,
-                });
+                tensors.push(m.clone());
             }
             token_bytes += layer_expert_bytes * u64::from(n_expert_used);
             layers.insert(
@@ -171,7 +154,7 @@ impl Streamer {
         if budget_bytes == 0 {
             for layer in layers.values() {
                 for t in &layer.tensors {
-                    let need = t.ptr.nbytes();
+                    let need = t.tensor.nbytes();
                     let fits = shared
                         .get(&t.role)
                         .is_some_and(|r: &Region| r.len() >= need);
@@ -182,15 +165,15 @@ impl Streamer {
             }
             for layer in layers.values() {
                 for t in &layer.tensors {
-                    residency::onto_region(t.ptr, &shared[&t.role], quiet)
+                    residency::onto_region(t.tensor, &shared[&t.role], quiet)
                         .map_err(EngineError::Weight)?;
                 }
             }
         } else {
             for layer in layers.values_mut() {
                 for t in &layer.tensors {
-                    let r = Region::reserve(t.ptr.nbytes()).map_err(io_err)?;
-                    residency::onto_region(t.ptr, &r, quiet).map_err(EngineError::Weight)?;
+                    let r = Region::reserve(t.tensor.nbytes()).map_err(io_err)?;
+                    residency::onto_region(t.tensor, &r, quiet).map_err(EngineError::Weight)?;
                     layer.regions.push(r);
                 }
             }
@@ -199,7 +182,7 @@ impl Streamer {
         if opts.dense_weights == DenseWeights::Anon {
             let expert_ptrs: Vec<TensorPtr> = layers
                 .values()
-                .flat_map(|l| l.tensors.iter().map(|t| t.ptr))
+                .flat_map(|l| l.tensors.iter().map(|t| t.tensor))
                 .collect();
             for w in capture
                 .weights
@@ -257,7 +240,8 @@ impl Streamer {
             token_bytes,
             budget_bytes,
             direct,
-            own_lanes: opts.io_threads + prefetch_lanes,
+            // What `Model::load` sized the reader by: the arena's lanes start after these.
+            own_lanes: Self::lanes(capture, opts),
         })
     }
 
@@ -369,7 +353,7 @@ impl Streamer {
         let layer = self.layers.get_mut(&il).expect("layer checked above");
         // Each expert matrix with the region it is bound to, in the layer's order: its own (cache
         // mode), or its role's shared slot.
-        let mut pairs: Vec<(&ExpertTensor, &mut Region)> = if self.lru.is_some() {
+        let mut pairs: Vec<(&ExpertMatrix, &mut Region)> = if self.lru.is_some() {
             layer.tensors.iter().zip(layer.regions.iter_mut()).collect()
         } else {
             let mut by_role: BTreeMap<ExpertRole, &mut Region> =
@@ -424,7 +408,7 @@ impl Streamer {
             {
                 if misses[e] {
                     let mut rest = dst;
-                    for (file, offset, len) in ExpertMatrix::pieces(&t.parts, e) {
+                    for (file, offset, len) in t.pieces_of(e) {
                         let (piece, tail) = rest.split_at_mut(len);
                         jobs.push((piece, file, offset));
                         rest = tail;
@@ -535,7 +519,7 @@ impl Streamer {
             .tensors
             .iter()
             .map(|t| prefetch::Source {
-                parts: t.parts.clone(),
+                parts: t.parts().map(<[_]>::to_vec).unwrap_or_default(),
                 expert_bytes: t.expert_bytes,
             })
             .collect();

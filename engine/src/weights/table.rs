@@ -14,24 +14,33 @@ pub struct ExpertMatrix {
     /// Which matrix of the expert FFN it is.
     pub role: ExpertRole,
     /// The tensor.
-    pub t: TensorPtr,
+    pub tensor: TensorPtr,
     /// Experts it holds (`ne[2]`).
     pub n_expert: usize,
     /// Bytes of one expert in memory (`nb[2]`).
     pub expert_bytes: usize,
     /// Each expert's pieces in the GGUF (one piece unless the file stores a fused tensor as its
-    /// parts); `None` when the file does not hold the experts in a form read expert by expert.
-    parts: Option<Vec<ExpertPart>>,
+    /// parts); empty when the file does not hold the experts in a form read expert by expert.
+    parts: Vec<ExpertPart>,
 }
 
 impl ExpertMatrix {
     /// The expert's pieces in the file, or why it cannot be read from there.
     pub fn parts(&self) -> Result<&[ExpertPart], ExpertsNotInFile> {
-        self.parts.as_deref().ok_or_else(|| ExpertsNotInFile {
-            tensor: self.t.name(),
-            n_expert: self.n_expert as i64,
-            expert_bytes: self.expert_bytes,
-        })
+        if self.parts.is_empty() {
+            return Err(ExpertsNotInFile {
+                tensor: self.tensor.name(),
+                n_expert: self.n_expert as i64,
+                expert_bytes: self.expert_bytes,
+            });
+        }
+        Ok(&self.parts)
+    }
+
+    /// Expert `e`'s pieces in the file: `(file, offset, bytes)` in memory order; none when the
+    /// file does not hold them (`parts` says why; callers that read check it once first).
+    pub fn pieces_of(&self, e: usize) -> impl Iterator<Item = (usize, u64, usize)> + '_ {
+        Self::pieces(&self.parts, e)
     }
 
     /// Where expert `e`'s bytes are: `(file, offset, bytes)` per piece, in memory order.
@@ -73,10 +82,11 @@ impl WeightTable {
                                 expert_bytes,
                             )
                             // Experts laid out back to back, nothing else in the tensor.
-                            .filter(|_| t.nbytes() == expert_bytes * n_expert);
+                            .filter(|_| t.nbytes() == expert_bytes * n_expert)
+                            .unwrap_or_default();
                         ExpertMatrix {
                             role,
-                            t,
+                            tensor: t,
                             n_expert,
                             expert_bytes,
                             parts,
@@ -96,7 +106,7 @@ impl WeightTable {
 
     /// The expert matrix `t` is, if it is one.
     pub fn expert(&self, il: u32, t: TensorPtr) -> Option<&ExpertMatrix> {
-        self.experts.get(&il)?.iter().find(|m| m.t == t)
+        self.experts.get(&il)?.iter().find(|m| m.tensor == t)
     }
 
     /// Experts per layer (the largest `ne[2]`).
