@@ -188,6 +188,14 @@ pub enum DeviceError {
     /// A weight the arena copies from is not in host memory.
     #[error("{0}: not in host memory")]
     NotOnHost(String),
+    /// The KV cache and recurrent state could not be moved into the device's host buffer type.
+    #[error("moving the KV cache and recurrent state into {buft}: {why}")]
+    MemoryMove {
+        /// The buffer type they were to move into.
+        buft: String,
+        /// What failed.
+        why: String,
+    },
     /// A streamed expert matrix the file does not hold expert by expert.
     #[error(transparent)]
     NotInFile(#[from] ExpertsNotInFile),

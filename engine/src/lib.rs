@@ -29,7 +29,7 @@ pub use options::{
     CacheBudget, DecideRequest, DenseWeights, GateKnobs, GenerateOptions, LoadOptions, PacingFault,
     Prefetch, PrefillOptions, PrefixReuse, Sampling, Scoring, SessionOptions, StreamOptions,
 };
-pub use session::{log_softmax, CancelToken, Session};
+pub use session::{log_softmax, CancelToken, MovedMemoryInfo, Session};
 pub use telemetry::{
     rss_split, DecideRecord, GenerateRecord, LoadMode, LoadStats, PerplexityRecord,
     PrefillDevCounters, ReuseOutcome, StopReason, StreamCounters, Timing,

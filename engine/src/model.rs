@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{EngineError, Result};
 use crate::ffi::batch::Batch;
+use crate::ffi::buffer::BufferType;
 use crate::ffi::context::{ContextParams, LlamaContext};
 use crate::ffi::model::{KvOverride, LlamaModel, RawLoadParams};
 use crate::ffi::registry::Device;
@@ -66,6 +67,9 @@ pub struct Model {
     pub(crate) arena: Option<Arc<Mutex<crate::device::arena::Arena>>>,
     /// The prefill settings, when a device joined (sessions check their widths against them).
     pub(crate) prefill: Option<crate::options::PrefillOptions>,
+    /// Where sessions move their KV cache and recurrent state (the prefill device's host buffer
+    /// type), when the device computes on it.
+    pub(crate) kv_home: Option<BufferType>,
     /// Pieces at least this wide run on the prefill device.
     pub(crate) prefill_min_tokens: usize,
     pub(crate) raw: LlamaModel,
@@ -105,17 +109,41 @@ fn capture_graph(raw: &LlamaModel) -> Result<Capture> {
     Ok(c)
 }
 
-/// Where the KV cache and recurrent state of a run with prefill device `name` live, said once at
-/// load: the specification moves them into the device's host buffer type, which is not built.
-fn kv_placement_note(name: &str, host_buffer: bool) -> String {
-    let why = if host_buffer {
-        "moving them into its host buffer type is not built yet"
-    } else {
-        "it offers no host buffer type to move them into"
+/// Where the KV cache and recurrent state of a run with prefill device `d` (named `name`) go,
+/// and the line that says so once at load. They move into the device's host buffer type only
+/// when the device's backend computes on that memory (Hexagon's, an integrated GPU's): a
+/// discrete GPU's host buffer is pinned memory it copies from, so moving there gains nothing.
+/// `stand_in` (a gate knob) takes the CPU's buffer type where the device offers none, so the move
+/// itself runs on a machine without such a device.
+fn kv_home(d: Device, name: &str, stand_in: bool) -> (Option<BufferType>, String) {
+    let stays = |why: &str| {
+        format!(
+            "prefill device {name}: the KV cache and recurrent state stay in CPU memory ({why}); device graphs run their attention on the CPU"
+        )
     };
-    format!(
-        "prefill device {name}: the KV cache and recurrent state stay in CPU memory ({why}); device graphs run their attention on the CPU"
-    )
+    match BufferType::host_of(d) {
+        Some(b) if b.computed_on_by(d) => (
+            Some(b),
+            format!(
+                "prefill device {name}: the KV cache and recurrent state move into its host buffer type {} when a session opens",
+                b.name()
+            ),
+        ),
+        _ if stand_in => (
+            Some(BufferType::cpu()),
+            format!(
+                "prefill device {name}: the KV cache and recurrent state move into a stand-in (the CPU buffer type) when a session opens"
+            ),
+        ),
+        Some(b) => (
+            None,
+            stays(&format!(
+                "its host buffer type {} is memory it copies from, not memory it computes on",
+                b.name()
+            )),
+        ),
+        None => (None, stays("it offers no host buffer type to move them into")),
+    }
 }
 
 impl Model {
@@ -159,10 +187,13 @@ impl Model {
         let mut devices = Vec::new();
         let mut prefill_device = None;
         let mut arena_device = None;
+        let mut kv_to = None;
         if let Some(p) = &opts.prefill {
             match crate::device::resolve(&p.device) {
                 crate::device::Resolution::Device(d, name) => {
-                    warnings.push(kv_placement_note(&name, d.info().host_buffer));
+                    let (home, line) = kv_home(d, &name, p.gate().kv_stand_in);
+                    warnings.push(line);
+                    kv_to = home;
                     devices.push(d);
                     arena_device = Some(d);
                     prefill_device = Some(name);
@@ -340,6 +371,7 @@ impl Model {
             stream,
             arena,
             prefill: opts.prefill.clone().filter(|_| prefill_device_joined),
+            kv_home: kv_to.filter(|_| prefill_device_joined),
             prefill_min_tokens: opts
                 .prefill
                 .as_ref()

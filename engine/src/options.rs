@@ -134,6 +134,10 @@ pub struct GateKnobs {
     /// CPU) instead of reserving again at the first device graph: the baseline the
     /// `compute_buffers` benchmark compares against.
     pub keep_first_reserve: bool,
+    /// Move the KV cache and recurrent state into the CPU's buffer type where the device offers
+    /// no host buffer type it computes on: the move, the release of llama.cpp's pages and the
+    /// clears run here as they would into a device's host memory.
+    pub kv_stand_in: bool,
 }
 
 /// No knob set: what every build without `test-support` runs with.
@@ -146,6 +150,7 @@ static NO_GATE_KNOBS: GateKnobs = GateKnobs {
     pacing_faults: Vec::new(),
     refuse_types: Vec::new(),
     keep_first_reserve: false,
+    kv_stand_in: false,
 };
 
 impl PrefillOptions {

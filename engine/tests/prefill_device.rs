@@ -706,3 +706,69 @@ fn g27_the_arena_takes_cached_experts_from_memory_and_stays_identical() {
     );
     assert!(cached.file_read_bytes < cached.read_bytes, "{cached:?}");
 }
+
+/// G28, the KV cache moved into the device's host buffer type: the loopback device offers none, so
+/// the gate knob `kv_stand_in` moves it into a CPU buffer of the engine's own, through the same
+/// path (the capture decode, the bind and copy, the release of llama.cpp's pages, a rebuilt
+/// graph). Every K and V tensor moves, llama.cpp's pages stay released after each call's memory
+/// clear (which writes zeros into them), and every bit, resident and streamed, equals the all-CPU
+/// run.
+#[test]
+fn g28_the_kv_cache_moves_out_of_llama_cpps_buffers_and_stays_identical() {
+    let name = loopback();
+    let path = common::tiny();
+    let cpu_model = load(&path, None, None);
+    let cpu = run_all(&cpu_model);
+    let stand_in = PrefillOptions {
+        gate: GateKnobs {
+            kv_stand_in: true,
+            ..Default::default()
+        },
+        ..device(&name, true)
+    };
+    let m = load(&path, None, Some(stand_in.clone()));
+    assert_eq!(
+        m.warnings(),
+        [format!(
+            "prefill device {name}: the KV cache and recurrent state move into a stand-in (the CPU buffer type) when a session opens"
+        )]
+    );
+    let mut s = m.session(&narrow()).unwrap();
+    let moved = s.moved_memory().expect("G28: the memory must move");
+    assert_eq!(
+        moved.tensors,
+        2 * m.info().n_layer as usize,
+        "K and V of every layer: {moved:?}"
+    );
+    assert!(moved.bytes > 0 && moved.old_bytes > 0, "{moved:?}");
+    eprintln!("G28: {moved:?}");
+    assert_eq!(
+        moved.old_resident_bytes, 0,
+        "G28: llama.cpp's pages stay resident: {moved:?}"
+    );
+    let opts = GenerateOptions {
+        n_predict: 8,
+        ..Default::default()
+    };
+    let mut c = cpu_model.session(&narrow()).unwrap();
+    for p in [
+        "The KV cache, moved.",
+        "Again, after a clear of the memory.",
+    ] {
+        let want = c.generate(p, &opts, &CancelToken::new()).unwrap().bytes;
+        let got = s.generate(p, &opts, &CancelToken::new()).unwrap().bytes;
+        assert_eq!(got, want, "G28: generate differs after the move");
+        let after = s.moved_memory().unwrap();
+        assert_eq!(
+            after.old_resident_bytes, 0,
+            "G28: the memory clear faulted llama.cpp's pages back in: {after:?}"
+        );
+    }
+    assert!(m.session(&narrow()).unwrap().moved_memory().is_some());
+    assert_eq!(run_all(&m), cpu, "G28: resident run differs");
+    // Streamed: the capture decode leaves the streamer alone, and the results stay identical.
+    counters_of_an_identical_run(streamed(64), stand_in, &cpu, "G28: streamed run differs");
+    // Without the knob the loopback device moves nothing.
+    let plain = load(&path, None, Some(device(&name, true)));
+    assert!(plain.session(&narrow()).unwrap().moved_memory().is_none());
+}

@@ -40,6 +40,40 @@ impl BufferType {
         BufferType(unsafe { sys::ggml_backend_dev_buffer_type(d.raw()) })
     }
 
+    /// The CPU's buffer type (plain host memory).
+    pub fn cpu() -> BufferType {
+        // SAFETY: a process-global buffer type, never freed.
+        BufferType(unsafe { sys::ggml_backend_cpu_buffer_type() })
+    }
+
+    /// A device's host buffer type: host memory the device addresses directly; `None` when it
+    /// offers none.
+    pub fn host_of(d: Device) -> Option<BufferType> {
+        // SAFETY: registry device handles are process-global; NULL means "none".
+        let b = unsafe { sys::ggml_backend_dev_host_buffer_type(d.raw()) };
+        (!b.is_null()).then_some(BufferType(b))
+    }
+
+    /// Whether `d`'s backend computes on tensors in this buffer type (the scheduler then runs
+    /// their ops there instead of copying them).
+    pub fn computed_on_by(&self, d: Device) -> bool {
+        // SAFETY: live registry device and buffer type; a pure query.
+        unsafe { sys::ggml_backend_dev_supports_buft(d.raw(), self.0) }
+    }
+
+    /// ggml's name of the buffer type (`CUDA_Host`, `HTP0-HOST`, `CPU`).
+    pub fn name(&self) -> String {
+        // SAFETY: a live buffer type; ggml returns a NUL-terminated name it owns.
+        let p = unsafe { sys::ggml_backend_buft_name(self.0) };
+        if p.is_null() {
+            return String::new();
+        }
+        // SAFETY: non-null, NUL-terminated, valid for the process.
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
     /// The raw handle.
     pub fn raw(&self) -> sys::ggml_backend_buffer_type_t {
         self.0
@@ -120,6 +154,11 @@ impl WeightsBuffer {
             };
         }
         Ok(Self { raw })
+    }
+
+    /// The raw handle, for the other FFI wrappers.
+    pub(super) fn raw(&self) -> sys::ggml_backend_buffer_t {
+        self.raw.as_ptr()
     }
 
     /// The buffer's size in bytes.

@@ -7,6 +7,7 @@ pub mod error;
 pub mod file_map;
 pub mod gguf;
 pub mod guard;
+pub mod kv;
 pub mod log;
 pub mod model;
 pub mod probe;

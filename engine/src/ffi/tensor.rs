@@ -170,6 +170,11 @@ impl Binding {
         !self.buffer.is_null() && unsafe { sys::ggml_backend_buffer_is_host(self.buffer) }
     }
 
+    /// The host address of the bytes (meaningful when `is_host`).
+    pub fn host_address(&self) -> usize {
+        self.data as usize
+    }
+
     /// The tensor's bytes at this binding; `None` unless `is_host`.
     pub fn host_bytes(&self) -> Option<&[u8]> {
         // SAFETY: `nbytes` is the tensor's size when the binding was read, and a host binding of a

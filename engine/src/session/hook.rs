@@ -24,6 +24,8 @@ pub struct EngineHook {
     pub arena: Option<Arc<Mutex<Arena>>>,
     /// The arena's "a wide graph is bound" flag.
     pub arena_active: Arc<AtomicBool>,
+    /// Collects the memory tensors while the session moves them (see `memory_home`).
+    pub memory: Arc<super::memory_home::MemoryCapture>,
     /// The context's abort flag.
     pub abort: Arc<AtomicBool>,
     /// Where a failure is kept for the session to report.
@@ -32,6 +34,11 @@ pub struct EngineHook {
 
 impl EvalHook for EngineHook {
     fn ask(&mut self, t: &sys::ggml_tensor) -> bool {
+        // The capture decode: nothing but collecting; its result is thrown away.
+        if self.memory.capturing() {
+            self.memory.collect(t);
+            return false;
+        }
         // Cheap: a byte-prefix test on every node of every graph.
         let topk = t.name[..13].iter().map(|&c| c as u8).eq(*b"ffn_moe_topk-");
         if let Some(arena) = &self.arena {

@@ -3,6 +3,7 @@
 pub(crate) mod decide;
 mod generate;
 mod hook;
+mod memory_home;
 mod perplexity;
 mod prefill;
 mod reuse;
@@ -20,6 +21,7 @@ use crate::weights::ExecGuard;
 use hook::EngineHook;
 
 pub use decide::log_softmax;
+pub use memory_home::MovedMemoryInfo;
 
 /// A cancellation flag shared with whoever may stop a running call.
 #[derive(Debug, Clone, Default)]
@@ -107,6 +109,9 @@ pub struct Session<'m> {
     /// (at this session's first device graph).
     device_reserved: bool,
     pub(crate) n_ctx: usize,
+    /// The KV cache and recurrent state, when moved into the prefill device's host buffer type
+    /// (after `ctx`: dropped once the context is gone).
+    pub(crate) memory: Option<crate::ffi::kv::MovedMemory>,
     abort: Arc<AtomicBool>,
     hook_error: Arc<Mutex<Option<EngineError>>>,
 }
@@ -148,16 +153,20 @@ impl<'m> Session<'m> {
             }
             None => Arc::new(AtomicBool::new(false)),
         };
-        let hook: Option<Box<dyn EvalHook>> = (model.stream.is_some() || model.arena.is_some())
-            .then(|| {
-                Box::new(EngineHook {
-                    streamer: model.stream.clone(),
-                    arena: model.arena.clone(),
-                    arena_active: arena_active.clone(),
-                    abort: abort.clone(),
-                    error: hook_error.clone(),
-                }) as Box<dyn EvalHook>
-            });
+        let memory_capture = Arc::new(memory_home::MemoryCapture::default());
+        let hook: Option<Box<dyn EvalHook>> = (model.stream.is_some()
+            || model.arena.is_some()
+            || model.kv_home.is_some())
+        .then(|| {
+            Box::new(EngineHook {
+                streamer: model.stream.clone(),
+                arena: model.arena.clone(),
+                arena_active: arena_active.clone(),
+                memory: memory_capture.clone(),
+                abort: abort.clone(),
+                error: hook_error.clone(),
+            }) as Box<dyn EvalHook>
+        });
         // Sliding-window layers get the window's cells only, as llama.cpp's own tools do: a long
         // context costs them no more memory than their window. Prefix reuse restores a saved
         // state where the window has dropped cells a kept prefix needs (reuse.rs).
@@ -180,6 +189,16 @@ impl<'m> Session<'m> {
             false,
         )
         .map_err(EngineError::Context)?;
+        let mut ctx = ctx;
+        let memory = match model.kv_home {
+            Some(buft) => Some(memory_home::move_memory(
+                model,
+                &mut ctx,
+                &memory_capture,
+                buft,
+            )?),
+            None => None,
+        };
         // What llama.cpp really took: pieces never exceed its batch, whatever it clamped.
         let batch = ctx.n_batch().min(ctx.n_ubatch()).max(1);
         let n_ctx = (n_ctx as usize).min(ctx.n_ctx() as usize);
@@ -201,6 +220,7 @@ impl<'m> Session<'m> {
             recurrent: model.raw.has_recurrent_state(),
             device_reserved: false,
             n_ctx,
+            memory,
             abort,
             hook_error,
         })
@@ -302,6 +322,12 @@ impl<'m> Session<'m> {
     /// Compute threads as asked and as used (capped to the usable cores).
     pub fn threads(&self) -> crate::limits::ThreadChoice {
         self.threads
+    }
+
+    /// Where the KV cache and recurrent state were moved when the session opened (the prefill
+    /// device's host buffer type), if they were.
+    pub fn moved_memory(&self) -> Option<MovedMemoryInfo> {
+        self.memory.as_ref().map(MovedMemoryInfo::of)
     }
 
     /// The model this session runs.

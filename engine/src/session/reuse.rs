@@ -37,7 +37,13 @@ impl Session<'_> {
     pub(crate) fn forget(&mut self) -> Result<()> {
         self.kv.clear();
         self.last_logits.clear();
-        Ok(self.ctx.clear_memory()?)
+        self.ctx.clear_memory()?;
+        // llama.cpp zeroed its own buffers, faulting their pages back in; the moved memory is
+        // zeroed the same way and those pages go back.
+        if let Some(m) = self.memory.as_mut() {
+            m.after_clear();
+        }
+        Ok(())
     }
 
     /// Prepares sequence 0 for `tokens`: keeps the longest prefix the cache already holds, drops
