@@ -45,6 +45,7 @@ fn devices_lists_the_cpu_and_the_rpc_backend() {
     let o = bmoe(&["devices", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["devices"][0]["host_buffer"], false, "{v}");
+    assert_eq!(v["devices"][0]["computes_on_host_buffer"], false, "{v}");
 }
 
 #[test]

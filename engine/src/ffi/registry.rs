@@ -37,6 +37,9 @@ pub struct DeviceInfo {
     /// Whether the device offers a host buffer type: host memory it addresses directly (where the
     /// specification puts the KV cache of a prefill device).
     pub host_buffer: bool,
+    /// Whether the device's backend computes on its host buffer type (Hexagon, an integrated
+    /// GPU), so the KV cache of a prefill run moves there; a discrete GPU only copies from it.
+    pub computes_on_host_buffer: bool,
 }
 
 /// A device handle from the registry; devices live for the whole process.
@@ -83,15 +86,16 @@ impl Device {
     /// Describes the device.
     pub fn info(&self) -> DeviceInfo {
         let (mut free, mut total) = (0usize, 0usize);
+        let host = super::buffer::BufferType::host_of(*self);
+        let computes_on_host_buffer = host.is_some_and(|b| b.computed_on_by(*self));
         // SAFETY: `self.0` is a live registry device; the out-pointers are valid locals.
-        let (name, description, ty, reg, host_buffer) = unsafe {
+        let (name, description, ty, reg) = unsafe {
             sys::ggml_backend_dev_memory(self.0, &mut free, &mut total);
             (
                 cstr(sys::ggml_backend_dev_name(self.0)),
                 cstr(sys::ggml_backend_dev_description(self.0)),
                 sys::ggml_backend_dev_type(self.0),
                 sys::ggml_backend_dev_backend_reg(self.0),
-                !sys::ggml_backend_dev_host_buffer_type(self.0).is_null(),
             )
         };
         let backend = if reg.is_null() {
@@ -114,7 +118,8 @@ impl Device {
             backend,
             memory_free: free as u64,
             memory_total: total as u64,
-            host_buffer,
+            host_buffer: host.is_some(),
+            computes_on_host_buffer,
         }
     }
 }

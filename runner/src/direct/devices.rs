@@ -25,7 +25,11 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
             format!("{:?}", d.kind).to_lowercase(),
             d.backend,
             d.memory_total >> 20,
-            if d.host_buffer { "yes" } else { "no" },
+            match (d.host_buffer, d.computes_on_host_buffer) {
+                (true, true) => "computes on",
+                (true, false) => "copies from",
+                _ => "no",
+            },
             d.description
         );
     }
