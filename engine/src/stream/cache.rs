@@ -66,8 +66,61 @@ impl ExpertLru {
         n
     }
 
+    /// After a wide piece's routing node in `layer` (`ids`: every token's experts): keeps the
+    /// `share` experts the most tokens routed to where recency would put them, and moves the rest
+    /// to the eviction end, fewest tokens last. A prompt routes to far more experts than decode
+    /// keeps using; by recency alone the prompt's last layers would fill the cache and push out
+    /// what decode needs in the first ones, while the experts many prompt tokens chose are the
+    /// ones the next tokens choose again. The piece's own matmuls are done with them by the next
+    /// routing node, where evictions happen.
+    pub(crate) fn keep_popular(&mut self, layer: u32, ids: &[i32], share: usize) {
+        let mut count: std::collections::BTreeMap<u32, usize> = Default::default();
+        for &e in ids.iter().filter(|&&e| e >= 0) {
+            *count.entry(e as u32).or_default() += 1;
+        }
+        let mut ranked: Vec<(usize, u32)> = count.into_iter().map(|(e, n)| (n, e)).collect();
+        // Most tokens first; ties by expert id, so the order is the same on every run.
+        ranked.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        for &(_, e) in ranked.iter().skip(share) {
+            self.map.demote(&(layer, e));
+        }
+    }
+
     /// Bytes resident.
     pub(crate) fn resident_bytes(&self) -> u64 {
         self.resident
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Evicts one entry and says which.
+    fn evict_one(lru: &mut ExpertLru) -> (u32, u32) {
+        let mut out = None;
+        lru.make_room(1, lru.resident_bytes(), |_| false, |k| out = Some(k));
+        out.expect("one eviction")
+    }
+
+    #[test]
+    fn a_wide_piece_keeps_its_most_routed_experts_and_offers_the_rest_first() {
+        let mut lru = ExpertLru::new();
+        // Layer 0 was routed by an earlier piece; layer 1 now, by four tokens of two experts each.
+        for e in [0, 1] {
+            lru.insert(0, e, 1);
+        }
+        for e in [2, 3, 5, 7] {
+            lru.insert(1, e, 1);
+        }
+        // Expert 5: four tokens, 7: two, 2: one, 3: one (ties go by id).
+        let ids = [5, 7, 5, 2, 5, 3, 5, 7];
+        lru.keep_popular(1, &ids, 2);
+        // 5 and 7 stay where recency put them; 2 and 3 leave first, the later-ranked 3 before 2,
+        // and only then the older layer's experts.
+        assert_eq!(evict_one(&mut lru), (1, 3));
+        assert_eq!(evict_one(&mut lru), (1, 2));
+        assert_eq!(evict_one(&mut lru), (0, 0));
+        assert!(lru.contains(1, 5) && lru.contains(1, 7));
     }
 }

@@ -463,6 +463,10 @@ impl Streamer {
             for (e, _) in misses.iter().enumerate().filter(|(_, &m)| m) {
                 lru.insert(il, e as u32, layer_bytes);
             }
+            if ids.len() > MAX_PREFETCH_TOKENS * self.n_expert_used.max(1) {
+                let share = (self.budget_bytes / layer_bytes.max(1)) as usize / self.layers.len();
+                lru.keep_popular(il, ids, share.max(self.n_expert_used));
+            }
         }
         self.counters.stall_s += t0.elapsed().as_secs_f64();
         Ok(())
