@@ -1,7 +1,7 @@
 //! Every architecture `synth` writes, through every gate, one test per architecture: it loads,
 //! generates (the same bytes twice), decides, computes perplexity, and passes G1/G2(+G19)/G3/S1
-//! (streamed == resident) and G16/G17f (the device arena on the loopback device == the CPU), bit
-//! for bit. Each cell's result is written to `<CARGO_TARGET_TMPDIR>/arch-coverage/<arch>.tsv`;
+//! (streamed == resident), G16/G17f (the device arena on the loopback device == the CPU) and G28
+//! (the memory moved out of llama.cpp's buffers), bit for bit. Each cell's result is written to `<CARGO_TARGET_TMPDIR>/arch-coverage/<arch>.tsv`;
 //! `scripts/arch-coverage` turns those files into `docs/architectures.md`.
 //!
 //! A cell an architecture cannot pass is listed in `GAPS` with the reason; it still runs (unless
@@ -16,7 +16,7 @@ use bmoe_synth::{Preset, SynthArch, SynthSpec};
 use common::gates;
 
 /// The cells of the coverage table, in column order.
-pub const CELLS: [&str; 9] = [
+pub const CELLS: [&str; 10] = [
     "loads",
     "generate",
     "decide",
@@ -26,6 +26,7 @@ pub const CELLS: [&str; 9] = [
     "G3",
     "G16",
     "G17f",
+    "G28",
 ];
 
 /// A cell an architecture does not pass: (arch, cell, runs, reason). `runs = false` for a cell
@@ -140,6 +141,7 @@ fn cell(arch: SynthArch, name: &str, shared: &mut Shared) -> Result<(), String> 
         }
         "G16" => gates::g16(&path),
         "G17f" => gates::g17f(&many_experts(arch)),
+        "G28" => gates::g28(&path),
         other => panic!("unknown cell {other}"),
     };
     catch_unwind(AssertUnwindSafe(run)).map_err(|e| {

@@ -1,13 +1,14 @@
 //! The gates every architecture goes through, shared by the gate tests and the architecture
 //! coverage test: G1/G2/G3/S1/G19 (streamed == resident) and G16/G17f (the device arena on the
-//! loopback device == the CPU), bit for bit.
+//! loopback device == the CPU) and G28 (the KV cache and recurrent state moved out of llama.cpp's
+//! buffers), bit for bit.
 use std::path::Path;
 
 use bmoe_engine::test_support::start_loopback_server;
 use bmoe_engine::Device;
 use bmoe_engine::Prefetch;
 use bmoe_engine::{
-    CancelToken, DecideRequest, GenerateOptions, LoadOptions, Model, PrefillOptions,
+    CancelToken, DecideRequest, GateKnobs, GenerateOptions, LoadOptions, Model, PrefillOptions,
     SessionOptions, StreamCounters, StreamOptions,
 };
 
@@ -267,6 +268,40 @@ pub fn g16(path: &Path) {
         );
         let c = m.prefill_dev_counters();
         assert!(c.tokens > 0 && c.nodes > 0 && c.read_bytes > 0, "{c:?}");
+    }
+}
+
+/// G28 on any model: with the gate knob `kv_stand_in` every session moves its memory (K/V, and
+/// R/S of recurrent layers) out of llama.cpp's buffers, whose pages stay released after a call's
+/// memory clear, and the results equal the CPU's, resident and streamed.
+pub fn g28(path: &Path) {
+    let name = loopback();
+    let cpu = arena_run(&load(path, None, None));
+    for stream in [None, stream(16, false)] {
+        let p = PrefillOptions {
+            gate: GateKnobs {
+                kv_stand_in: true,
+                ..Default::default()
+            },
+            ..device(&name, true)
+        };
+        let m = load(path, stream.clone(), Some(p));
+        assert_eq!(
+            arena_run(&m),
+            cpu,
+            "G28: a run with the memory moved differs from the CPU (stream {stream:?})"
+        );
+        let mut s = m.session(&narrow()).unwrap();
+        let opts = GenerateOptions {
+            n_predict: 2,
+            ..Default::default()
+        };
+        s.generate("G28", &opts, &CancelToken::new()).unwrap();
+        let moved = s.moved_memory().expect("G28: the memory must move");
+        assert!(
+            moved.tensors > 0 && moved.old_resident_bytes == 0,
+            "G28: {moved:?}"
+        );
     }
 }
 
