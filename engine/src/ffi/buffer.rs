@@ -135,7 +135,7 @@ impl WeightsBuffer {
     }
 
     /// Allocates `size` bytes in `buft` left as plain device memory (not marked as weights), for
-    /// weights that ops other than matmuls read.
+    /// weights that ops other than matmuls read, and for a context's moved KV cache.
     pub fn alloc_plain(buft: BufferType, size: usize) -> Result<Self, FfiError> {
         Self::alloc_with(buft, size, false)
     }

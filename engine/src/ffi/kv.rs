@@ -18,7 +18,8 @@ use super::tensor::{name, view_root, Binding, TensorPtr};
 const MEMORY_PREFIXES: [&str; 4] = ["cache_k_l", "cache_v_l", "cache_r_l", "cache_s_l"];
 
 /// The memory tensor `t` is or views (`cache_k_l3` for `cache_k_l3 (view)`), when it has a
-/// buffer.
+/// buffer. Unlike a weight it lives as long as its context, not its model: the session that owns
+/// both keeps the pointer no longer than the context.
 pub fn memory_tensor(t: &sys::ggml_tensor) -> Option<TensorPtr> {
     let root = view_root(t);
     let n = name(root);
