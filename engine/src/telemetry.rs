@@ -261,6 +261,9 @@ pub struct GenerateRecord {
     pub timing: Timing,
     /// Streaming counters for this call.
     pub stream: StreamCounters,
+    /// Streaming counters of the decode phase alone (the prompt's reads left out): what decode
+    /// speed depends on.
+    pub decode_stream: StreamCounters,
     /// Prefill-device counters for this call.
     pub prefill_dev: PrefillDevCounters,
 }

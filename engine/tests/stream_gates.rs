@@ -170,3 +170,40 @@ fn a_failed_read_stops_the_decode_and_the_session_recovers() {
     let r = s.generate(PROMPTS[0], &opts, &CancelToken::new()).unwrap();
     assert_eq!(r.bytes, resident);
 }
+
+/// A generate's decode-phase counters count the decode graphs' routing alone: every token decoded
+/// after the first routes `n_expert_used` experts in each MoE layer, and the prompt's reads stay
+/// in the call's totals only.
+#[test]
+fn decode_counters_leave_the_prompt_out() {
+    let m = Model::load(&LoadOptions {
+        stream: stream(1, false),
+        ..LoadOptions::new(common::tiny())
+    })
+    .unwrap();
+    let rec = m
+        .session(&common::session_opts())
+        .unwrap()
+        .generate(
+            "The prompt's own reads are not decode's.",
+            &GenerateOptions {
+                n_predict: 6,
+                ..Default::default()
+            },
+            &CancelToken::new(),
+        )
+        .unwrap();
+    let (d, all) = (&rec.decode_stream, &rec.stream);
+    let info = m.info();
+    let graphs = u64::from(rec.timing.n_decoded - 1);
+    assert_eq!(
+        d.cache_hits + d.cache_misses,
+        graphs * u64::from(info.n_layer) * u64::from(info.n_expert_used),
+        "{d:?}"
+    );
+    assert!(
+        all.read_bytes > d.read_bytes && all.cache_misses > d.cache_misses,
+        "{all:?} vs {d:?}"
+    );
+    assert!(d.stall_s <= rec.timing.decode_s, "{d:?}");
+}

@@ -58,6 +58,7 @@ impl Session<'_> {
         };
         let vocab = self.model.raw.vocab();
         let io0 = crate::telemetry::storage_read_bytes();
+        let stream0 = self.model.stream_counters();
         let t0 = Instant::now();
         let mut batch = Batch::new(1);
         for pos in tokens.len()..tokens.len() + opts.n_predict as usize {
@@ -91,6 +92,7 @@ impl Session<'_> {
         }
         rec.timing.n_decoded = rec.tokens.len() as u32;
         rec.timing.decode_s = t0.elapsed().as_secs_f64();
+        rec.decode_stream = self.model.stream_counters().since(&stream0);
         if let (Some(a), Some(b)) = (io0, crate::telemetry::storage_read_bytes()) {
             rec.decode_storage_read_bytes = b.saturating_sub(a);
         }

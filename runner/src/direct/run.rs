@@ -44,6 +44,23 @@ fn load(e: &EngineArgs) -> anyhow::Result<(Model, SessionOptions)> {
     Ok((m, d.session))
 }
 
+/// The decode phase's own streaming counters: what decode speed depends on, apart from the
+/// prompt's reads.
+fn print_decode_stream(rec: &bmoe_engine::GenerateRecord) {
+    let (t, d) = (&rec.timing, &rec.decode_stream);
+    if t.n_decoded > 0 && d.cache_hits + d.cache_misses > 0 {
+        eprintln!(
+            "moe-stream decode: {:.1} MiB read ({:.2} MiB/token), stall {:.3} s of {:.3} s decoding ({:.1}%), cache hit {}",
+            d.read_mib(),
+            d.read_mib() / f64::from(t.n_decoded),
+            d.stall_s,
+            t.decode_s,
+            100.0 * d.stall_s / t.decode_s.max(1e-9),
+            d.cache_hit_pct().map(|p| format!("{p:.1}%")).unwrap_or_else(|| "n/a".into()),
+        );
+    }
+}
+
 /// The profiling report of `--explain-prefill`, when it ran.
 fn print_explain(m: &bmoe_engine::Model) {
     if let Some(r) = m.explain_prefill() {
@@ -140,6 +157,7 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         writeln!(out)?;
     }
     print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
+    print_decode_stream(&rec);
     print_explain(&model);
     let (anon, file) = rss.peaks_mib();
     let mib = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "?".into());
