@@ -11,7 +11,7 @@ use ggml_sys as sys;
 use super::buffer::{BufferType, WeightsBuffer};
 use super::error::FfiError;
 use super::quiet::Quiet;
-use super::region::page_size;
+use super::region::{page_size, whole_pages};
 use super::tensor::{name, view_root, Binding, TensorPtr};
 
 /// Name prefixes llama.cpp gives the memory's tensors: attention K and V, recurrent R and S.
@@ -98,11 +98,9 @@ impl MovedMemory {
 
     /// The whole pages of the old bytes, as (start, end) address ranges: what can be released.
     fn old_pages(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let page = page_size();
         self.old
             .iter()
-            .map(move |&(at, len)| (at.next_multiple_of(page), ((at + len) / page) * page))
-            .filter(|(start, end)| end > start)
+            .filter_map(|&(at, len)| whole_pages(at, len))
     }
 
     /// Bytes of the old buffers' whole pages (what `release_old` hands back).

@@ -110,24 +110,25 @@ impl Region {
     /// Hands back the whole pages inside `[off, off + len)`; partial pages at the edges stay,
     /// since a neighbour may live on them. Returns the bytes released.
     pub fn release(&mut self, off: usize, len: usize) -> usize {
-        let page = page_size();
-        let start = off.next_multiple_of(page);
-        let end = ((off + len).min(self.len) / page) * page;
-        if end <= start {
+        let base = self.ptr.as_ptr() as usize;
+        let Some((start, end)) = whole_pages(base + off, len.min(self.len.saturating_sub(off)))
+        else {
             return 0;
-        }
+        };
         // SAFETY: the range is page-aligned and inside the mapping; DONTNEED on private anonymous
         // memory only drops those pages (they read back as zero), and `&mut self` guarantees no
         // one is reading them.
-        unsafe {
-            libc::madvise(
-                self.ptr.as_ptr().add(start).cast(),
-                end - start,
-                libc::MADV_DONTNEED,
-            )
-        };
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
         end - start
     }
+}
+
+/// The whole pages inside the address range `[at, at + len)`, as (start, end); `None` when it
+/// holds none. What can be handed back without touching a neighbour on a partial page.
+pub(super) fn whole_pages(at: usize, len: usize) -> Option<(usize, usize)> {
+    let page = page_size();
+    let (start, end) = (at.next_multiple_of(page), ((at + len) / page) * page);
+    (end > start).then_some((start, end))
 }
 
 #[cfg(test)]
