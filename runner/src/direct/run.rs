@@ -44,6 +44,13 @@ fn load(e: &EngineArgs) -> anyhow::Result<(Model, SessionOptions)> {
     Ok((m, d.session))
 }
 
+/// A share for the CLI's lines: one decimal and a percent sign, `n/a` when there was nothing to
+/// share.
+fn pct(v: Option<f64>) -> String {
+    v.map(|p| format!("{p:.1}%"))
+        .unwrap_or_else(|| "n/a".into())
+}
+
 /// The decode phase's own streaming counters: what decode speed depends on, apart from the
 /// prompt's reads.
 fn print_decode_stream(rec: &bmoe_engine::GenerateRecord) {
@@ -56,7 +63,7 @@ fn print_decode_stream(rec: &bmoe_engine::GenerateRecord) {
             d.stall_s,
             t.decode_s,
             100.0 * d.stall_s / t.decode_s.max(1e-9),
-            d.cache_hit_pct().map(|p| format!("{p:.1}%")).unwrap_or_else(|| "n/a".into()),
+            pct(d.cache_hit_pct()),
         );
     }
 }
@@ -91,7 +98,7 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
             s.read_mib() / per_tok,
             s.read_s,
             s.stall_s,
-            s.cache_hit_pct().map(|p| format!("{p:.1}%")).unwrap_or_else(|| "n/a".into()),
+            pct(s.cache_hit_pct()),
             s.evictions,
             s.resident_bytes as f64 / 1048576.0
         );
@@ -101,9 +108,7 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
             "prefetch: {} experts read ahead, {} misses served by them (overlap {}); prediction named {} of {} routed experts ({:.1}%)",
             s.prefetched,
             s.prefetch_used,
-            s.overlap_pct()
-                .map(|p| format!("{p:.1}%"))
-                .unwrap_or_else(|| "n/a".into()),
+            pct(s.overlap_pct()),
             s.predicted_right,
             s.predicted_routed,
             100.0 * s.predicted_right as f64 / s.predicted_routed.max(1) as f64
