@@ -25,6 +25,8 @@ pub struct StreamCounters {
     /// Of the expert slices those reads ahead filled, the ones whose pages were moved into place
     /// (page-aligned expert slices; the rest are copied).
     pub prefetch_moved: u64,
+    /// Expert slices read into pages an eviction gave up (moved into place, no page fault).
+    pub recycled: u64,
     /// Experts routed to at routing nodes that had a prediction (whatever the cache held).
     pub predicted_routed: u64,
     /// Of those, the ones the prediction named.
@@ -53,6 +55,7 @@ impl StreamCounters {
             resident_bytes: self.resident_bytes,
             prefetched: self.prefetched - before.prefetched,
             prefetch_used: self.prefetch_used - before.prefetch_used,
+            recycled: self.recycled - before.recycled,
             prefetch_moved: self.prefetch_moved - before.prefetch_moved,
             predicted_routed: self.predicted_routed - before.predicted_routed,
             predicted_right: self.predicted_right - before.predicted_right,

@@ -36,8 +36,9 @@ fn gates_many_experts() {
 #[test]
 fn gates_page_aligned_experts() {
     // Q4_0 experts 256 x 256: each expert slice is 36,864 bytes, 9 whole pages, so a read ahead's
-    // pages are moved into the tensor's region (no copy); a move to the wrong place or of the
-    // wrong length changes the bits.
+    // pages are moved into the tensor's region (no copy), and so are an evicted expert's pages
+    // for the next miss to be read into; a move to the wrong place or of the wrong length, or a
+    // recycled slice not read again, changes the bits.
     let spec = SynthSpec {
         n_embd: 256,
         n_ff_exp: 256,
@@ -51,6 +52,10 @@ fn gates_page_aligned_experts() {
     assert!(
         c.prefetch_used > 0 && c.prefetch_moved > 0,
         "reads ahead must be moved into place: {c:?}"
+    );
+    assert!(
+        c.evictions > 0 && c.recycled > 0,
+        "evicted experts' pages must take the misses' reads: {c:?}"
     );
 }
 

@@ -107,6 +107,44 @@ impl Region {
         Ok(())
     }
 
+    /// Moves the pages of `[off, off + len)` out into a region of their own (`mremap` with
+    /// `MREMAP_DONTUNMAP`), leaving the range mapped and reading as zero, as after `release`.
+    /// An evicted expert's pages, already faulted in, then take the next miss's bytes through
+    /// `adopt`, instead of that read faulting in and zeroing fresh pages. `None` for a range that
+    /// is not whole pages, or when the kernel refuses (before Linux 5.7); the caller releases it.
+    pub fn take_out(&mut self, off: usize, len: usize) -> Option<Region> {
+        let page = page_size();
+        let fits = off.is_multiple_of(page)
+            && len > 0
+            && len.is_multiple_of(page)
+            && off.checked_add(len).is_some_and(|end| end <= self.len);
+        if !fits {
+            return None;
+        }
+        // SAFETY: the range is page-aligned and inside this private anonymous mapping, which
+        // `&mut self` holds exclusively; DONTUNMAP moves its pages to a new mapping the kernel
+        // places, and leaves the range mapped with no pages (zero on the next touch), so the
+        // region stays whole and every pointer into it stays valid.
+        let p = unsafe {
+            libc::mremap(
+                self.ptr.as_ptr().add(off).cast::<libc::c_void>(),
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_DONTUNMAP,
+                // No address wanted; passed, not left out, since this kernel reads the argument
+                // with DONTUNMAP and refuses whatever a variadic call leaves there.
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Region {
+            ptr: NonNull::new(p.cast())?,
+            len,
+        })
+    }
+
     /// Hands back the whole pages inside `[off, off + len)`; partial pages at the edges stay,
     /// since a neighbour may live on them. Returns the bytes released.
     pub fn release(&mut self, off: usize, len: usize) -> usize {
@@ -156,6 +194,65 @@ mod tests {
             assert!(back.as_mut_slice().iter().all(|&b| b == 5));
         }
         assert_eq!(dst.as_mut_slice()[0], 1);
+    }
+
+    /// The process's mappings that overlap `r` (from /proc/self/maps; other tests' threads map
+    /// and unmap elsewhere meanwhile).
+    fn mappings_in(r: &Region) -> usize {
+        let (lo, hi) = (r.ptr.as_ptr() as usize, r.ptr.as_ptr() as usize + r.len);
+        let range = |l: &str| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            Some((
+                usize::from_str_radix(a, 16).ok()?,
+                usize::from_str_radix(b, 16).ok()?,
+            ))
+        };
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter_map(range)
+            .filter(|&(a, b)| a < hi && b > lo)
+            .count()
+    }
+
+    #[test]
+    fn take_out_moves_the_pages_and_leaves_zeroes() {
+        let page = page_size();
+        let mut r = Region::reserve(4 * page).unwrap();
+        r.as_mut_slice().fill(3);
+        let mut out = r.take_out(page, 2 * page).expect("Linux 5.7 or later");
+        assert!(out.as_mut_slice().iter().all(|&b| b == 3));
+        let s = r.as_mut_slice();
+        assert_eq!(
+            (s[page - 1], s[page], s[3 * page - 1], s[3 * page]),
+            (3, 0, 0, 3)
+        );
+        // Not whole pages, or past the end: nothing moves.
+        assert!(r.take_out(page / 2, page).is_none());
+        assert!(r.take_out(0, page / 2).is_none());
+        assert!(r.take_out(3 * page, 2 * page).is_none());
+        assert_eq!(r.as_mut_slice()[0], 3);
+    }
+
+    /// What lets the streamer move slices without a bound on moves: every mapping boundary a
+    /// take-out or an adopt leaves inside a region lies at a slice edge, so a region of `n`
+    /// slices never splits into more than `n` mappings, whatever the number of moves.
+    #[test]
+    fn moves_between_slices_never_split_a_region_past_its_slices() {
+        let page = page_size();
+        let n = 8;
+        let mut r = Region::reserve(n * page).unwrap();
+        r.as_mut_slice().fill(1);
+        assert_eq!(mappings_in(&r), 1);
+        for i in 0..200 {
+            let (from, to) = ((i * 3) % n, (i * 5 + 1) % n);
+            let Some(chunk) = r.take_out(from * page, page) else {
+                panic!("take_out refused");
+            };
+            assert!(r.adopt(to * page, page, chunk).is_ok());
+        }
+        let now = mappings_in(&r);
+        assert!(now > 1 && now <= n, "{now} mappings for {n} slices");
     }
 
     #[test]

@@ -37,9 +37,10 @@ const CANDIDATE_WINDOW: f64 = 512.0;
 /// Decode-sized graphs only: wider pieces read nearly every expert on demand anyway.
 pub(crate) const MAX_PREFETCH_TOKENS: usize = 4;
 
-/// Reads ahead moved into expert regions (`Region::adopt`) before the rest are copied: each move
-/// may add two mappings, and a process may hold about 65,000 (`vm.max_map_count`).
-const MAX_ADOPTED: u64 = 12_000;
+/// Page moves into and out of expert regions (`Region::adopt`, `Region::take_out`) when a model
+/// has too many expert slices for the bound below: each move may add two mappings, and a process
+/// may hold about 65,000 (`vm.max_map_count`).
+const MAX_MOVES: u64 = 12_000;
 
 /// Below this many bytes per routing node, reads run on the calling thread.
 const INLINE_READ_BYTES: usize = 1 << 20;
@@ -75,6 +76,11 @@ pub struct Streamer {
     counters: StreamCounters,
     /// Expert slices whose pages were moved in from a read ahead.
     adopted: u64,
+    /// Page moves left (`u64::MAX` where the regions' mappings are bounded by their slices).
+    moves_left: u64,
+    /// Pages the evictions of the current routing node gave up, already faulted in, for its
+    /// misses to be read into (whole-page expert slices only).
+    spare: Vec<Region>,
     /// Copies of the dense weights (`dense_weights = anon`), kept alive here.
     _dense: Vec<Region>,
     /// Bytes of routed experts one token reads when nothing is cached.
@@ -85,6 +91,26 @@ pub struct Streamer {
     pub direct: Vec<bool>,
     /// Reader lanes this streamer reads on (`0..own_lanes`).
     own_lanes: usize,
+}
+
+/// Page moves a streamer may make over its life. Every mapping boundary a move leaves inside an
+/// expert region lies at a slice edge (moves are whole slices), so a region never splits into
+/// more mappings than it has slices: when all the slices together stay within half the
+/// process's map limit, moves need no count. Otherwise they stop after `MAX_MOVES`.
+fn move_allowance(layers: &BTreeMap<u32, Layer>) -> u64 {
+    let slices: u64 = layers
+        .values()
+        .flat_map(|l| l.tensors.iter().map(|t| t.n_expert as u64))
+        .sum();
+    let map_limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(65_530);
+    if slices <= map_limit / 2 {
+        u64::MAX
+    } else {
+        MAX_MOVES
+    }
 }
 
 /// A setup step's I/O failure, as the engine's error.
@@ -220,6 +246,7 @@ impl Streamer {
             .build()
             .map_err(|e| setup_err("starting reader threads")(std::io::Error::other(e)))?;
         let direct = reader.direct().to_vec();
+        let moves_left = move_allowance(&layers);
         Ok(Self {
             layers,
             shared,
@@ -236,6 +263,8 @@ impl Streamer {
             read_all: opts.read_all_experts,
             counters: StreamCounters::default(),
             adopted: 0,
+            moves_left,
+            spare: Vec::new(),
             _dense: dense,
             token_bytes,
             budget_bytes,
@@ -325,12 +354,26 @@ impl Streamer {
                     }
                 }
                 let need = miss.iter().filter(|&&m| m).count() as u64 * layer_bytes;
-                let layers = &mut self.layers;
+                let (layers, spare, moves_left) =
+                    (&mut self.layers, &mut self.spare, &mut self.moves_left);
                 let protect = |&(l, e): &(u32, u32)| l == il && wanted[e as usize];
                 let evicted = lru.make_room(need, self.budget_bytes, protect, |(l, e)| {
                     if let Some(layer) = layers.get_mut(&l) {
                         for (t, r) in layer.tensors.iter().zip(layer.regions.iter_mut()) {
-                            r.release(e as usize * t.expert_bytes, t.expert_bytes);
+                            let (at, eb) = (e as usize * t.expert_bytes, t.expert_bytes);
+                            // Faulted-in pages kept for this node's misses: a fresh page costs a
+                            // fault and its zeroing, which on a small machine is most of a
+                            // miss's CPU time besides the read.
+                            let kept = (*moves_left > 0).then(|| r.take_out(at, eb)).flatten();
+                            match kept {
+                                Some(pages) => {
+                                    *moves_left -= 1;
+                                    spare.push(pages);
+                                }
+                                None => {
+                                    r.release(at, eb);
+                                }
+                            }
                         }
                     }
                 });
@@ -379,13 +422,16 @@ impl Streamer {
                     // Moving the pages in costs no copy and no page faults here; each move can
                     // split the region's mapping in two, so past a bound (the kernel's map
                     // count is limited) the bytes are copied instead.
-                    let moved = if self.adopted < MAX_ADOPTED {
+                    let moved = if self.moves_left > 0 {
                         r.adopt(at, eb, chunk)
                     } else {
                         Err(chunk)
                     };
                     match moved {
-                        Ok(()) => self.adopted += 1,
+                        Ok(()) => {
+                            self.adopted += 1;
+                            self.moves_left -= 1;
+                        }
                         Err(mut chunk) => r.as_mut_slice()[at..at + eb]
                             .copy_from_slice(&chunk.as_mut_slice()[..eb]),
                     }
@@ -397,6 +443,20 @@ impl Streamer {
                 *m = false;
             }
         }
+        // The other misses go into the evicted experts' pages where a slice of the same size was
+        // given up; what is left of them goes back to the system.
+        for (t, r) in pairs.iter_mut() {
+            let eb = t.expert_bytes;
+            for e in (0..misses.len()).filter(|&e| misses[e]) {
+                let Some(i) = self.spare.iter().position(|p| p.len() == eb) else {
+                    break;
+                };
+                if r.adopt(e * eb, eb, self.spare.swap_remove(i)).is_ok() {
+                    self.counters.recycled += 1;
+                }
+            }
+        }
+        self.spare.clear();
         let mut jobs: Vec<(&mut [u8], usize, u64)> = Vec::new();
         for (t, region) in pairs {
             let eb = t.expert_bytes;

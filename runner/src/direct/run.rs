@@ -93,13 +93,14 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
     if s.read_bytes > 0 || s.cache_hits + s.cache_misses > 0 {
         let per_tok = f64::from((t.n_decoded + t.n_prompt).max(1));
         eprintln!(
-            "moe-stream: {:.1} MiB read ({:.2} MiB/token) in {:.3} s, stall {:.3} s, cache hit {}, {} evictions, {:.1} MiB resident",
+            "moe-stream: {:.1} MiB read ({:.2} MiB/token) in {:.3} s, stall {:.3} s, cache hit {}, {} evictions ({} expert slices read into their pages), {:.1} MiB resident",
             s.read_mib(),
             s.read_mib() / per_tok,
             s.read_s,
             s.stall_s,
             pct(s.cache_hit_pct()),
             s.evictions,
+            s.recycled,
             s.resident_bytes as f64 / 1048576.0
         );
     }
