@@ -109,11 +109,7 @@ impl EvalHook for EngineHook {
                 // Decode-sized graphs only (ne[1] = tokens): the copy of a wide piece's rows
                 // would cost more than any read ahead saves.
                 if t.ne[1] as usize <= crate::stream::MAX_PREFETCH_TOKENS {
-                    if !s.wants_router_input() {
-                        s.prefetch_after(il, &[], 0);
-                    } else if let Some((n_embd, x)) = tensor::router_input(t) {
-                        s.prefetch_after(il, &x, n_embd);
-                    }
+                    s.prefetch_after(il, || tensor::router_input(t));
                 }
             }),
             Err(_) => Err(StreamError::Poisoned),

@@ -34,6 +34,12 @@ const CANDIDATE_WARMUP: f64 = 64.0;
 /// The candidates' counts are halved past this, so the share follows recent routing.
 const CANDIDATE_WINDOW: f64 = 512.0;
 
+/// While reads ahead are paused, predictions are still made and scored, on one routing node in
+/// this many (prime, so the sampled layers rotate from token to token): a prediction costs a
+/// copy of the router input and a matrix-vector product on the compute thread, most of a
+/// percent of decode each on a small machine, for reads that are not issued.
+const PAUSED_SAMPLE: u64 = 7;
+
 /// Decode-sized graphs only: wider pieces read nearly every expert on demand anyway.
 pub(crate) const MAX_PREFETCH_TOKENS: usize = 4;
 
@@ -69,6 +75,8 @@ pub struct Streamer {
     /// Recent reads-ahead candidates and how many of them turned out to be misses, decayed: reads
     /// ahead are issued only while enough of them pay (see `worth_reading_ahead`).
     candidates: (f64, f64),
+    /// Routing nodes seen while reads ahead were paused (see `PAUSED_SAMPLE`).
+    paused_nodes: u64,
     n_expert_used: usize,
     lru: Option<ExpertLru>,
     n_expert: u32,
@@ -257,6 +265,7 @@ impl Streamer {
             last_routed: BTreeMap::new(),
             prediction: None,
             candidates: (0.0, 0.0),
+            paused_nodes: 0,
             n_expert_used: n_expert_used as usize,
             lru: (budget_bytes > 0).then(ExpertLru::new),
             n_expert,
@@ -541,32 +550,39 @@ impl Streamer {
         mode == Prefetch::Wrong || n < CANDIDATE_WARMUP || u >= MIN_PRECISION * n
     }
 
-    /// Whether `prefetch_after` wants the router input (a copy of it costs on every routing node).
-    pub fn wants_router_input(&self) -> bool {
-        self.predictor
-            .as_ref()
-            .is_some_and(prefetch::Predictor::uses_router_input)
-    }
-
     /// After layer `il`'s routing node: reads ahead what the next MoE layer is predicted to route
-    /// to, from `x` (the rows of `n_embd` values this layer's router read). Only for a few tokens
+    /// to, from the router input `router_input` gives (`n_embd` and the rows of `n_embd` values
+    /// this layer's router read; asked for only when a prediction is made). Only for a few tokens
     /// at a time (decode): a wide prefill piece routes to nearly every expert anyway.
-    pub fn prefetch_after(&mut self, il: u32, x: &[f32], n_embd: usize) {
+    pub fn prefetch_after(
+        &mut self,
+        il: u32,
+        router_input: impl FnOnce() -> Option<(usize, Vec<f32>)>,
+    ) {
         let (Some(pred), Some(pf)) = (&self.predictor, self.prefetcher.as_mut()) else {
             return;
         };
-        if pred.uses_router_input() && (n_embd == 0 || x.len() / n_embd > MAX_PREFETCH_TOKENS) {
-            return;
-        }
         let Some(next) = pred.next_layer(il) else {
             return;
         };
         let Some(layer) = self.layers.get(&next) else {
             return;
         };
+        let reading = Self::worth_reading_ahead(self.candidates, pred.mode());
+        if !reading {
+            self.paused_nodes += 1;
+            if !self.paused_nodes.is_multiple_of(PAUSED_SAMPLE) {
+                return;
+            }
+        }
         let predicted = match pred.mode() {
             Prefetch::Repeat => self.last_routed.get(&next).cloned().unwrap_or_default(),
-            _ => pred.predict(next, x, n_embd, self.n_expert_used),
+            _ => match router_input() {
+                Some((n_embd, x)) if n_embd > 0 && x.len() / n_embd <= MAX_PREFETCH_TOKENS => {
+                    pred.predict(next, &x, n_embd, self.n_expert_used)
+                }
+                _ => return,
+            },
         };
         let experts: Vec<u32> = predicted
             .iter()
@@ -576,7 +592,7 @@ impl Streamer {
             })
             .collect();
         self.prediction = Some((next, predicted, experts.clone()));
-        if !Self::worth_reading_ahead(self.candidates, pred.mode()) {
+        if !reading {
             return;
         }
         let sources: Vec<prefetch::Source> = layer
