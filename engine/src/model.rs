@@ -303,7 +303,8 @@ impl Model {
         };
         let stream = match (&opts.stream, &capture, &table, &reader) {
             (Some(so), Some(capture), Some(table), Some(reader)) => {
-                let budget = so.cache.bytes(crate::stream::memory::available_bytes());
+                let available = crate::stream::memory::available_bytes();
+                let budget = so.cache.bytes(available);
                 let mut exec = raw.exec().lock();
                 let st = Streamer::new(
                     capture,
@@ -314,12 +315,24 @@ impl Model {
                     reader.clone(),
                     &mut exec.quiet(),
                 )?;
-                if budget > 0 && budget < st.token_bytes {
-                    warnings.push(format!(
-                        "expert cache of {} MiB is below one token's routed experts ({:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
-                        budget >> 20,
-                        st.token_bytes as f64 / 1048576.0
-                    ));
+                let token_mib = st.token_bytes as f64 / 1048576.0;
+                match so.cache {
+                    // The default, so the one a user may not know chose for them: under a tight
+                    // memory cap the floor can take everything and leave no cache at all.
+                    crate::options::CacheBudget::Auto { floor_mb } if budget < st.token_bytes => {
+                        warnings.push(format!(
+                            "cache_mb = auto: {} MiB available at load, minus cache_floor_mb = {floor_mb} MiB left to everything else, leaves an expert cache of {} MiB, below one token's routed experts ({token_mib:.1} MiB): every token reads all its experts; set cache_mb, or a cache_floor_mb that leaves room",
+                            available >> 20,
+                            budget >> 20,
+                        ));
+                    }
+                    _ if budget > 0 && budget < st.token_bytes => {
+                        warnings.push(format!(
+                            "expert cache of {} MiB is below one token's routed experts ({token_mib:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
+                            budget >> 20,
+                        ));
+                    }
+                    _ => {}
                 }
                 if st.direct.iter().any(|d| !d) {
                     warnings.push("O_DIRECT is not usable on the model's file system; expert reads go through the page cache".into());

@@ -128,6 +128,23 @@ fn a_cache_below_the_cliff_is_warned_about() {
         "{:?}",
         m.warnings()
     );
+    // The default size, `auto`, whose floor takes all the memory there is (a tight cgroup cap):
+    // no cache at all, which the user did not ask for, so it is said and the way out named.
+    let m = Model::load(&LoadOptions {
+        stream: Some(StreamOptions {
+            cache: bmoe_engine::CacheBudget::Auto { floor_mb: 1 << 30 },
+            ..stream(0, false).unwrap()
+        }),
+        ..LoadOptions::new(&p)
+    })
+    .unwrap();
+    assert!(
+        m.warnings()
+            .iter()
+            .any(|w| w.contains("cache_mb = auto") && w.contains("cache_floor_mb")),
+        "{:?}",
+        m.warnings()
+    );
 }
 
 #[test]
