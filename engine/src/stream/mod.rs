@@ -462,6 +462,8 @@ impl Streamer {
                 };
                 if r.adopt(e * eb, eb, self.spare.swap_remove(i)).is_ok() {
                     self.counters.recycled += 1;
+                    // The move out and this one in: each may split a mapping.
+                    self.moves_left = self.moves_left.saturating_sub(1);
                 }
             }
         }
