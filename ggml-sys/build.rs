@@ -37,6 +37,21 @@ fn main() {
         .warnings(true)
         .file(&shim)
         .compile("bmoe_shim");
+    // The one shim file that reads llama.cpp's internal structures compiles against the headers
+    // of the source tree the sys crate's CMake build was configured from (its CMakeCache), so the
+    // layouts are the ones the libraries were compiled with.
+    let source = llama_source_tree(&cmake_dir);
+    let unlink = PathBuf::from("shim/bmoe_unlink.cpp");
+    println!("cargo:rerun-if-changed={}", unlink.display());
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .include(source.join("src"))
+        .include(source.join("include"))
+        .include(source.join("ggml/include"))
+        .warnings(true)
+        .file(&unlink)
+        .compile("bmoe_unlink");
     bindgen::Builder::default()
         .header(header.to_string_lossy())
         .clang_arg(format!("-I{}", include.display()))
@@ -47,4 +62,29 @@ fn main() {
         .expect("bindgen over ggml-rpc.h")
         .write_to_file(out.join("rpc.rs"))
         .expect("write rpc.rs");
+}
+
+/// The llama.cpp source tree the sys crate built: `CMAKE_HOME_DIRECTORY` of its CMake build, which
+/// sits two levels above the exported cmake folder (`<OUT_DIR>/lib/cmake` -> `<OUT_DIR>/build`).
+fn llama_source_tree(cmake_dir: &std::path::Path) -> PathBuf {
+    let cache = cmake_dir
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|p| p.join("build").join("CMakeCache.txt"))
+        .expect("ggml_cmake_dir has no grandparent");
+    println!("cargo:rerun-if-changed={}", cache.display());
+    let text = std::fs::read_to_string(&cache)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", cache.display()));
+    let dir = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CMAKE_HOME_DIRECTORY:INTERNAL="))
+        .unwrap_or_else(|| panic!("{} names no CMAKE_HOME_DIRECTORY", cache.display()));
+    let dir = PathBuf::from(dir);
+    assert!(
+        dir.join("src/llama-model.h").exists(),
+        "{} holds no src/llama-model.h (from {})",
+        dir.display(),
+        cache.display()
+    );
+    dir
 }

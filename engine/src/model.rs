@@ -54,9 +54,13 @@ pub struct ModelInfo {
 pub struct LeanLoadInfo {
     /// Bytes of dense weights bound to the engine's own mapping of the file.
     pub dense_bytes: u64,
-    /// Optional tensors the architecture created that the file lacks, bound to the value that
-    /// makes their op an identity (zeros for a bias, ones for a scale).
+    /// Optional tensors the architecture created that the file lacks and the graph still reads,
+    /// bound to the value that makes their op an identity (zeros for a bias, ones for a scale).
     pub neutral_tensors: usize,
+    /// References to such tensors cleared from the model's layers, so that the graph leaves
+    /// their ops out as after llama.cpp's own load; `None` when the engine declined to (the
+    /// neutral values then stand in for all of them).
+    pub unlinked_tensors: Option<usize>,
 }
 
 /// A loaded model; sessions borrow it.
@@ -239,7 +243,15 @@ impl Model {
             Some(u) => {
                 let capture = capture_graph(&u.raw)?;
                 match u.bind_dense(&index, &capture)? {
-                    Ok((raw, maps)) => Some((raw, maps, capture)),
+                    Ok((raw, maps)) => {
+                        if maps.unlinked().is_none() && maps.n_neutral() > 0 {
+                            warnings.push(format!(
+                                "{} optional tensors the file lacks stay in the graph as identity ops (zeros, ones): this llama.cpp's model structures were not what the engine checks for",
+                                maps.n_neutral()
+                            ));
+                        }
+                        Some((raw, maps, capture))
+                    }
                     Err(why) => {
                         warnings.push(format!(
                             "loading the whole file the llama.cpp way ({why}): the load reads every expert once"
@@ -279,6 +291,7 @@ impl Model {
         // The expert matrices and where their experts are in the file, found once for the
         // streamer and the arena both.
         let table = capture.as_ref().map(|c| WeightTable::new(c, &index));
+        let graph_nodes = capture.as_ref().map(|c| c.nodes.len());
         // One direct reader per model: the streamer's lanes first, then the arena loaders'.
         let reader = match (&opts.stream, &capture, &table) {
             (Some(so), Some(capture), Some(table)) => {
@@ -405,6 +418,7 @@ impl Model {
                 read_bytes: read_before
                     .zip(crate::telemetry::storage_read_bytes())
                     .map(|(a, b)| b.saturating_sub(a)),
+                graph_nodes,
             },
         })
     }
@@ -460,7 +474,8 @@ impl Model {
     pub fn lean_load(&self) -> Option<LeanLoadInfo> {
         self.dense_maps.as_ref().map(|m| LeanLoadInfo {
             dense_bytes: m.dense_bytes(),
-            neutral_tensors: m.n_absent(),
+            neutral_tensors: m.n_neutral(),
+            unlinked_tensors: m.unlinked(),
         })
     }
 

@@ -213,6 +213,9 @@ pub struct LoadStats {
     /// Bytes this process had read from storage during the load (`/proc/self/io`); `None`
     /// where the kernel does not say.
     pub read_bytes: Option<u64>,
+    /// Nodes of a one-token graph, where the load ran one to learn the graph (streaming, a
+    /// prefill device): each is a barrier for the compute threads.
+    pub graph_nodes: Option<usize>,
 }
 
 /// Why a `generate` stopped.

@@ -142,7 +142,22 @@ pub mod shim {
         pub fn bmoe_memory_clear(ctx: *mut llama_context, err: *mut c_char, err_len: usize) -> i32;
         /// Throws `std::out_of_range("bmoe shim self-test")` through the guard (tests only).
         pub fn bmoe_shim_selftest(err: *mut c_char, err_len: usize) -> i32;
+        /// Clears every reference `model`'s layers and model-level members hold to one of the
+        /// `n_absent` tensors at `absent` (`shim/bmoe_unlink.cpp`); `n_unlinked` counts them.
+        /// Returns [`UNLINK_OK`], or [`UNLINK_DECLINED`] with nothing changed.
+        pub fn bmoe_model_unlink_absent(
+            model: *mut llama_model,
+            absent: *const *mut ggml_tensor,
+            n_absent: usize,
+            n_unlinked: *mut usize,
+        ) -> i32;
     }
+
+    /// The references were cleared.
+    pub const UNLINK_OK: i32 = 0;
+    /// Nothing was changed: a layer slot held something other than one of the model's tensors,
+    /// or a tensor to unlink was not the model's.
+    pub const UNLINK_DECLINED: i32 = 2;
 }
 
 /// `GGML_MAX_DIMS` from ggml.h.

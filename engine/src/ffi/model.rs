@@ -130,6 +130,23 @@ impl LlamaModel {
         Ok((model, created))
     }
 
+    /// Leaves `absent` (tensors built from the header that the file does not hold) out of the
+    /// model's layers, so that its graphs skip their ops as after llama.cpp's own load of the
+    /// file. The tensors themselves stay allocated. `None`: declined, nothing changed (the
+    /// model's structures were not what the shim checks for).
+    pub(crate) fn unlink_absent(&mut self, absent: &[super::tensor::TensorPtr]) -> Option<usize> {
+        let ptrs: Vec<*mut sys::ggml_tensor> = absent.iter().map(|t| t.raw()).collect();
+        let mut n = 0usize;
+        // SAFETY: `&mut self` holds the model exclusively and no context computes on it yet (this
+        // runs during the load); the pointer list is valid for the call, and the shim only clears
+        // pointer fields of the model's own structures after checking that every slot it reads
+        // holds one of the model's tensors.
+        let rc = unsafe {
+            sys::shim::bmoe_model_unlink_absent(self.raw(), ptrs.as_ptr(), ptrs.len(), &mut n)
+        };
+        (rc == sys::shim::UNLINK_OK).then_some(n)
+    }
+
     fn own(raw: NonNull<sys::llama_model>) -> LlamaModel {
         LlamaModel {
             raw,

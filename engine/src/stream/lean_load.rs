@@ -25,6 +25,9 @@ pub(crate) struct Unfilled {
     /// Tensors the architecture created that the file does not hold (optional ones llama.cpp's
     /// own load would have left out).
     absent: Vec<TensorPtr>,
+    /// How many references to `absent` tensors were cleared from the model's layers (their ops
+    /// left out of the graph, as after llama.cpp's own load); `None` when that was declined.
+    unlinked: Option<usize>,
     /// Fused expert tensors the architecture created whose parts the file holds apart (see
     /// `GgufIndex::expert_parts`): the streamer assembles each expert from its parts.
     assembled: Vec<TensorPtr>,
@@ -39,7 +42,8 @@ pub(crate) struct DenseMaps {
     _maps: Vec<FileMap>,
     _neutral: [Region; 2],
     dense_bytes: u64,
-    n_absent: usize,
+    n_neutral: usize,
+    unlinked: Option<usize>,
 }
 
 /// (tensor the architecture creates, file tensor that stands in for it when the file lacks it):
@@ -90,7 +94,7 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
         Some(b) => b,
         None => index.header(),
     };
-    let (raw, created) = LlamaModel::load_unfilled(meta, params)
+    let (mut raw, created) = LlamaModel::load_unfilled(meta, params)
         .map_err(|reason| load_err(index, reason.to_string()))?;
     let infos: HashMap<String, TensorInfo> = index
         .tensor_infos()
@@ -143,6 +147,9 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
         largest = largest.max(t.nbytes());
         tensors.push((t, loc.clone()));
     }
+    // The graph builders skip an optional tensor's op when the tensor is missing; left in, each
+    // would be an identity op (bound to zeros or ones below) and a graph node of its own.
+    let unlinked = raw.unlink_absent(&absent);
     let zeros = Region::reserve(largest)
         .map_err(|e| load_err(index, format!("reserving address space: {e}")))?;
     {
@@ -161,6 +168,7 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
         raw,
         tensors,
         absent,
+        unlinked,
         assembled,
         zeros,
     })
@@ -297,8 +305,11 @@ impl Unfilled {
         capture: &Capture,
     ) -> Result<std::result::Result<(LlamaModel, DenseMaps), Fallback>> {
         let mut ones_needed = Vec::new();
+        let mut n_neutral = 0;
         for &t in &self.absent {
-            match neutral_value(capture, t) {
+            let value = neutral_value(capture, t);
+            n_neutral += usize::from(matches!(value, Ok(Some(_))));
+            match value {
                 Ok(None | Some(Neutral::Zero)) => {}
                 Ok(Some(Neutral::One)) if t.layout().ty() == ggml_sys::GGML_TYPE_F32 => {
                     ones_needed.push(t)
@@ -368,7 +379,8 @@ impl Unfilled {
                 _maps: maps,
                 _neutral: [self.zeros, ones],
                 dense_bytes,
-                n_absent: self.absent.len(),
+                n_neutral,
+                unlinked: self.unlinked,
             },
         )))
     }
@@ -390,8 +402,14 @@ impl DenseMaps {
         self.dense_bytes
     }
 
-    /// Optional tensors the architecture created that the file lacks, bound to neutral values.
-    pub(crate) fn n_absent(&self) -> usize {
-        self.n_absent
+    /// Optional tensors the architecture created that the file lacks and the graph still reads,
+    /// bound to neutral values.
+    pub(crate) fn n_neutral(&self) -> usize {
+        self.n_neutral
+    }
+
+    /// References to such tensors cleared from the model's layers; `None` when declined.
+    pub(crate) fn unlinked(&self) -> Option<usize> {
+        self.unlinked
     }
 }

@@ -29,9 +29,13 @@ fn load(e: &EngineArgs) -> anyhow::Result<(Model, SessionOptions)> {
         .unwrap_or_else(|| "?".into());
     match (st.mode, m.lean_load()) {
         (bmoe_engine::LoadMode::Lean, Some(l)) => eprintln!(
-            "load: {:.2} s, {read} read from storage (header and {:.1} MiB of dense weights; no expert)",
+            "load: {:.2} s, {read} read from storage (header and {:.1} MiB of dense weights; no expert){}",
             st.seconds,
-            l.dense_bytes as f64 / 1048576.0
+            l.dense_bytes as f64 / 1048576.0,
+            match l.unlinked_tensors {
+                Some(n) if n > 0 => format!("; {n} optional tensors the file lacks left out of the graph"),
+                _ => String::new(),
+            }
         ),
         _ => eprintln!(
             "load: {:.2} s, {read} read from storage (llama.cpp's load: the whole file)",
