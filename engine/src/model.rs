@@ -217,7 +217,15 @@ impl Model {
                 }
             }
         }
-        devices.push(cpu);
+        // The CPU is listed only beside an offload device, where it has always been (llama.cpp
+        // splits the offloaded layers over the listed devices). Listed otherwise, it would gain
+        // nothing and cost the context a second CPU backend: the scheduler computes on the
+        // listed one, which the context's threadpool (`llama_attach_threadpool`, applied to its
+        // own `backend_cpu`) never reaches, so every graph a streamed decode is cut into would
+        // start and join its worker threads again.
+        if gpu_layers != 0 {
+            devices.push(cpu);
+        }
         let params = RawLoadParams {
             devices,
             mmap: true,

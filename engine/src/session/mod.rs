@@ -180,8 +180,11 @@ impl<'m> Session<'m> {
                 // both the batch and the output cap must hold `n_seq` of them.
                 n_outputs_max: opts.n_outputs_max.min(n_ubatch).max(n_seq),
                 threads: threads.used,
-                // Only streamed models cut graphs at every routing node.
-                persistent_threads: false,
+                // One set of compute threads for the session's life: ggml otherwise starts and
+                // joins its workers for every graph, and a streamed decode is cut into one graph
+                // per routing node. Between graphs the workers poll briefly (ggml's default), so
+                // the next graph finds them awake.
+                persistent_threads: true,
                 n_seq_max: n_seq,
                 hook,
                 abort: abort.clone(),

@@ -2,6 +2,7 @@
 //! address ranges, filled at each routing node with only the routed experts, read from the GGUF
 //! by the direct reader, kept in an LRU within `cache_mb`.
 mod cache;
+mod lanes;
 pub(crate) mod lean_load;
 pub mod memory;
 pub mod prefetch;
@@ -320,9 +321,16 @@ impl Streamer {
         c
     }
 
+    /// Whether `ids` (one routing node's experts, `n_expert_used` per token) come from a
+    /// decode-sized graph: at most `MAX_PREFETCH_TOKENS` tokens.
+    fn decode_sized(&self, ids: &[i32]) -> bool {
+        ids.len() <= MAX_PREFETCH_TOKENS * self.n_expert_used.max(1)
+    }
+
     /// Makes the experts `ids` routes to in layer `il` resident before its matmuls run.
     pub fn ensure(&mut self, il: u32, ids: &[i32]) -> std::result::Result<(), StreamError> {
         let t0 = Instant::now();
+        let decode_sized = self.decode_sized(ids);
         let Some(layer) = self.layers.get_mut(&il) else {
             return Ok(());
         };
@@ -489,9 +497,12 @@ impl Streamer {
         }
         let reader = &self.reader;
         let total: usize = jobs.iter().map(|(d, _, _)| d.len()).sum();
-        // Small batches are read on the calling thread: waking the lanes costs more than it saves.
+        // Small batches, and every decode-sized graph's misses (a few experts), are read on the
+        // calling thread, whose compute threads wait for them anyway. Waking the lanes costs
+        // more than it saves there: rayon's idle lanes spin and yield for a while after each
+        // batch, on the very cores the next graph's compute threads need.
         let results: Vec<std::io::Result<(f64, usize)>> =
-            if total < INLINE_READ_BYTES || jobs.len() < 2 {
+            if total < INLINE_READ_BYTES || jobs.len() < 2 || decode_sized {
                 jobs.into_iter()
                     .map(|(dst, file, off)| reader.read(0, file, off, dst).map(|s| (s, dst.len())))
                     .collect()
@@ -534,7 +545,7 @@ impl Streamer {
             for (e, _) in misses.iter().enumerate().filter(|(_, &m)| m) {
                 lru.insert(il, e as u32, layer_bytes);
             }
-            if ids.len() > MAX_PREFETCH_TOKENS * self.n_expert_used.max(1) {
+            if !decode_sized {
                 let share = (self.budget_bytes / layer_bytes.max(1)) as usize / self.layers.len();
                 lru.keep_popular(il, ids, share.max(self.n_expert_used));
             }

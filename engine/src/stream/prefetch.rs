@@ -152,7 +152,7 @@ pub(crate) struct Source {
 pub(crate) struct Prefetcher {
     reader: Arc<DirectReader>,
     lane_base: usize,
-    pool: rayon::ThreadPool,
+    pool: super::lanes::Lanes,
     tx: Sender<Staged>,
     rx: Receiver<Staged>,
     pending: HashSet<(u32, u32)>,
@@ -171,11 +171,7 @@ impl Prefetcher {
         lane_base: usize,
         lanes: usize,
     ) -> std::io::Result<Prefetcher> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(lanes.max(1))
-            .thread_name(|i| format!("bmoe-prefetch-{i}"))
-            .build()
-            .map_err(std::io::Error::other)?;
+        let pool = super::lanes::Lanes::new(lanes, "bmoe-prefetch")?;
         let (tx, rx) = channel();
         Ok(Prefetcher {
             reader,
@@ -208,8 +204,8 @@ impl Prefetcher {
             self.issued += 1;
             let (reader, tx, lane_base) = (self.reader.clone(), self.tx.clone(), self.lane_base);
             let sources = sources.to_vec();
-            self.pool.spawn(move || {
-                let lane = lane_base + rayon::current_thread_index().unwrap_or(0);
+            self.pool.spawn(move |lane| {
+                let lane = lane_base + lane;
                 // The pages are touched here, on the reader's thread, not by the compute thread
                 // that later takes them.
                 let bytes = sources
