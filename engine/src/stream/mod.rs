@@ -2,10 +2,10 @@
 //! address ranges, filled at each routing node with only the routed experts, read from the GGUF
 //! by the direct reader, kept in an LRU within `cache_mb`.
 mod cache;
-mod lanes;
 pub(crate) mod lean_load;
 pub mod memory;
 pub mod prefetch;
+mod read_threads;
 
 use std::collections::BTreeMap;
 use std::time::Instant;

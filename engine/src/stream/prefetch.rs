@@ -152,7 +152,7 @@ pub(crate) struct Source {
 pub(crate) struct Prefetcher {
     reader: Arc<DirectReader>,
     lane_base: usize,
-    pool: super::lanes::Lanes,
+    pool: super::read_threads::ReadThreads,
     tx: Sender<Staged>,
     rx: Receiver<Staged>,
     pending: HashSet<(u32, u32)>,
@@ -171,7 +171,7 @@ impl Prefetcher {
         lane_base: usize,
         lanes: usize,
     ) -> std::io::Result<Prefetcher> {
-        let pool = super::lanes::Lanes::new(lanes, "bmoe-prefetch")?;
+        let pool = super::read_threads::ReadThreads::new(lanes, "bmoe-prefetch")?;
         let (tx, rx) = channel();
         Ok(Prefetcher {
             reader,

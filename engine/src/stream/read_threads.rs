@@ -29,29 +29,29 @@ impl Shared {
 }
 
 /// A fixed set of threads running queued jobs, each job given the lane of the thread that runs it.
-pub(crate) struct Lanes {
+pub(crate) struct ReadThreads {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
 }
 
-impl Lanes {
+impl ReadThreads {
     /// Starts `n` threads (at least one), named `<name>-<lane>`.
-    pub(crate) fn new(n: usize, name: &str) -> std::io::Result<Lanes> {
+    pub(crate) fn new(n: usize, name: &str) -> std::io::Result<ReadThreads> {
         let shared = Arc::new(Shared::default());
-        let mut lanes = Lanes {
+        let mut pool = ReadThreads {
             shared: shared.clone(),
             threads: Vec::new(),
         };
         for lane in 0..n.max(1) {
             let shared = shared.clone();
-            // On an error `lanes` is dropped, which stops the threads already started.
-            lanes.threads.push(
+            // On an error `pool` is dropped, which stops the threads already started.
+            pool.threads.push(
                 std::thread::Builder::new()
                     .name(format!("{name}-{lane}"))
                     .spawn(move || run(&shared, lane))?,
             );
         }
-        Ok(lanes)
+        Ok(pool)
     }
 
     /// Queues `job`; the next idle thread runs it with its lane.
@@ -79,7 +79,7 @@ fn run(shared: &Shared, lane: usize) {
     }
 }
 
-impl Drop for Lanes {
+impl Drop for ReadThreads {
     /// Runs what is queued, then stops and joins the threads.
     fn drop(&mut self) {
         self.shared.lock().closed = true;
@@ -92,17 +92,17 @@ impl Drop for Lanes {
 
 #[cfg(test)]
 mod tests {
-    use super::Lanes;
+    use super::ReadThreads;
     use std::sync::mpsc::channel;
 
     #[test]
     fn every_job_runs_once_on_a_lane_of_the_pool() {
         let (tx, rx) = channel();
         {
-            let lanes = Lanes::new(3, "test-lane").unwrap();
+            let pool = ReadThreads::new(3, "test-read").unwrap();
             for i in 0..100 {
                 let tx = tx.clone();
-                lanes.spawn(move |lane| tx.send((i, lane)).unwrap());
+                pool.spawn(move |lane| tx.send((i, lane)).unwrap());
             }
         }
         // Dropping the pool ran everything queued.
