@@ -251,7 +251,16 @@ impl Model {
             Some(u) => {
                 let capture = capture_graph(&u.raw)?;
                 match u.bind_dense(&index, &capture)? {
-                    Ok((raw, maps)) => {
+                    Ok((mut raw, mut maps)) => {
+                        // Every absent tensor is optional: out of the graph with them, and the
+                        // graph captured again, as the sessions will build it.
+                        let capture = if maps.unlink_absent(&mut raw) > 0 {
+                            let c = capture_graph(&raw)?;
+                            maps.recount_neutral(&c);
+                            c
+                        } else {
+                            capture
+                        };
                         if maps.unlinked().is_none() && maps.n_neutral() > 0 {
                             warnings.push(format!(
                                 "{} optional tensors the file lacks stay in the graph as identity ops (zeros, ones): this llama.cpp's model structures were not what the engine checks for",

@@ -49,3 +49,19 @@ fn missing_byte_tokens_are_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn a_streamed_load_of_a_file_without_a_required_weight_is_an_error_not_a_crash() {
+    // blk.0.attn_q.weight renamed: the file lacks a weight the graph always reads. The lean load
+    // finds no neutral value for it and gives way to llama.cpp's load, which refuses the file. It
+    // must not take the tensor out of the layer first (the graph builder would then read a null
+    // tensor: a segfault, seen when the unlink ran before that check).
+    let p = damaged("noq.gguf", b"blk.0.attn_q.weight", b"blk.0.attn_X.weight");
+    let e = Model::load(&LoadOptions {
+        stream: common::gates::stream(0, false),
+        ..LoadOptions::new(&p)
+    })
+    .err()
+    .expect("a file without a required weight must not load");
+    assert!(e.to_string().contains("attn_q"), "{e}");
+}

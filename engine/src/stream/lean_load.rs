@@ -25,9 +25,6 @@ pub(crate) struct Unfilled {
     /// Tensors the architecture created that the file does not hold (optional ones llama.cpp's
     /// own load would have left out).
     absent: Vec<TensorPtr>,
-    /// How many references to `absent` tensors were cleared from the model's layers (their ops
-    /// left out of the graph, as after llama.cpp's own load); `None` when that was declined.
-    unlinked: Option<usize>,
     /// Fused expert tensors the architecture created whose parts the file holds apart (see
     /// `GgufIndex::expert_parts`): the streamer assembles each expert from its parts.
     assembled: Vec<TensorPtr>,
@@ -43,6 +40,8 @@ pub(crate) struct DenseMaps {
     _neutral: [Region; 2],
     dense_bytes: u64,
     n_neutral: usize,
+    /// The optional tensors the file lacks, kept for `unlink_absent`.
+    absent: Vec<TensorPtr>,
     unlinked: Option<usize>,
 }
 
@@ -94,7 +93,7 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
         Some(b) => b,
         None => index.header(),
     };
-    let (mut raw, created) = LlamaModel::load_unfilled(meta, params)
+    let (raw, created) = LlamaModel::load_unfilled(meta, params)
         .map_err(|reason| load_err(index, reason.to_string()))?;
     let infos: HashMap<String, TensorInfo> = index
         .tensor_infos()
@@ -147,9 +146,6 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
         largest = largest.max(t.nbytes());
         tensors.push((t, loc.clone()));
     }
-    // The graph builders skip an optional tensor's op when the tensor is missing; left in, each
-    // would be an identity op (bound to zeros or ones below) and a graph node of its own.
-    let unlinked = raw.unlink_absent(&absent);
     let zeros = Region::reserve(largest)
         .map_err(|e| load_err(index, format!("reserving address space: {e}")))?;
     {
@@ -168,7 +164,6 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
         raw,
         tensors,
         absent,
-        unlinked,
         assembled,
         zeros,
     })
@@ -380,7 +375,8 @@ impl Unfilled {
                 _neutral: [self.zeros, ones],
                 dense_bytes,
                 n_neutral,
-                unlinked: self.unlinked,
+                absent: self.absent,
+                unlinked: None,
             },
         )))
     }
@@ -411,5 +407,26 @@ impl DenseMaps {
     /// References to such tensors cleared from the model's layers; `None` when declined.
     pub(crate) fn unlinked(&self) -> Option<usize> {
         self.unlinked
+    }
+
+    /// Clears the model's references to the absent tensors, as llama.cpp's own load leaves them
+    /// (the graph builders skip an optional tensor's op when the tensor is missing; left in, each
+    /// is an identity op and a graph node of its own). Only after `bind_dense` found a neutral
+    /// value for every one of them: an absent tensor that is not optional (a tied output of
+    /// another type, a required weight a damaged file lacks) would leave a graph builder reading
+    /// a null tensor. Returns how many references were cleared (0 when declined).
+    pub(crate) fn unlink_absent(&mut self, raw: &mut LlamaModel) -> usize {
+        self.unlinked = raw.unlink_absent(&self.absent);
+        self.unlinked.unwrap_or(0)
+    }
+
+    /// Counts again the absent tensors the graph still reads, in the graph built after
+    /// `unlink_absent`.
+    pub(crate) fn recount_neutral(&mut self, capture: &Capture) {
+        self.n_neutral = self
+            .absent
+            .iter()
+            .filter(|&&t| matches!(neutral_value(capture, t), Ok(Some(_))))
+            .count();
     }
 }
