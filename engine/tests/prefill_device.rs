@@ -772,3 +772,53 @@ fn g28_the_kv_cache_moves_out_of_llama_cpps_buffers_and_stays_identical() {
     let plain = load(&path, None, Some(device(&name, true)));
     assert!(plain.session(&narrow()).unwrap().moved_memory().is_none());
 }
+
+/// Each test's loopback device is its own (see `common::gates::loopback`): a model loaded and
+/// dropped over and over on one device while another decodes on a second device in parallel.
+/// On one shared device this aborted the process within a few loads (seen red: both threads
+/// given the same `loopback()` name).
+#[test]
+fn two_loopback_devices_serve_two_threads_at_once() {
+    let path = common::tiny();
+    let (mine, other) = (loopback(), loopback());
+    assert_ne!(mine, other);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let (done, path) = (done.clone(), path.clone());
+        std::thread::spawn(move || {
+            let mut loads = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) || loads < 3 {
+                drop(
+                    Model::load(&LoadOptions {
+                        offload: Some(other.clone()),
+                        ..LoadOptions::new(&path)
+                    })
+                    .unwrap(),
+                );
+                loads += 1;
+            }
+            loads
+        })
+    };
+    let m = Model::load(&LoadOptions {
+        offload: Some(mine),
+        ..LoadOptions::new(&path)
+    })
+    .unwrap();
+    for _ in 0..6 {
+        let mut s = m.session(&common::session_opts()).unwrap();
+        let g = s
+            .generate(
+                "Two devices",
+                &GenerateOptions {
+                    n_predict: 24,
+                    ..Default::default()
+                },
+                &CancelToken::new(),
+            )
+            .unwrap();
+        assert!(!g.bytes.is_empty());
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(churn.join().unwrap() >= 3);
+}

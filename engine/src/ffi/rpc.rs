@@ -80,6 +80,11 @@ pub fn start_loopback_server(device: Device, threads: usize) -> Result<String, F
 
 /// Connects to an RPC server and registers its devices so they can be found by name. The
 /// endpoint is probed first: ggml aborts the process when it cannot connect.
+///
+/// One user at a time per server and process: ggml shares one connection per server across the
+/// process, replays a device's last graph by its id, and the server forgets its graphs whenever a
+/// buffer on that connection is freed, so two models or sessions computing on one RPC device from
+/// two threads can abort the process (docs/device-prefill.md, "One user per RPC device").
 pub fn add_server(endpoint: &str) -> Result<Vec<DeviceInfo>, FfiError> {
     let addr: SocketAddr = endpoint
         .parse()

@@ -160,21 +160,24 @@ pub fn stream_gates(path: &Path) {
     g3(path, &r, &c1);
 }
 
-/// The loopback device (started once per test binary): an in-process ggml RPC server fronting
-/// the CPU backend on 127.0.0.1 (same kernels: placement is the only difference).
+/// A loopback device of the calling test's own: an in-process ggml RPC server fronting the CPU
+/// backend on 127.0.0.1 (same kernels: placement is the only difference).
+///
+/// One server per test, never shared: ggml's RPC client keeps one connection per server for the
+/// whole process and replays a device's last graph by its id, while the server drops its stored
+/// graphs whenever any buffer on that connection is freed. Two tests running in parallel on one
+/// server therefore abort the process ("Remote RPC server crashed or returned malformed
+/// response") as soon as one frees a buffer between the other's two identical decode graphs; the
+/// clean-clone CI on ddd5aff did. bmoe runs one model at a time on a device, as each test now does.
 pub fn loopback() -> String {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        // One server thread: the client computes its own pieces beside it, and on a 2-core machine
-        // a second server thread spun in ggml's barrier waiting for a core (85% of the samples;
-        // the device gates ran 4x slower). The kernels give the same bits at any thread count.
-        let endpoint = start_loopback_server(Device::cpu().unwrap(), 1).expect("loopback server");
-        let devs = bmoe_engine::add_rpc_server(&endpoint).expect("add server");
-        assert_eq!(devs.len(), 1);
-        assert_eq!(devs[0].description, endpoint);
-        devs[0].name.clone()
-    })
-    .clone()
+    // One server thread: the client computes its own pieces beside it, and on a 2-core machine
+    // a second server thread spun in ggml's barrier waiting for a core (85% of the samples;
+    // the device gates ran 4x slower). The kernels give the same bits at any thread count.
+    let endpoint = start_loopback_server(Device::cpu().unwrap(), 1).expect("loopback server");
+    let devs = bmoe_engine::add_rpc_server(&endpoint).expect("add server");
+    assert_eq!(devs.len(), 1);
+    assert_eq!(devs[0].description, endpoint);
+    devs[0].name.clone()
 }
 
 const ARENA_PROMPTS: [&str; 2] = [
