@@ -419,9 +419,13 @@ pub struct DecideRequest {
 pub enum Prefetch {
     /// No prefetch: every miss is read at its routing node.
     Off,
-    /// The next layer's router on this layer's router input.
+    /// The next layer's router on this layer's router input; reads ahead only once enough of its
+    /// recent candidates turned out to be misses (scored from the first decode token on).
     #[default]
     Router,
+    /// The router's prediction, read ahead from the first token on and never paused: for a disk
+    /// and cores idle enough that a wrong read costs nothing that matters.
+    Eager,
     /// The experts the next layer routed to on the previous token.
     Repeat,
     /// The experts the next router ranks lowest: a prediction that is always wrong (gate G19's

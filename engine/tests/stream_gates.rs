@@ -8,7 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use bmoe_engine::{
-    CancelToken, DenseWeights, EngineError, GenerateOptions, LoadOptions, Model, StreamOptions,
+    CancelToken, DenseWeights, EngineError, GenerateOptions, LoadOptions, Model, Prefetch,
+    StreamOptions,
 };
 use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 use common::gates::stream;
@@ -48,7 +49,11 @@ fn gates_page_aligned_experts() {
     };
     let path = common::model("page-aligned-experts", &spec);
     gates(&path);
-    let (_, c) = common::gates::stream_run(&path, stream(1, false));
+    let eager = StreamOptions {
+        prefetch: Prefetch::Eager,
+        ..stream(1, false).unwrap()
+    };
+    let (_, c) = common::gates::stream_run(&path, Some(eager));
     assert!(
         c.prefetch_used > 0 && c.prefetch_moved > 0,
         "reads ahead must be moved into place: {c:?}"

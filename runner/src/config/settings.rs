@@ -253,9 +253,11 @@ impl fmt::Display for DenseWeights {
 #[serde(rename_all = "lowercase")]
 pub enum Prefetch {
     /// At each routing node, the next layer's router on this layer's input predicts what to read
-    /// ahead.
+    /// ahead; reads start once at least half of its recent candidates turned out to be misses.
     #[default]
     Router,
+    /// The router's prediction, read ahead from the first token on and never paused.
+    Eager,
     /// The experts the next layer routed to on the previous token.
     Repeat,
     /// Every miss is read at its routing node.
@@ -267,6 +269,7 @@ impl Prefetch {
     pub fn engine(self) -> bmoe_engine::Prefetch {
         match self {
             Prefetch::Router => bmoe_engine::Prefetch::Router,
+            Prefetch::Eager => bmoe_engine::Prefetch::Eager,
             Prefetch::Repeat => bmoe_engine::Prefetch::Repeat,
             Prefetch::Off => bmoe_engine::Prefetch::Off,
         }
@@ -277,6 +280,7 @@ impl fmt::Display for Prefetch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Prefetch::Router => "router",
+            Prefetch::Eager => "eager",
             Prefetch::Repeat => "repeat",
             Prefetch::Off => "off",
         })
