@@ -635,7 +635,10 @@ mod tests {
     fn reads_ahead_pause_while_few_candidates_turn_out_misses() {
         let worth = Streamer::worth_reading_ahead;
         // Until 64 candidates were scored the share is not trusted, and nothing is read.
-        assert!(!worth((CANDIDATE_WARMUP - 1.0, CANDIDATE_WARMUP - 1.0), Prefetch::Router));
+        assert!(!worth(
+            (CANDIDATE_WARMUP - 1.0, CANDIDATE_WARMUP - 1.0),
+            Prefetch::Router
+        ));
         // Then at least half of them must have been misses.
         assert!(!worth((100.0, 49.0), Prefetch::Router));
         assert!(worth((100.0, 50.0), Prefetch::Router));
