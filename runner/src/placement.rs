@@ -145,9 +145,24 @@ pub fn place_prefill(profile: &Profile, s: &Settings) -> PrefillPlace {
             ));
         }
     }
+    in_registry(name)
+}
+
+/// Looks a device name up in this build's ggml registry: the device, or the CPU and why.
+pub fn in_registry(name: &str) -> PrefillPlace {
     let devices = bmoe_engine::devices();
     match devices.iter().find(|d| d.name.eq_ignore_ascii_case(name)) {
-        None => cpu(format!("{name} is not in this build's registry")),
+        None => PrefillPlace {
+            device: None,
+            reason: format!(
+                "CPU ({name} is not in this build's registry, which has: {})",
+                devices
+                    .iter()
+                    .map(|d| d.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
         Some(d) => PrefillPlace {
             device: Some(d.name.clone()),
             reason: format!(
@@ -156,6 +171,36 @@ pub fn place_prefill(profile: &Profile, s: &Settings) -> PrefillPlace {
             ),
         },
     }
+}
+
+/// What to do when a named prefill device will not run: `Err` (a refusal, exit 2) when the name
+/// came from the command line (`--set device=`, `--device`) and the fallback was not allowed, as
+/// llama.cpp refuses an unknown `--device`; else the warning to print. `None` when nothing falls
+/// back.
+pub fn device_fallback(
+    asked: Option<&str>,
+    origin: &str,
+    place: &PrefillPlace,
+    allow_cpu_fallback: bool,
+) -> Option<Result<String, String>> {
+    let name = asked?;
+    if place.device.is_some() {
+        return None;
+    }
+    let why = place
+        .reason
+        .strip_prefix("CPU (")
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or(&place.reason);
+    let from_command_line = origin == "--set" || origin == "command-line flags";
+    if from_command_line && !allow_cpu_fallback {
+        return Some(Err(format!(
+            "prefill device {name} (from {origin}) cannot run here: {why}; give --allow-cpu-fallback to run prefill on the CPU instead"
+        )));
+    }
+    Some(Ok(format!(
+        "prefill device {name} (from {origin}) is not used: {why}; prefill runs on the CPU"
+    )))
 }
 
 /// One line of the memory budget.

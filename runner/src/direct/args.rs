@@ -233,6 +233,10 @@ pub struct EngineArgs {
     /// Print llama.cpp's log on stderr: set from the global `-v`.
     #[arg(skip)]
     pub verbose: bool,
+    /// A --device this build or machine lacks runs prefill on the CPU with a `bmoe:` line,
+    /// instead of being an error.
+    #[arg(long)]
+    pub allow_cpu_fallback: bool,
     /// Print the record as JSON.
     #[arg(long)]
     pub json: bool,
@@ -280,6 +284,31 @@ impl EngineArgs {
         m
     }
 
+    /// Refuses a prefill device named on the command line that will not run here (unless
+    /// `--allow-cpu-fallback`), before anything loads; says so for one named by the profile.
+    fn check_device(
+        &self,
+        s: &Settings,
+        profile: Option<&crate::config::profile::Profile>,
+        origin: &str,
+    ) -> anyhow::Result<()> {
+        let Some(name) = s.device_name() else {
+            return Ok(());
+        };
+        let place = match profile {
+            Some(pr) => placement::place_prefill(pr, s),
+            None => placement::in_registry(name),
+        };
+        match placement::device_fallback(Some(name), origin, &place, self.allow_cpu_fallback) {
+            Some(Err(e)) => anyhow::bail!(e),
+            // Without a profile the engine's own line at load says it; a profile's policy
+            // (a Hexagon generation) is the runner's to say.
+            Some(Ok(w)) if profile.is_some() => eprintln!("bmoe: {w}"),
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Resolves the layers (defaults < `--profile` < `BMOE_*` < `--set` < flags) and the engine
     /// options: through the profile's placement when one is given, else against this machine.
     pub fn resolve(&self) -> anyhow::Result<Direct> {
@@ -301,7 +330,9 @@ impl EngineArgs {
             _ => Vec::new(),
         };
         let r = layers::resolve_layers(base, &inputs).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let device_origin = r.origin("device").to_string();
         let s = r.settings;
+        self.check_device(&s, profile.as_ref(), &device_origin)?;
         if self.llama_load && !s.moe_stream {
             anyhow::bail!(
                 "--llama-load needs moe_stream (--moe-stream): it is how a streamed model loads"

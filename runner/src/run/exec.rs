@@ -582,6 +582,7 @@ fn base_row(
         prefetch: s.prefetch.to_string(),
         prefill_device: u.placement.prefill.device.clone().unwrap_or_default(),
         prefill_device_plan: u.placement.prefill.device.clone().unwrap_or_default(),
+        prefill_device_requested: s.device_name().unwrap_or_default().to_string(),
         device_ubatch: s.device_ubatch,
         cpu_ubatch: s.cpu_ubatch,
         min_tokens: s.min_tokens,

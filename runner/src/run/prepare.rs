@@ -47,6 +47,9 @@ pub struct Selection {
     /// `--overrides FILE`: a TOML overlay of layered keys, above the job's `[overrides]` and below
     /// its sweep.
     pub overrides: Option<PathBuf>,
+    /// `--allow-cpu-fallback`: a prefill device named on the command line that cannot run here
+    /// is a warning, not an error.
+    pub allow_cpu_fallback: bool,
 }
 
 /// Loads, checks, layers and places everything; the error lists every problem found.
@@ -162,6 +165,26 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
             }
             match place(&profile, &resolved.settings, &j.model) {
                 Ok(placement) => {
+                    match crate::placement::device_fallback(
+                        resolved.settings.device_name(),
+                        resolved.origin("device"),
+                        &placement.prefill,
+                        sel.allow_cpu_fallback,
+                    ) {
+                        Some(Err(e)) => {
+                            let e = format!("{} on profile {}: {e}", j.job.name, profile.name);
+                            if !placement_errors.contains(&e) {
+                                placement_errors.push(e);
+                            }
+                        }
+                        Some(Ok(w)) => warnings.push(format!(
+                            "{} on profile {} (point {}): {w}",
+                            j.job.name,
+                            profile.name,
+                            point_label(point)
+                        )),
+                        None => {}
+                    }
                     if let Some(note) = placement.threads.capped_note() {
                         let w = format!(
                             "{} ({}): {note}",

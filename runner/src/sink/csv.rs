@@ -353,9 +353,9 @@ mod tests {
 
     /// A file an older build wrote (schema 2's columns end at `reuse_reason`, schema 3's at
     /// `prefill_dev_whole_fallback`) is an older header: this build appends next to it, in
-    /// `<stem>.v4.csv`.
+    /// `<stem>.v5.csv`.
     #[test]
-    fn schema_2_and_3_files_rotate_to_v4() {
+    fn schema_2_and_3_files_rotate_to_v5() {
         let cols = Row::columns();
         for last in ["reuse_reason", "prefill_dev_whole_fallback"] {
             let end = cols.iter().position(|c| c == last).unwrap() + 1;
@@ -368,7 +368,7 @@ mod tests {
             let p = d.path().join("nightly.csv");
             std::fs::write(&p, format!("{}\n", cols[..end].join(","))).unwrap();
             let (t, _) = resolve(&p).unwrap();
-            assert_eq!(t.write, d.path().join("nightly.v4.csv"));
+            assert_eq!(t.write, d.path().join("nightly.v5.csv"));
         }
     }
 
@@ -466,7 +466,7 @@ mod tests {
         assert_eq!(e.rows[0].item, "a");
         assert_eq!(e.rows[0].host, "");
         let (t, rows) = resolve(&p).unwrap();
-        assert_eq!(t.write, d.path().join("x.v4.csv"));
+        assert_eq!(t.write, d.path().join("x.v5.csv"));
         assert!(t.note.unwrap().contains("older bmoe (schema 1)"));
         assert_eq!(rows.len(), 1);
         let mut s = CsvSink::open(&t.write).unwrap();

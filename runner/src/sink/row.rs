@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// One row of the telemetry CSV (see docs/telemetry.md).
 ///
@@ -294,6 +294,12 @@ pub struct Row {
     /// reading them from the GGUF.
     #[schemars(extend("x-since" = 4, "x-unit" = "count"))]
     pub prefill_dev_cached_experts: u64,
+    // ---- schema 5 ----
+    /// The prefill device the settings asked for (`device`), empty for none; beside
+    /// `prefill_device_plan` (what placement kept) and `prefill_device` (what ran), so a row that
+    /// fell back to the CPU says what it was asked to run on.
+    #[schemars(extend("x-since" = 5))]
+    pub prefill_device_requested: String,
 }
 
 impl Row {

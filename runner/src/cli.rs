@@ -1,0 +1,295 @@
+//! The command line's types: every command, flag and output format, in one place (clap derive).
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::direct;
+use crate::run::prepare::Selection;
+
+/// bmoe: run mixture-of-experts models as declarative batch jobs.
+#[derive(Parser)]
+#[command(
+    name = "bmoe",
+    version,
+    about,
+    propagate_version = true,
+    after_long_help = "Exit status: 0 ok; 1 differences found (compare) or items refused (run); \
+2 usage, configuration or I/O error; 130 stopped by a signal (resume with --resume)."
+)]
+pub struct Cli {
+    /// Less output: no progress bars or progress lines.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// More output: llama.cpp's own log on stderr (in runs too).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How a command prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Format {
+    /// Lines for people.
+    #[default]
+    Text,
+    /// One JSON document on stdout.
+    Json,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Check job and profile files (schema, then semantics, then placement), then load each model
+    /// once in a child process (the probe; --no-probe skips it).
+    Check(CheckArgs),
+    /// Print each resolved value and where it came from, the placement and the memory budget.
+    Plan(FormattedTarget),
+    /// Run jobs: one CSV row per decision, prompt or text.
+    Run(RunArgs),
+    /// Compare two telemetry CSVs (one run of each), for nightly regression checks.
+    Compare(CompareArgs),
+    /// Merge the CSVs of a sharded run into one (checked, de-duplicated, written atomically).
+    Merge(MergeArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff), or write one page per command into a folder.
+    Man(ManArgs),
+    /// Summarise telemetry CSVs per (job, profile, sweep point): tables, plots, the best point.
+    Report(ReportArgs),
+    /// Write the JSON Schemas (profile, job, telemetry) generated from the code.
+    Schema(SchemaArgs),
+    /// List the ggml backends and devices of this build.
+    Devices(direct::DevicesArgs),
+    /// Write a synthetic MoE GGUF.
+    Synth(direct::SynthArgs),
+    /// List the model architectures this build writes and checks (coverage: docs/architectures.md).
+    Archs(direct::ArchsArgs),
+    /// Generate text once.
+    Generate(direct::GenerateArgs),
+    /// Score choices after a prompt (one prefill, no decode).
+    Decide(direct::DecideArgs),
+    /// Perplexity of a text file.
+    Ppl(direct::PplArgs),
+    /// The probe's child process: load a model, generate one token (used by check and run).
+    #[command(name = "__probe", hide = true)]
+    Probe {
+        /// The GGUF model.
+        model: PathBuf,
+    },
+}
+
+/// Jobs and how to configure them.
+#[derive(Args)]
+pub struct Target {
+    /// Job files (TOML).
+    #[arg(required = true)]
+    pub jobs: Vec<PathBuf>,
+    /// Device profile; replaces each job's default `profile`.
+    #[arg(long, short = 'p')]
+    pub profile: Option<PathBuf>,
+    /// Override a profile value (highest layer), e.g. --set cache_mb=auto; repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// A TOML file of layered keys (e.g. from `bmoe report --best --write-overrides`): a layer
+    /// above each job's [overrides], below its [sweep].
+    #[arg(long, value_name = "FILE")]
+    pub overrides: Option<PathBuf>,
+    /// A prefill device named with --set that this build or machine lacks runs prefill on the
+    /// CPU with a warning, instead of being an error.
+    #[arg(long)]
+    pub allow_cpu_fallback: bool,
+}
+
+/// `bmoe check`: a target, an output format, and whether to probe the models.
+#[derive(Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub t: FormattedTarget,
+    /// Do not load the models in a child process (trusted files); only their headers are checked.
+    #[arg(long)]
+    pub no_probe: bool,
+}
+
+/// A target plus an output format.
+#[derive(Args)]
+pub struct FormattedTarget {
+    #[command(flatten)]
+    pub target: Target,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+impl Target {
+    pub fn selection(&self) -> Selection {
+        Selection {
+            profile: self.profile.clone(),
+            sets: self.sets.clone(),
+            overrides: self.overrides.clone(),
+            allow_cpu_fallback: self.allow_cpu_fallback,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Run id written to every row (default: <job>-<UTC timestamp>; with --shard <job>-<UTC date>,
+    /// the same in every shard started that day).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Continue a run: skip items already in the CSV for this run id (default: the job's last run).
+    #[arg(long)]
+    pub resume: bool,
+    /// Print each row as one JSON object per line on stdout (JSON Lines, the CSV's column names).
+    #[arg(long)]
+    pub machine: bool,
+    /// Run one shard: K/N with K 0-based (0/3, 1/3, 2/3), or N with K from JOB_COMPLETION_INDEX
+    /// (Kubernetes Indexed Job) or SLURM_ARRAY_TASK_ID (Slurm array; SLURM_ARRAY_TASK_COUNT alone
+    /// also shards). An item's shard depends only on its id.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
+    /// Write rows here instead of each job's `csv`; `{shard}` becomes the shard index K.
+    #[arg(long, value_name = "PATH")]
+    pub csv: Option<String>,
+    /// Take at most N items of each job (after --shard and --items), for smoke runs.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Take only the items whose id matches this glob (`d1*`, `{open,close}-*`).
+    #[arg(long, value_name = "GLOB")]
+    pub items: Option<String>,
+    /// Format of the summary printed at the end (rows always go to the CSV).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Do not load each model once in a child process first (trusted files): a model that makes
+    /// llama.cpp abort then ends the whole run instead of writing error rows.
+    #[arg(long)]
+    pub no_probe: bool,
+}
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// The baseline CSV.
+    pub a: PathBuf,
+    /// The CSV compared with it.
+    pub b: PathBuf,
+    /// Run id to take from A (default: its last run).
+    #[arg(long)]
+    pub run_a: Option<String>,
+    /// Run id to take from B (default: its last run).
+    #[arg(long)]
+    pub run_b: Option<String>,
+    /// Largest choice_logp / perplexity difference still counted as identical.
+    #[arg(long, default_value_t = 0.0)]
+    pub tolerance: f64,
+    /// Kept for old scripts: a difference always exits 1 now (as diff does).
+    #[arg(long, hide = true)]
+    pub fail_on_diff: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(Args)]
+pub struct MergeArgs {
+    /// The CSVs to merge (the shards of one run).
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// The merged CSV (refused when it exists, unless --force).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Replace the output when it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Output format of the report.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args)]
+pub struct ManArgs {
+    /// Write bmoe.1 and one bmoe-<command>.1 per command into this folder instead of printing.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Report formats.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// One self-contained HTML page (inline SVG plots).
+    Html,
+    /// Markdown tables.
+    Md,
+    /// JSON, for dashboards.
+    Json,
+}
+
+#[derive(Args)]
+#[command(after_long_help = "Examples:
+  bmoe report runs/sweep-cache.csv                       # Markdown tables on stdout
+  bmoe report runs/sweep-cache.csv -o report.html        # one HTML page with plots
+  bmoe report runs/sweep-cache.csv --best --objective prefill_tps \\
+      --require \"agreement>=0.99\" --write-overrides best.toml
+  bmoe plan jobs/agent-replay.toml --overrides best.toml  # the winner as its own layer")]
+pub struct ReportArgs {
+    /// Telemetry CSVs; read by column name, so files of different builds mix.
+    #[arg(required = true)]
+    pub csvs: Vec<PathBuf>,
+    /// Write the report here (atomically) instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Output format (default: from the -o extension, else md).
+    #[arg(long, value_enum)]
+    pub format: Option<ReportFormat>,
+    /// Reference point for agreement on `best` (default: each job and profile's first point).
+    #[arg(long, value_name = "POINT")]
+    pub reference: Option<String>,
+    /// Only rows of this job.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Only rows of this profile (by name).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Only rows of these runs; repeatable.
+    #[arg(long = "run-id", value_name = "ID")]
+    pub run_ids: Vec<String>,
+    /// Profile files whose ram_mb is drawn on the peak RSS plot; repeatable.
+    #[arg(long = "profile-file", value_name = "FILE")]
+    pub profile_files: Vec<PathBuf>,
+    /// Pick the best point of each job and profile (implied by --objective, --require,
+    /// --write-overrides).
+    #[arg(long)]
+    pub best: bool,
+    /// Metric or column to optimise (default: decode_tps where measured, else prefill_tps).
+    #[arg(long, value_name = "NAME")]
+    pub objective: Option<String>,
+    /// A requirement on a metric or column, e.g. "peak_rss_mib<=6000"; repeatable.
+    #[arg(long = "require", value_name = "NAME<=N")]
+    pub requires: Vec<String>,
+    /// Lower objective wins (default: lower for times, MiB and read per token).
+    #[arg(long, conflicts_with = "maximize")]
+    pub minimize: bool,
+    /// Higher objective wins.
+    #[arg(long)]
+    pub maximize: bool,
+    /// Write the best point as a TOML overlay for `--overrides` on check/plan/run.
+    #[arg(long, value_name = "FILE")]
+    pub write_overrides: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct SchemaArgs {
+    /// Folder to write into.
+    #[arg(long, default_value = "schemas")]
+    pub out: PathBuf,
+    /// Write nothing; exit 1 when the files in --out differ from the code.
+    #[arg(long)]
+    pub check: bool,
+}

@@ -1,0 +1,42 @@
+//! `bmoe man` and `bmoe completions`: both from the same clap definition as `--help`.
+use std::path::Path;
+
+use anyhow::Context;
+use clap::CommandFactory;
+
+use crate::cli::{Cli, CompletionsArgs};
+
+/// Runs `bmoe completions`.
+pub fn completions(a: CompletionsArgs) -> anyhow::Result<()> {
+    let mut cmd = Cli::command();
+    clap_complete::generate(a.shell, &mut cmd, "bmoe", &mut std::io::stdout());
+    Ok(())
+}
+
+/// The man pages, from the same clap definition as `--help`.
+pub fn write_man(out: Option<&Path>) -> anyhow::Result<()> {
+    let cmd = Cli::command();
+    let Some(dir) = out else {
+        let mut stdout = std::io::stdout().lock();
+        clap_mangen::Man::new(cmd)
+            .render(&mut stdout)
+            .context("writing the man page to stdout")?;
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut pages = vec![("bmoe".to_string(), cmd.clone())];
+    for sub in cmd.get_subcommands() {
+        let name = format!("bmoe-{}", sub.get_name());
+        pages.push((name.clone(), sub.clone().name(name)));
+    }
+    for (name, c) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(c)
+            .render(&mut buf)
+            .with_context(|| format!("rendering {name}.1"))?;
+        std::fs::write(&path, buf).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! What every command shares for output: JSON on stdout, warnings on stderr, atomic files.
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::run::prepare::Prepared;
+
+/// Prints a value as pretty JSON on stdout.
+pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, v).context("writing JSON to stdout")?;
+    writeln!(out).context("writing JSON to stdout")
+}
+
+pub fn print_warnings(p: &Prepared) {
+    for w in &p.warnings {
+        eprintln!("warning: {w}");
+    }
+}
+
+/// Writes `text` to `path` through a temporary file in the same folder, so a failure leaves
+/// nothing half-written.
+pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    // Like a job's CSV, an output's folder is created on first use.
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir)
+        .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+    tmp.write_all(text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    // A temporary file is private (0600); a report or overlay is an ordinary file.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    tmp.persist(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
