@@ -70,12 +70,6 @@ pub enum Command {
     Decide(direct::DecideArgs),
     /// Perplexity of a text file.
     Ppl(direct::PplArgs),
-    /// The probe's child process: load a model, generate one token (used by check and run).
-    #[command(name = "__probe", hide = true)]
-    Probe {
-        /// The GGUF model.
-        model: PathBuf,
-    },
 }
 
 /// Jobs and how to configure them.

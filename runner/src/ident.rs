@@ -15,6 +15,17 @@ pub const GIT_COMMIT: &str = env!("BMOE_GIT_COMMIT");
 /// The llama.cpp build: the pinned llama-cpp-sys-2 version that vendors it (set by build.rs).
 pub const LLAMA_CPP: &str = env!("BMOE_LLAMA_CPP");
 
+/// `bmoe --version` in full: the commit, the llama.cpp pin, and the ggml backends and CPU
+/// features of this build (`-V` prints the version alone), as `rustc -vV` does.
+pub fn long_version() -> String {
+    format!(
+        "{}\ncommit: {GIT_COMMIT}\nllama.cpp: {LLAMA_CPP}\nbackends: {}\ncpu: {}",
+        env!("CARGO_PKG_VERSION"),
+        bmoe_engine::backend_names().join(", "),
+        bmoe_engine::system_info().trim()
+    )
+}
+
 /// The machine a run is on, read once.
 #[derive(Debug, Clone, Default)]
 pub struct Machine {

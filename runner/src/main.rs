@@ -19,23 +19,84 @@ mod schema;
 mod sink;
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU8, Ordering};
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use cli::{Cli, Command};
 
+/// The exit status when stdout's reader goes away (`bmoe plan | head`): 0 for a command that
+/// only prints, as ripgrep and cargo do; a run stopped early is not a success.
+static BROKEN_PIPE_EXIT: AtomicU8 = AtomicU8::new(0);
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    quiet_on_broken_pipe();
+    // The probe's child is internal: not a clap command, so no completion or man page offers it.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == probe::CHILD_ARG) {
+        return match args.get(2) {
+            Some(model) => {
+                finish(probe::run_child(std::path::Path::new(model)).map(|()| ExitCode::SUCCESS))
+            }
+            None => finish(Err(anyhow::anyhow!(
+                "{} needs a model path",
+                probe::CHILD_ARG
+            ))),
+        };
+    }
+    let matches = Cli::command()
+        .long_version(ident::long_version())
+        .get_matches_from(args);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     // llama.cpp's log is noise unless asked for; -v asks, in one-shot commands and runs alike.
     bmoe_engine::set_log_verbose(cli.verbose);
-    match dispatch(cli.command, cli.quiet, cli.verbose) {
+    if matches!(cli.command, Command::Run(_)) {
+        BROKEN_PIPE_EXIT.store(commands::EXIT_STOPPED, Ordering::Relaxed);
+    }
+    finish(dispatch(cli.command, cli.quiet, cli.verbose))
+}
+
+/// The exit status of a command's result; an error is printed once, as a line.
+fn finish(r: anyhow::Result<ExitCode>) -> ExitCode {
+    match r {
         Ok(code) => code,
+        Err(e) if broken_pipe(&e) => ExitCode::from(BROKEN_PIPE_EXIT.load(Ordering::Relaxed)),
         Err(e) => {
             // Display, never Debug: no backtrace on user input, whatever RUST_BACKTRACE says.
             eprintln!("error: {e:#}");
             ExitCode::from(commands::EXIT_ERROR)
         }
     }
+}
+
+/// Whether an error comes from writing to a pipe whose reader has gone.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// `println!` panics when stdout's reader has gone (`bmoe plan | head -3`); that is not a crash
+/// but the reader saying it has seen enough, so the process ends quietly instead. Every other
+/// panic keeps the default report.
+fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(i32::from(BROKEN_PIPE_EXIT.load(Ordering::Relaxed)));
+        }
+        default(info);
+    }));
 }
 
 /// Hands each command to its module.
@@ -57,7 +118,6 @@ fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode
             a.engine.verbose = verbose;
             done(direct::run_ppl(a))
         }
-        Command::Probe { model } => done(probe::run_child(&model)),
         Command::Check(a) => commands::check::check(a),
         Command::Plan(t) => commands::plan::plan(t),
         Command::Run(a) => commands::run::run(a, quiet),

@@ -12,6 +12,10 @@ use bmoe_engine::{GenerateOptions, LoadOptions, Model, Sampling, SessionOptions}
 /// Lines of the child's log quoted when it died.
 const TAIL_LINES: usize = 6;
 
+/// The first argument that makes `bmoe` the probe's child (`bmoe __probe MODEL`); internal, so
+/// it is no clap command (no completion, help or man page shows it).
+pub const CHILD_ARG: &str = "__probe";
+
 /// How a probe ended.
 #[derive(Debug)]
 pub enum ProbeResult {
@@ -52,7 +56,7 @@ pub fn probe(model: &Path) -> anyhow::Result<ProbeResult> {
     let exe = std::env::current_exe().context("finding the bmoe executable for the probe")?;
     let t0 = Instant::now();
     let out = Command::new(exe)
-        .arg("__probe")
+        .arg(CHILD_ARG)
         .arg(model)
         // ggml's abort would otherwise try to attach a debugger for a backtrace.
         .env("GGML_NO_BACKTRACE", "1")

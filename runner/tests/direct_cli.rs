@@ -72,7 +72,33 @@ fn generate_twice_gives_the_same_bytes() {
 }
 
 #[test]
-fn an_unknown_prefill_device_runs_on_the_cpu_with_one_line() {
+fn an_unknown_prefill_device_on_the_command_line_is_an_error() {
+    let m = tiny();
+    // As llama.cpp refuses an unknown --device: a typo must not measure the CPU in silence.
+    let o = bmoe(&[
+        "generate",
+        "-m",
+        s(&m),
+        "-p",
+        "Hi",
+        "-n",
+        "8",
+        "--device",
+        "CUDAO",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("prefill device CUDAO")
+            && err.contains("is not in this build's registry")
+            && err.contains("--allow-cpu-fallback"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "nothing generated");
+}
+
+#[test]
+fn an_unknown_prefill_device_with_fallback_allowed_runs_on_the_cpu_with_one_line() {
     let m = tiny();
     let plain = bmoe(&["generate", "-m", s(&m), "-p", "Hi", "-n", "8", "-t", "2"]);
     let o = bmoe(&[
@@ -87,6 +113,7 @@ fn an_unknown_prefill_device_runs_on_the_cpu_with_one_line() {
         "2",
         "--prefill-device",
         "HTP0",
+        "--allow-cpu-fallback",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
@@ -184,6 +211,7 @@ fn an_out_of_range_routed_share_is_an_error_not_a_panic() {
         "4",
         "--prefill-device",
         "HTP0",
+        "--allow-cpu-fallback",
         "--prefill-routed-full",
         "1.5",
     ]);

@@ -96,20 +96,78 @@ fn plan_explains_values_placement_and_budget() {
 }
 
 #[test]
-fn an_unregistered_device_leaves_prefill_on_the_cpu() {
+fn an_unregistered_device_from_a_profile_is_a_warning_per_unit_and_recorded() {
     let p = project_with_examples();
+    let warning = "warning: demo on profile oneplus-15 (point base): prefill device HTP0 (from profile profiles/oneplus-15.toml) is not used: HTP0 is not in this build's registry";
+    for cmd in ["check", "plan"] {
+        let o = p.bmoe(&[
+            cmd,
+            "jobs/demo.toml",
+            "--profile",
+            "profiles/oneplus-15.toml",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(text(&o).contains(warning), "{cmd}: {}", text(&o));
+    }
     let o = p.bmoe(&[
         "plan",
         "jobs/demo.toml",
         "--profile",
         "profiles/oneplus-15.toml",
     ]);
-    assert!(o.status.success(), "{}", text(&o));
     assert!(
-        text(&o).contains("CPU (HTP0 is not in this build's registry)"),
+        text(&o).contains("CPU (HTP0 is not in this build's registry, which has: "),
         "{}",
         text(&o)
     );
+    let o = p.bmoe(&[
+        "run",
+        "jobs/demo.toml",
+        "--profile",
+        "profiles/oneplus-15.toml",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(text(&o).matches(warning).count(), 1, "{}", text(&o));
+    let csv = p.read("runs/demo.csv");
+    let mut r = csv::Reader::from_reader(csv.as_bytes());
+    let head = r.headers().unwrap().clone();
+    let col = |n: &str| head.iter().position(|h| h == n).unwrap();
+    let rows: Vec<csv::StringRecord> = r.records().map(|x| x.unwrap()).collect();
+    assert_eq!(rows.len(), 3);
+    for row in rows {
+        assert_eq!(&row[col("prefill_device_requested")], "HTP0");
+        assert_eq!(&row[col("prefill_device_plan")], "");
+        assert_eq!(&row[col("prefill_device")], "", "the CPU ran prefill");
+    }
+}
+
+#[test]
+fn a_device_named_with_set_that_cannot_run_is_an_error_unless_allowed() {
+    let p = project_with_examples();
+    for cmd in ["check", "plan", "run"] {
+        let o = p.bmoe(&[cmd, "jobs/demo.toml", "--set", "device=CUDA0", "--quiet"]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", text(&o));
+        assert!(
+            text(&o).contains("prefill device CUDA0 (from --set) cannot run here: CUDA0 is not in this build's registry")
+                && text(&o).contains("--allow-cpu-fallback"),
+            "{cmd}: {}",
+            text(&o)
+        );
+    }
+    assert!(!p.path("runs/demo.csv").exists(), "nothing written");
+    let o = p.bmoe(&[
+        "run",
+        "jobs/demo.toml",
+        "--set",
+        "device=CUDA0",
+        "--allow-cpu-fallback",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("warning: demo on profile host-cpu (point base): prefill device CUDA0 (from --set) is not used"), "{}", text(&o));
+    let csv = p.read("runs/demo.csv");
+    assert!(csv.lines().nth(1).unwrap().contains(",CUDA0"), "{csv}");
 }
 
 #[test]

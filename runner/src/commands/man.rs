@@ -26,8 +26,15 @@ pub fn write_man(out: Option<&Path>) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut pages = vec![("bmoe".to_string(), cmd.clone())];
     for sub in cmd.get_subcommands() {
-        let name = format!("bmoe-{}", sub.get_name());
-        pages.push((name.clone(), sub.clone().name(name)));
+        if sub.is_hide_set() {
+            continue;
+        }
+        // The file is bmoe-run.1 (as git's pages are); the page itself says `bmoe run`.
+        let shown = format!("bmoe {}", sub.get_name());
+        pages.push((
+            format!("bmoe-{}", sub.get_name()),
+            sub.clone().display_name(shown.clone()).bin_name(shown),
+        ));
     }
     for (name, c) in pages {
         let path = dir.join(format!("{name}.1"));

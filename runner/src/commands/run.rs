@@ -81,46 +81,7 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             println!("{json}");
         }
     } else {
-        let mut out = String::new();
-        for w in &s.written {
-            out.push_str(&format!(
-                "run {}{}: {} rows appended to {}\n",
-                s.run_id,
-                s.shard
-                    .as_ref()
-                    .map(|k| format!(" shard {k}"))
-                    .unwrap_or_default(),
-                w.rows,
-                w.csv
-            ));
-        }
-        out.push_str(&format!(
-            "skipped {} items already in the run, {} refused by the engine\n",
-            s.skipped, s.failed
-        ));
-        if s.prefill_tokens > 0 {
-            out.push_str(&format!(
-                "prefill: {} tokens in {:.3} s ({:.1} tokens/s)\n",
-                s.prefill_tokens,
-                s.prefill_s,
-                if s.prefill_s > 0.0 {
-                    s.prefill_tokens as f64 / s.prefill_s
-                } else {
-                    0.0
-                }
-            ));
-        }
-        if s.decisions > 0 {
-            out.push_str(&format!("decisions: {}\n", s.decisions));
-        }
-        if let Some(acc) = s.accuracy {
-            out.push_str(&format!(
-                "accuracy: {}/{} decisions with an expected answer correct ({:.1}%)\n",
-                s.correct,
-                s.with_expected,
-                acc * 100.0
-            ));
-        }
+        let out = summary_text(&s);
         if opts.machine {
             eprint!("{out}");
         } else {
@@ -152,4 +113,88 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_DIFF));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `n thing` or `n things`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A rate with three significant digits, in the unit llama.cpp's tools print (`tok/s`).
+fn rate(tokens: u64, seconds: f64) -> String {
+    if seconds <= 0.0 {
+        return "- tok/s".into();
+    }
+    let r = tokens as f64 / seconds;
+    let decimals = if r >= 100.0 {
+        0
+    } else if r >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{r:.decimals$} tok/s")
+}
+
+/// The run's summary for people: rows per CSV, then what each kind of job measured.
+fn summary_text(s: &run::exec::Summary) -> String {
+    let mut out = String::new();
+    let shard = s
+        .shard
+        .as_ref()
+        .map(|k| format!(" shard {k}"))
+        .unwrap_or_default();
+    for w in &s.written {
+        out.push_str(&format!(
+            "run {}{shard}: {} appended to {}\n",
+            s.run_id,
+            count(w.rows, "row", "rows"),
+            w.csv
+        ));
+    }
+    if s.skipped > 0 || s.failed > 0 {
+        out.push_str(&format!(
+            "skipped {} already in the run, {} refused by the engine\n",
+            count(s.skipped, "item", "items"),
+            s.failed
+        ));
+    }
+    if s.prefill_tokens > 0 {
+        out.push_str(&format!(
+            "prefill: {} in {:.3} s ({})\n",
+            count(s.prefill_tokens, "token", "tokens"),
+            s.prefill_s,
+            rate(s.prefill_tokens, s.prefill_s)
+        ));
+    }
+    if s.decode_tokens > 0 {
+        out.push_str(&format!(
+            "decode: {} in {:.3} s ({})\n",
+            count(s.decode_tokens, "token", "tokens"),
+            s.decode_s,
+            rate(s.decode_tokens, s.decode_s)
+        ));
+    }
+    if let Some(ppl) = s.ppl {
+        out.push_str(&format!(
+            "perplexity: {ppl:.4} over {} (mean NLL {:.4} nats)\n",
+            count(s.ppl_tokens, "scored token", "scored tokens"),
+            s.nll_sum / s.ppl_tokens as f64
+        ));
+    }
+    if s.decisions > 0 {
+        out.push_str(&format!(
+            "decisions: {}\n",
+            count(s.decisions, "decision", "decisions")
+        ));
+    }
+    if let Some(acc) = s.accuracy {
+        out.push_str(&format!(
+            "accuracy: {}/{} decisions with an expected answer correct ({:.1}%)\n",
+            s.correct,
+            s.with_expected,
+            acc * 100.0
+        ));
+    }
+    out
 }

@@ -442,6 +442,11 @@ impl ScoringArg {
 
 /// `bmoe generate`.
 #[derive(Debug, Args)]
+#[command(after_long_help = "Examples:
+  bmoe generate -m models/tiny.gguf -p \"Hello\" -n 32
+  bmoe generate -m models/tiny.gguf -p \"Hello\" --moe-stream --cache-mb 1   # experts streamed from the GGUF
+  bmoe generate -m models/tiny.gguf -p \"Hello\" --seed 7 --temp 0.8   # sampled
+  bmoe generate -m models/tiny.gguf -p \"Hello\" --profile profiles/host-cpu.toml --json")]
 pub struct GenerateArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -470,6 +475,10 @@ pub struct GenerateArgs {
 
 /// `bmoe decide`.
 #[derive(Debug, Args)]
+#[command(after_long_help = "Examples:
+  bmoe decide -m models/tiny.gguf --prefix \"Task: reply.\" --suffix \"Which button?\" --choice OK --choice Cancel
+  bmoe decide -m models/tiny.gguf --prefix \"...\" --choice \"click(submit)\" --choice \"click(cancel)\" --scoring sum --expected 0
+  bmoe decide -m models/tiny.gguf --prefix \"...\" --choice A --choice B --raw --prefix-reuse off")]
 pub struct DecideArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -479,8 +488,8 @@ pub struct DecideArgs {
     /// The part that changes.
     #[arg(long, default_value = "")]
     pub suffix: String,
-    /// A choice (repeat for each).
-    #[arg(long = "choice")]
+    /// A choice (repeat for each; at least one, checked before the model loads).
+    #[arg(long = "choice", required = true)]
     pub choices: Vec<String>,
     /// Feed prefix + suffix as is, without the model's chat template.
     #[arg(long)]

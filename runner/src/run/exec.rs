@@ -80,6 +80,34 @@ pub struct Summary {
     pub prefill_s: f64,
     /// Sum of prefilled tokens (without the prefix tokens decisions reused).
     pub prefill_tokens: u64,
+    /// generate: tokens decoded, over the rows without an error.
+    pub decode_tokens: u64,
+    /// generate: seconds spent decoding them.
+    pub decode_s: f64,
+    /// perplexity: tokens scored, over the rows without an error.
+    pub ppl_tokens: u64,
+    /// perplexity: the sum of their negative log-likelihoods (nats).
+    pub nll_sum: f64,
+    /// perplexity: exp(nll_sum / ppl_tokens), as llama-perplexity pools a whole text; `None`
+    /// when nothing was scored.
+    pub ppl: Option<f64>,
+}
+
+impl Summary {
+    /// Counts what a row of any kind measured: decode tokens and time, scored tokens and NLL.
+    fn add_outcome(&mut self, row: &Row) {
+        if !row.error.is_empty() {
+            return;
+        }
+        if row.tokens > 0 {
+            self.decode_tokens += u64::from(row.tokens);
+            self.decode_s += row.decode_s;
+        }
+        if let (Some(n), Some(nll)) = (row.n_scored, row.nll_mean) {
+            self.ppl_tokens += u64::from(n);
+            self.nll_sum += nll * f64::from(n);
+        }
+    }
 }
 
 /// The default run id: `<job>-<UTC timestamp>`; for a sharded run `<job>-<UTC date>`, so every
@@ -427,6 +455,7 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
                     summary.correct += u64::from(ok);
                 }
             }
+            summary.add_outcome(&row);
             summary.prefill_s += row.prefill_s;
             // What was prefilled: a decision that reused a cached prefix prefilled only the rest.
             let prefilled = row.n_prefilled.unwrap_or(row.n_prompt);
@@ -444,6 +473,8 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
     progress.finish();
     summary.accuracy =
         (summary.with_expected > 0).then(|| summary.correct as f64 / summary.with_expected as f64);
+    summary.ppl =
+        (summary.ppl_tokens > 0).then(|| (summary.nll_sum / summary.ppl_tokens as f64).exp());
     let mut w: Vec<(PathBuf, u64)> = written.into_iter().collect();
     w.sort();
     // Name every CSV a job points at, even one that got no new rows (all skipped).
