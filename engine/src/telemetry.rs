@@ -343,6 +343,9 @@ pub struct PerplexityRecord {
     pub ppl: f64,
     /// Mean negative log-likelihood in nats.
     pub nll_mean: f64,
+    /// Standard error of `nll_mean` over the scored tokens (llama-perplexity's); the perplexity's
+    /// is `ppl * nll_stderr`, as it prints `PPL = x +/- y`.
+    pub nll_stderr: f64,
     /// Tokens scored.
     pub n_scored: u32,
     /// Tokens in the text.

@@ -18,10 +18,10 @@ use crate::run::prepare::Selection;
 )]
 pub struct Cli {
     /// Less output: no progress bars or progress lines.
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = "Global options")]
     pub quiet: bool,
     /// More output: llama.cpp's own log on stderr (in runs too).
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = "Global options")]
     pub verbose: bool,
     #[command(subcommand)]
     pub command: Command,

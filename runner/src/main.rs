@@ -66,7 +66,7 @@ fn finish(r: anyhow::Result<ExitCode>) -> ExitCode {
         Err(e) if broken_pipe(&e) => ExitCode::from(BROKEN_PIPE_EXIT.load(Ordering::Relaxed)),
         Err(e) => {
             // Display, never Debug: no backtrace on user input, whatever RUST_BACKTRACE says.
-            eprintln!("error: {e:#}");
+            eprintln!("{}: {e:#}", commands::output::label("error"));
             ExitCode::from(commands::EXIT_ERROR)
         }
     }

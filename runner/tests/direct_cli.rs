@@ -193,8 +193,9 @@ fn bad_inputs_are_clear_errors() {
         "start with the same token",
     );
     assert_clean_error(
-        &bmoe(&["decide", "-m", s(&m), "--prefix", "x"]),
-        "choice list is empty",
+        // Refused by the argument parser, before a model (gigabytes) is loaded.
+        &bmoe(&["decide", "-m", "/nonexistent.gguf", "--prefix", "x"]),
+        "the following required arguments were not provided",
     );
 }
 
@@ -235,4 +236,39 @@ fn synth_cli_writes_the_library_bytes() {
         std::fs::read(&p).unwrap() == std::fs::read(tiny()).unwrap(),
         "`bmoe synth --preset tiny` and bmoe_synth::write_model wrote different files"
     );
+}
+
+#[test]
+fn a_streaming_flag_without_streaming_says_it_does_nothing() {
+    let m = tiny();
+    let o = bmoe(&[
+        "generate",
+        "-m",
+        s(&m),
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+        "--cache-mb",
+        "20",
+    ]);
+    assert!(o.status.success(), "{}", common::text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bmoe: --cache-mb only applies to a streamed model (--moe-stream): ignored"),
+        "{err}"
+    );
+    let o = bmoe(&[
+        "generate",
+        "-m",
+        s(&m),
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+        "--moe-stream",
+        "--cache-mb",
+        "1",
+    ]);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("only apply"));
 }

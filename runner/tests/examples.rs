@@ -240,3 +240,15 @@ fn ctrl_c_finishes_the_row_in_flight_and_exits_cleanly() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(common::data_lines(&p.read("runs/decide.csv")).len(), 60);
 }
+
+#[test]
+fn explain_without_a_prefill_device_is_a_warning_not_silence() {
+    let p = project_with_examples();
+    let o = p.bmoe(&["plan", "jobs/demo.toml", "--set", "explain=true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("warning: demo on profile host-cpu (point base): explain (--set) profiles device prefill, and no prefill device runs: it does nothing"),
+        "{}",
+        text(&o)
+    );
+}

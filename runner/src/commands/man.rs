@@ -9,8 +9,11 @@ use crate::cli::{Cli, CompletionsArgs};
 /// Runs `bmoe completions`.
 pub fn completions(a: CompletionsArgs) -> anyhow::Result<()> {
     let mut cmd = Cli::command();
-    clap_complete::generate(a.shell, &mut cmd, "bmoe", &mut std::io::stdout());
-    Ok(())
+    // Into memory first: clap_complete panics on a failed write (a closed pipe).
+    let mut buf = Vec::new();
+    clap_complete::generate(a.shell, &mut cmd, "bmoe", &mut buf);
+    std::io::Write::write_all(&mut std::io::stdout().lock(), &buf)
+        .context("writing the completion script to stdout")
 }
 
 /// The man pages, from the same clap definition as `--help`.

@@ -16,7 +16,25 @@ pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
 
 pub fn print_warnings(p: &Prepared) {
     for w in &p.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("{}: {w}", label("warning"));
+    }
+}
+
+/// `error`, `warning` or `help`, in bold colour when stderr is a terminal and `NO_COLOR` is not
+/// set (no-color.org), as clap colours its own errors; plain otherwise.
+pub fn label(kind: &str) -> String {
+    use std::io::IsTerminal as _;
+    let colour = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && std::io::stderr().is_terminal();
+    let code = match kind {
+        "error" => "1;31",
+        "warning" => "1;33",
+        _ => "1;36",
+    };
+    if colour {
+        format!("\x1b[{code}m{kind}\x1b[0m")
+    } else {
+        kind.to_string()
     }
 }
 

@@ -177,7 +177,8 @@ fn summary_text(s: &run::exec::Summary) -> String {
     }
     if let Some(ppl) = s.ppl {
         out.push_str(&format!(
-            "perplexity: {ppl:.4} over {} (mean NLL {:.4} nats)\n",
+            "perplexity: {ppl:.4} +/- {:.4} over {} (mean NLL {:.4} nats)\n",
+            s.ppl_stderr.unwrap_or(0.0),
             count(s.ppl_tokens, "scored token", "scored tokens"),
             s.nll_sum / s.ppl_tokens as f64
         ));

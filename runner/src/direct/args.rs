@@ -167,75 +167,75 @@ pub struct EngineArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
     /// Compute threads, or `auto`: the cores this process may use (affinity, cgroup quota); more is capped to them.
-    #[arg(short = 't', long, value_parser = threads_arg)]
+    #[arg(short = 't', long, value_parser = threads_arg, help_heading = "Threads and memory")]
     pub threads: Option<Count>,
     /// Context size in tokens (0 = the model's training context).
-    #[arg(short = 'c', long, alias = "ctx", value_parser = ctx_arg)]
+    #[arg(short = 'c', long, alias = "ctx", value_parser = ctx_arg, help_heading = "Threads and memory")]
     pub context: Option<u32>,
     /// Prompt piece width on the CPU.
-    #[arg(long, alias = "ubatch", value_parser = ubatch_arg)]
+    #[arg(long, alias = "ubatch", value_parser = ubatch_arg, help_heading = "Threads and memory")]
     pub cpu_ubatch: Option<u32>,
     /// Override the model's experts per token (0 = the model's own).
-    #[arg(long, value_parser = n_expert_used_arg)]
+    #[arg(long, value_parser = n_expert_used_arg, help_heading = "Threads and memory")]
     pub n_expert_used: Option<u32>,
     /// Stream routed experts from the GGUF instead of relying on the page cache.
-    #[arg(long)]
+    #[arg(long, help_heading = "Expert streaming")]
     pub moe_stream: bool,
     /// Expert cache budget in MiB when streaming (0 = no cache), or `auto`: what the memory
     /// budget leaves (the profile's RAM, or this machine's available memory, minus the floor).
-    #[arg(long, value_parser = cache_mb_arg)]
+    #[arg(long, value_parser = cache_mb_arg, help_heading = "Expert streaming")]
     pub cache_mb: Option<CacheMb>,
     /// MiB of memory left to everything else when the cache is `auto`.
-    #[arg(long, value_parser = cache_floor_arg)]
+    #[arg(long, value_parser = cache_floor_arg, help_heading = "Expert streaming")]
     pub cache_floor_mb: Option<u64>,
     /// Read lanes when streaming, or `auto` (4).
-    #[arg(long, value_parser = io_threads_arg)]
+    #[arg(long, value_parser = io_threads_arg, help_heading = "Expert streaming")]
     pub io_threads: Option<Count>,
     /// Dense weights when streaming: left in the file mapping (`mmap`) or copied (`anon`).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Expert streaming")]
     pub dense_weights: Option<DenseWeights>,
     /// With --moe-stream: read ahead the experts the next layer is predicted to route to
     /// (`router`: the next layer's router on this layer's input; `repeat`: what it routed to on
     /// the previous token) or not (`off`).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Expert streaming")]
     pub prefetch: Option<Prefetch>,
     /// With --moe-stream: load through llama.cpp's own loader, which reads the whole file
     /// (experts included) at load, instead of the header and dense weights only. For comparison.
-    #[arg(long)]
+    #[arg(long, help_heading = "Expert streaming")]
     pub llama_load: bool,
     /// Run wide prefill pieces on this ggml device (e.g. HTP0, CUDA0), or `none`.
-    #[arg(long, alias = "prefill-device")]
+    #[arg(long, alias = "prefill-device", help_heading = "Prefill device")]
     pub device: Option<String>,
     /// Pieces at least this wide run on the prefill device.
-    #[arg(long, alias = "prefill-min-tokens", value_parser = min_tokens_arg)]
+    #[arg(long, alias = "prefill-min-tokens", value_parser = min_tokens_arg, help_heading = "Prefill device")]
     pub min_tokens: Option<u32>,
     /// Prompt piece width on the prefill device.
-    #[arg(long, alias = "prefill-ubatch", value_parser = device_ubatch_arg)]
+    #[arg(long, alias = "prefill-ubatch", value_parser = device_ubatch_arg, help_heading = "Prefill device")]
     pub device_ubatch: Option<u32>,
     /// Threads filling the prefill device's arena (apart from --io-threads), or `auto` (the usable cores, at most 8).
-    #[arg(long, alias = "prefill-loaders", value_parser = loaders_arg)]
+    #[arg(long, alias = "prefill-loaders", value_parser = loaders_arg, help_heading = "Prefill device")]
     pub loaders: Option<Count>,
     /// Read whole layers into the arena instead of only the routed experts (`routed = false`).
-    #[arg(long, alias = "no-prefill-routed")]
+    #[arg(long, alias = "no-prefill-routed", help_heading = "Prefill device")]
     pub no_routed: bool,
     /// A layer routing to more than this share of its experts gets the next layer read whole.
-    #[arg(long, alias = "prefill-routed-full", value_parser = routed_full_arg)]
+    #[arg(long, alias = "prefill-routed-full", value_parser = routed_full_arg, help_heading = "Prefill device")]
     pub routed_full: Option<f64>,
     /// Profile device prefill: every node of a device graph timed alone, per op and backend,
     /// bytes copied between CPU and device, splits, and why each op left on the CPU is there
     /// (slows prefill; needs a prefill device).
-    #[arg(long, alias = "explain-prefill")]
+    #[arg(long, alias = "explain-prefill", help_heading = "Prefill device")]
     pub explain: bool,
     /// Prefix reuse between consecutive decisions: auto (bit-identical to a fresh prefill), on
     /// (whole common prefix, fastest) or off.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Decisions")]
     pub prefix_reuse: Option<PrefixReuse>,
     /// Print llama.cpp's log on stderr: set from the global `-v`.
     #[arg(skip)]
     pub verbose: bool,
     /// A --device this build or machine lacks runs prefill on the CPU with a `bmoe:` line,
     /// instead of being an error.
-    #[arg(long)]
+    #[arg(long, help_heading = "Prefill device")]
     pub allow_cpu_fallback: bool,
     /// Print the record as JSON.
     #[arg(long)]
@@ -282,6 +282,30 @@ impl EngineArgs {
         put("explain", self.explain.then_some(json!(true)));
         put("prefix_reuse", self.prefix_reuse.as_ref().map(to_json));
         m
+    }
+
+    /// Says so when a streaming flag was given to a model that does not stream: it does nothing.
+    fn warn_idle_flags(&self, s: &Settings) {
+        if s.moe_stream {
+            return;
+        }
+        let idle: Vec<&str> = [
+            ("--cache-mb", self.cache_mb.is_some()),
+            ("--cache-floor-mb", self.cache_floor_mb.is_some()),
+            ("--io-threads", self.io_threads.is_some()),
+            ("--dense-weights", self.dense_weights.is_some()),
+            ("--prefetch", self.prefetch.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(f, given)| given.then_some(f))
+        .collect();
+        if !idle.is_empty() {
+            eprintln!(
+                "bmoe: {} only {} to a streamed model (--moe-stream): ignored",
+                idle.join(", "),
+                if idle.len() == 1 { "applies" } else { "apply" }
+            );
+        }
     }
 
     /// Refuses a prefill device named on the command line that will not run here (unless
@@ -333,6 +357,7 @@ impl EngineArgs {
         let device_origin = r.origin("device").to_string();
         let s = r.settings;
         self.check_device(&s, profile.as_ref(), &device_origin)?;
+        self.warn_idle_flags(&s);
         if self.llama_load && !s.moe_stream {
             anyhow::bail!(
                 "--llama-load needs moe_stream (--moe-stream): it is how a streamed model loads"

@@ -153,6 +153,9 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     opts.validate()?;
     let rss = crate::ident::RssPeaks::start();
     let (model, session) = load(&a.engine)?;
+    if !a.raw && model.chat_template().is_none() {
+        eprintln!("bmoe: the model has no chat template: the prompt goes in raw (as with --raw)");
+    }
     let mut s = model.session(&session)?;
     let cancel = CancelToken::new();
     let c = cancel.clone();
@@ -266,8 +269,11 @@ pub fn run_ppl(a: PplArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&rec)?);
     } else {
         println!(
-            "perplexity: {:.4} (mean NLL {:.5} nats over {} tokens)",
-            rec.ppl, rec.nll_mean, rec.n_scored
+            "perplexity: {:.4} +/- {:.4} (mean NLL {:.5} nats over {} tokens)",
+            rec.ppl,
+            rec.ppl * rec.nll_stderr,
+            rec.nll_mean,
+            rec.n_scored
         );
     }
     print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);

@@ -88,6 +88,11 @@ pub struct Summary {
     pub ppl_tokens: u64,
     /// perplexity: the sum of their negative log-likelihoods (nats).
     pub nll_sum: f64,
+    /// perplexity: the sum of their squares.
+    pub nll_sq_sum: f64,
+    /// perplexity: the standard error of `ppl` (`ppl` times the mean NLL's standard error, as
+    /// llama-perplexity prints `+/-`).
+    pub ppl_stderr: Option<f64>,
     /// perplexity: exp(nll_sum / ppl_tokens), as llama-perplexity pools a whole text; `None`
     /// when nothing was scored.
     pub ppl: Option<f64>,
@@ -104,8 +109,13 @@ impl Summary {
             self.decode_s += row.decode_s;
         }
         if let (Some(n), Some(nll)) = (row.n_scored, row.nll_mean) {
+            let n_f = f64::from(n);
             self.ppl_tokens += u64::from(n);
-            self.nll_sum += nll * f64::from(n);
+            self.nll_sum += nll * n_f;
+            // The sum of squares back from the row's mean and standard error (its variance is
+            // stderr^2 (n - 1)), so texts pool as one would.
+            let se = row.nll_stderr.unwrap_or(0.0);
+            self.nll_sq_sum += n_f * (se * se * (n_f - 1.0).max(0.0) + nll * nll);
         }
     }
 }
@@ -475,6 +485,16 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         (summary.with_expected > 0).then(|| summary.correct as f64 / summary.with_expected as f64);
     summary.ppl =
         (summary.ppl_tokens > 0).then(|| (summary.nll_sum / summary.ppl_tokens as f64).exp());
+    summary.ppl_stderr = summary.ppl.map(|ppl| {
+        let n = summary.ppl_tokens as f64;
+        let mean = summary.nll_sum / n;
+        let var = (summary.nll_sq_sum / n - mean * mean).max(0.0);
+        ppl * if n > 1.0 {
+            (var / (n - 1.0)).sqrt()
+        } else {
+            0.0
+        }
+    });
     let mut w: Vec<(PathBuf, u64)> = written.into_iter().collect();
     w.sort();
     // Name every CSV a job points at, even one that got no new rows (all skipped).
@@ -701,6 +721,7 @@ fn run_item(
             row.ppl = Some(r.ppl);
             row.nll_mean = Some(r.nll_mean);
             row.n_scored = Some(r.n_scored);
+            row.nll_stderr = Some(r.nll_stderr);
         }
         // load_job pairs kinds with payloads; a mismatch is a bug, reported as a refusal.
         _ => {

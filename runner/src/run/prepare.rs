@@ -185,6 +185,15 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
                         )),
                         None => {}
                     }
+                    if resolved.settings.explain && placement.prefill.device.is_none() {
+                        warnings.push(format!(
+                            "{} on profile {} (point {}): explain ({}) profiles device prefill, and no prefill device runs: it does nothing",
+                            j.job.name,
+                            profile.name,
+                            point_label(point),
+                            resolved.origin("explain")
+                        ));
+                    }
                     if let Some(note) = placement.threads.capped_note() {
                         let w = format!(
                             "{} ({}): {note}",

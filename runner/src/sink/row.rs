@@ -300,6 +300,10 @@ pub struct Row {
     /// fell back to the CPU says what it was asked to run on.
     #[schemars(extend("x-since" = 5))]
     pub prefill_device_requested: String,
+    /// perplexity: standard error of `nll_mean` over the scored tokens (llama-perplexity's
+    /// `+/-` is `ppl * nll_stderr`); empty otherwise.
+    #[schemars(extend("x-since" = 5, "x-unit" = "nats"))]
+    pub nll_stderr: Option<f64>,
 }
 
 impl Row {
