@@ -150,8 +150,321 @@ fn kv_home(d: Device, name: &str, stand_in: bool) -> (Option<BufferType>, String
     }
 }
 
+/// The devices a load lists, and what the prefill device brings.
+struct Placed {
+    /// llama.cpp's device list (empty: the CPU alone).
+    devices: Vec<Device>,
+    /// `n_gpu_layers`: 0, or -1 with an offload device.
+    gpu_layers: i32,
+    /// The prefill device's name, when it opened.
+    prefill_device: Option<String>,
+    /// The device the arena fills.
+    arena_device: Option<Device>,
+    /// Where a session's KV cache moves, with that device.
+    kv_to: Option<BufferType>,
+}
+
+/// What llama.cpp's model became: the raw model, the dense mappings and capture of a lean load.
+type Loaded = (LlamaModel, Option<DenseMaps>, Option<Capture>);
+
+/// The streamer and the arena, shared with the sessions.
+type Mechanisms = (
+    Option<Arc<Mutex<Streamer>>>,
+    Option<Arc<Mutex<crate::device::arena::Arena>>>,
+);
+
+/// `n_expert_used` as a metadata override, checked against the model's experts.
+fn expert_override(
+    opts: &LoadOptions,
+    index: &crate::gguf::index::GgufIndex,
+    arch: &str,
+) -> Result<Vec<KvOverride>> {
+    let Some(k) = opts.n_expert_used else {
+        return Ok(Vec::new());
+    };
+    let n_expert = index.get_u64(&format!("{arch}.expert_count")).unwrap_or(0);
+    if n_expert == 0 {
+        return Err(EngineError::InvalidOption(format!(
+            "n_expert_used = {k} but {} is not a mixture-of-experts model",
+            opts.path.display()
+        )));
+    }
+    if k == 0 || u64::from(k) > n_expert {
+        return Err(EngineError::InvalidOption(format!(
+            "n_expert_used = {k} is out of range: the model has {n_expert} experts"
+        )));
+    }
+    Ok(vec![KvOverride::Int(
+        format!("{arch}.expert_used_count"),
+        i64::from(k),
+    )])
+}
+
+/// Resolves the prefill and offload devices into llama.cpp's device list.
+fn place_devices(opts: &LoadOptions, cpu: Device, warnings: &mut Vec<String>) -> Result<Placed> {
+    // The prefill device joins as the only non-CPU device, with no layer assigned
+    // (n_gpu_layers = 0): nothing runs there unless the engine hands it a graph.
+    let mut placed = Placed {
+        devices: Vec::new(),
+        gpu_layers: 0,
+        prefill_device: None,
+        arena_device: None,
+        kv_to: None,
+    };
+    if let Some(p) = &opts.prefill {
+        match crate::device::resolve(&p.device) {
+            crate::device::Resolution::Device(d, name) => {
+                let (home, line) = kv_home(d, &name, p.gate().kv_stand_in);
+                warnings.push(line);
+                placed.kv_to = home;
+                placed.devices.push(d);
+                placed.arena_device = Some(d);
+                placed.prefill_device = Some(name);
+            }
+            crate::device::Resolution::Cpu(reason) => warnings.push(reason),
+        }
+    }
+    if let Some(name) = &opts.offload {
+        match crate::device::resolve(name) {
+            crate::device::Resolution::Device(d, _) => {
+                placed.devices.push(d);
+                placed.gpu_layers = -1;
+            }
+            crate::device::Resolution::Cpu(reason) => {
+                return Err(EngineError::InvalidOption(format!("offload: {reason}")))
+            }
+        }
+    }
+    // The CPU is listed only beside an offload device, where it has always been (llama.cpp
+    // splits the offloaded layers over the listed devices). Listed otherwise, it would gain
+    // nothing and cost the context a second CPU backend: the scheduler computes on the
+    // listed one, which the context's threadpool (`llama_attach_threadpool`, applied to its
+    // own `backend_cpu`) never reaches, so every graph a streamed decode is cut into would
+    // start and join its worker threads again.
+    if placed.gpu_layers != 0 {
+        placed.devices.push(cpu);
+    }
+    Ok(placed)
+}
+
+/// The lean load of a streamed model (header and dense weights, no expert), or `None` where
+/// that path cannot build the model and the llama.cpp load must read the whole file.
+fn load_lean(
+    opts: &LoadOptions,
+    index: &crate::gguf::index::GgufIndex,
+    arch: &str,
+    params: &RawLoadParams,
+    warnings: &mut Vec<String>,
+) -> Result<Option<(LlamaModel, DenseMaps, Capture)>> {
+    let whole_file = |why: &str| {
+        format!(
+            "loading the whole file the llama.cpp way ({why}): the load reads every expert once"
+        )
+    };
+    let unfilled = match &opts.stream {
+        Some(so) if !so.llama_load => match lean_load::unsupported(index, arch) {
+            None => lean_load::load_unfilled(index, params)?,
+            Some(why) => {
+                warnings.push(whole_file(&why));
+                return Ok(None);
+            }
+        },
+        _ => return Ok(None),
+    };
+    let capture = capture_graph(&unfilled.raw)?;
+    let (mut raw, mut maps) = match unfilled.bind_dense(index, &capture)? {
+        Ok(bound) => bound,
+        Err(why) => {
+            warnings.push(whole_file(&why.to_string()));
+            return Ok(None);
+        }
+    };
+    // Every absent tensor is optional: out of the graph with them, and the graph captured
+    // again, as the sessions will build it.
+    let capture = if maps.unlink_absent(&mut raw) > 0 {
+        let c = capture_graph(&raw)?;
+        maps.recount_neutral(&c);
+        c
+    } else {
+        capture
+    };
+    if maps.unlinked().is_none() && maps.n_neutral() > 0 {
+        warnings.push(format!(
+            "{} optional tensors the file lacks stay in the graph as identity ops (zeros, ones): this llama.cpp's model structures were not what the engine checks for",
+            maps.n_neutral()
+        ));
+    }
+    Ok(Some((raw, maps, capture)))
+}
+
+/// The model as llama.cpp holds it: lean where it can be (a streamed model), else llama.cpp's
+/// own load, which reads the whole file.
+fn load_raw(
+    opts: &LoadOptions,
+    index: &crate::gguf::index::GgufIndex,
+    arch: &str,
+    params: &RawLoadParams,
+    warnings: &mut Vec<String>,
+) -> Result<Loaded> {
+    if let Some((raw, maps, capture)) = load_lean(opts, index, arch, params, warnings)? {
+        return Ok((raw, Some(maps), Some(capture)));
+    }
+    let raw = LlamaModel::load(&opts.path, params).map_err(|reason| EngineError::ModelLoad {
+        path: opts.path.clone(),
+        reason: reason.to_string(),
+    })?;
+    Ok((raw, None, None))
+}
+
+/// One direct reader per model: the streamer's lanes first, then the arena loaders'.
+fn open_reader(
+    opts: &LoadOptions,
+    index: &crate::gguf::index::GgufIndex,
+    capture: &Capture,
+    table: &WeightTable,
+    arena_device: Option<Device>,
+) -> Result<Option<Arc<DirectReader>>> {
+    let Some(so) = &opts.stream else {
+        return Ok(None);
+    };
+    let stream_lanes = Streamer::lanes(capture, so);
+    let loader_lanes = match (arena_device, &opts.prefill) {
+        (Some(_), Some(p)) => p.loaders.max(1),
+        _ => 0,
+    };
+    let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
+    let r = DirectReader::open(
+        &paths,
+        stream_lanes + loader_lanes,
+        table.max_expert_bytes(),
+    )
+    .map_err(|source| {
+        EngineError::Stream(crate::error::StreamError::Setup {
+            what: "opening the model for direct reads",
+            source,
+        })
+    })?;
+    Ok(Some(Arc::new(r)))
+}
+
+/// What the user should know about the cache a streamer was given.
+fn cache_warnings(
+    so: &crate::options::StreamOptions,
+    st: &Streamer,
+    available: u64,
+    budget: u64,
+    warnings: &mut Vec<String>,
+) {
+    let token_mib = st.token_bytes as f64 / 1048576.0;
+    match so.cache {
+        // The default, so the one a user may not know chose for them: under a tight
+        // memory cap the floor can take everything and leave no cache at all.
+        crate::options::CacheBudget::Auto { floor_mb } if budget < st.token_bytes => {
+            warnings.push(format!(
+                "cache_mb = auto: {} MiB available at load, minus cache_floor_mb = {floor_mb} MiB left to everything else, leaves an expert cache of {} MiB, below one token's routed experts ({token_mib:.1} MiB): every token reads all its experts; set cache_mb, or a cache_floor_mb that leaves room",
+                available >> 20,
+                budget >> 20,
+            ));
+        }
+        _ if budget > 0 && budget < st.token_bytes => {
+            warnings.push(format!(
+                "expert cache of {} MiB is below one token's routed experts ({token_mib:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
+                budget >> 20,
+            ));
+        }
+        _ => {}
+    }
+    if st.direct.iter().any(|d| !d) {
+        warnings.push("O_DIRECT is not usable on the model's file system; expert reads go through the page cache".into());
+    }
+}
+
+/// The expert streamer over the model's regions, when the model streams.
+#[allow(clippy::too_many_arguments)]
+fn build_streamer(
+    opts: &LoadOptions,
+    raw: &LlamaModel,
+    capture: &Capture,
+    table: &WeightTable,
+    reader: &Arc<DirectReader>,
+    n_expert_used: u32,
+    dense_maps: Option<&DenseMaps>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Arc<Mutex<Streamer>>>> {
+    let Some(so) = &opts.stream else {
+        return Ok(None);
+    };
+    let available = crate::stream::memory::available_bytes();
+    let budget = so.cache.bytes(available);
+    let mut exec = raw.exec().lock();
+    let st = Streamer::new(
+        capture,
+        table,
+        so,
+        budget,
+        n_expert_used,
+        reader.clone(),
+        &mut exec.quiet(),
+    )?;
+    cache_warnings(so, &st, available, budget, warnings);
+    if so.dense_weights == crate::options::DenseWeights::Anon {
+        if let Some(m) = dense_maps {
+            m.release_file_pages();
+        }
+    }
+    Ok(Some(Arc::new(Mutex::new(st))))
+}
+
+/// The streamer, then the prefill device's arena: after the streamer, since the host bindings
+/// the arena restores are the streamer's.
+#[allow(clippy::too_many_arguments)]
+fn build_mechanisms(
+    opts: &LoadOptions,
+    raw: &LlamaModel,
+    capture: Option<&Capture>,
+    table: Option<&WeightTable>,
+    reader: Option<&Arc<DirectReader>>,
+    arena_device: Option<Device>,
+    n_expert_used: u32,
+    dense_maps: Option<&DenseMaps>,
+    warnings: &mut Vec<String>,
+) -> Result<Mechanisms> {
+    let (Some(c), Some(table)) = (capture, table) else {
+        return Ok((None, None));
+    };
+    let stream = match reader {
+        Some(r) => build_streamer(opts, raw, c, table, r, n_expert_used, dense_maps, warnings)?,
+        None => None,
+    };
+    let arena = match (arena_device, &opts.prefill) {
+        (Some(d), Some(p)) => {
+            let streamer = match &stream {
+                Some(s) => Some(
+                    s.lock()
+                        .map_err(|_| EngineError::Stream(crate::error::StreamError::Poisoned))?,
+                ),
+                None => None,
+            };
+            let a = crate::device::arena::Arena::new(c, table, d, p, streamer.as_deref())
+                .map_err(EngineError::Device)?;
+            warnings.extend(a.refusals());
+            Some(Arc::new(Mutex::new(a)))
+        }
+        _ => None,
+    };
+    Ok((stream, arena))
+}
+
+/// A count from the model's metadata (`<arch>.<key>`), 0 when absent.
+fn meta_u32(raw: &LlamaModel, arch: &str, key: &str) -> u32 {
+    raw.meta(&format!("{arch}.{key}"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 impl Model {
-    /// Loads a model as `opts` says.
+    /// Loads a model as `opts` says: the file checked, the devices placed, llama.cpp's model
+    /// (lean or whole), the capture and weight table, then the streamer and the arena.
     pub fn load(opts: &LoadOptions) -> Result<Model> {
         let started = std::time::Instant::now();
         let read_before = crate::telemetry::storage_read_bytes();
@@ -160,261 +473,112 @@ impl Model {
         let index = crate::gguf::index::GgufIndex::open(path)?;
         // What llama.cpp would assert on (abort the process) is refused here, with a reason.
         crate::gguf::check::check(path, index.header())?;
-        let file_bytes = index.total_file_bytes();
         let arch = index.arch().unwrap_or_default();
         let cpu = Device::cpu().ok_or_else(|| EngineError::ModelLoad {
             path: path.clone(),
             reason: "this build has no CPU backend".into(),
         })?;
-        let mut kv_overrides = Vec::new();
-        if let Some(k) = opts.n_expert_used {
-            let n_expert = index.get_u64(&format!("{arch}.expert_count")).unwrap_or(0);
-            if n_expert == 0 {
-                return Err(EngineError::InvalidOption(format!(
-                    "n_expert_used = {k} but {} is not a mixture-of-experts model",
-                    path.display()
-                )));
-            }
-            if k == 0 || u64::from(k) > n_expert {
-                return Err(EngineError::InvalidOption(format!(
-                    "n_expert_used = {k} is out of range: the model has {n_expert} experts"
-                )));
-            }
-            kv_overrides.push(KvOverride::Int(
-                format!("{arch}.expert_used_count"),
-                i64::from(k),
-            ));
-        }
+        let kv_overrides = expert_override(opts, &index, &arch)?;
         let mut warnings = Vec::new();
-        // The prefill device joins as the only non-CPU device, with no layer assigned
-        // (n_gpu_layers = 0): nothing runs there unless the engine hands it a graph.
-        let mut devices = Vec::new();
-        let mut prefill_device = None;
-        let mut arena_device = None;
-        let mut kv_to = None;
-        if let Some(p) = &opts.prefill {
-            match crate::device::resolve(&p.device) {
-                crate::device::Resolution::Device(d, name) => {
-                    let (home, line) = kv_home(d, &name, p.gate().kv_stand_in);
-                    warnings.push(line);
-                    kv_to = home;
-                    devices.push(d);
-                    arena_device = Some(d);
-                    prefill_device = Some(name);
-                }
-                crate::device::Resolution::Cpu(reason) => warnings.push(reason),
-            }
-        }
-        let mut gpu_layers = 0;
-        if let Some(name) = &opts.offload {
-            match crate::device::resolve(name) {
-                crate::device::Resolution::Device(d, _) => {
-                    devices.push(d);
-                    gpu_layers = -1;
-                }
-                crate::device::Resolution::Cpu(reason) => {
-                    return Err(EngineError::InvalidOption(format!("offload: {reason}")))
-                }
-            }
-        }
-        // The CPU is listed only beside an offload device, where it has always been (llama.cpp
-        // splits the offloaded layers over the listed devices). Listed otherwise, it would gain
-        // nothing and cost the context a second CPU backend: the scheduler computes on the
-        // listed one, which the context's threadpool (`llama_attach_threadpool`, applied to its
-        // own `backend_cpu`) never reaches, so every graph a streamed decode is cut into would
-        // start and join its worker threads again.
-        if gpu_layers != 0 {
-            devices.push(cpu);
-        }
+        let placed = place_devices(opts, cpu, &mut warnings)?;
         let params = RawLoadParams {
-            devices,
+            devices: placed.devices.clone(),
             mmap: true,
             kv_overrides,
-            gpu_layers,
+            gpu_layers: placed.gpu_layers,
         };
-        // A streamed model loads without reading its experts; what that path cannot build (an
-        // absent optional tensor no neutral value stands in for) loads the llama.cpp way, which
-        // reads the whole file, and says so.
-        let unfilled = match &opts.stream {
-            Some(so) if !so.llama_load => match lean_load::unsupported(&index, &arch) {
-                None => Some(lean_load::load_unfilled(&index, &params)?),
-                Some(why) => {
-                    warnings.push(format!(
-                        "loading the whole file the llama.cpp way ({why}): the load reads every expert once"
-                    ));
-                    None
-                }
-            },
-            _ => None,
-        };
-        let lean = match unfilled {
-            Some(u) => {
-                let capture = capture_graph(&u.raw)?;
-                match u.bind_dense(&index, &capture)? {
-                    Ok((mut raw, mut maps)) => {
-                        // Every absent tensor is optional: out of the graph with them, and the
-                        // graph captured again, as the sessions will build it.
-                        let capture = if maps.unlink_absent(&mut raw) > 0 {
-                            let c = capture_graph(&raw)?;
-                            maps.recount_neutral(&c);
-                            c
-                        } else {
-                            capture
-                        };
-                        if maps.unlinked().is_none() && maps.n_neutral() > 0 {
-                            warnings.push(format!(
-                                "{} optional tensors the file lacks stay in the graph as identity ops (zeros, ones): this llama.cpp's model structures were not what the engine checks for",
-                                maps.n_neutral()
-                            ));
-                        }
-                        Some((raw, maps, capture))
-                    }
-                    Err(why) => {
-                        warnings.push(format!(
-                            "loading the whole file the llama.cpp way ({why}): the load reads every expert once"
-                        ));
-                        None
-                    }
-                }
-            }
-            None => None,
-        };
-        let (raw, dense_maps, lean_capture) = match lean {
-            Some((raw, maps, capture)) => (raw, Some(maps), Some(capture)),
-            None => (
-                LlamaModel::load(path, &params).map_err(|reason| EngineError::ModelLoad {
-                    path: path.clone(),
-                    reason: reason.to_string(),
-                })?,
-                None,
-                None,
-            ),
-        };
-        let n_expert = raw
-            .meta(&format!("{arch}.expert_count"))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let n_expert_used = opts.n_expert_used.unwrap_or_else(|| {
-            raw.meta(&format!("{arch}.expert_used_count"))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        });
-        let template = raw.chat_template();
+        let (raw, dense_maps, lean_capture) =
+            load_raw(opts, &index, &arch, &params, &mut warnings)?;
+        let n_expert_used = opts
+            .n_expert_used
+            .unwrap_or_else(|| meta_u32(&raw, &arch, "expert_used_count"));
         let capture = match lean_capture {
             Some(c) => Some(c),
-            None if opts.stream.is_some() || arena_device.is_some() => Some(capture_graph(&raw)?),
+            None if opts.stream.is_some() || placed.arena_device.is_some() => {
+                Some(capture_graph(&raw)?)
+            }
             None => None,
         };
         // The expert matrices and where their experts are in the file, found once for the
         // streamer and the arena both.
         let table = capture.as_ref().map(|c| WeightTable::new(c, &index));
-        let graph_nodes = capture.as_ref().map(|c| c.nodes.len());
-        // One direct reader per model: the streamer's lanes first, then the arena loaders'.
-        let reader = match (&opts.stream, &capture, &table) {
-            (Some(so), Some(capture), Some(table)) => {
-                let stream_lanes = Streamer::lanes(capture, so);
-                let loader_lanes = match (&arena_device, &opts.prefill) {
-                    (Some(_), Some(p)) => p.loaders.max(1),
-                    _ => 0,
-                };
-                let max_read = table.max_expert_bytes();
-                let paths: Vec<_> = index.files().iter().map(|(p, _)| p.clone()).collect();
-                let r = DirectReader::open(&paths, stream_lanes + loader_lanes, max_read).map_err(
-                    |source| {
-                        EngineError::Stream(crate::error::StreamError::Setup {
-                            what: "opening the model for direct reads",
-                            source,
-                        })
-                    },
-                )?;
-                Some(Arc::new(r))
-            }
+        let reader = match (&capture, &table) {
+            (Some(c), Some(t)) => open_reader(opts, &index, c, t, placed.arena_device)?,
             _ => None,
         };
-        let stream = match (&opts.stream, &capture, &table, &reader) {
-            (Some(so), Some(capture), Some(table), Some(reader)) => {
-                let available = crate::stream::memory::available_bytes();
-                let budget = so.cache.bytes(available);
-                let mut exec = raw.exec().lock();
-                let st = Streamer::new(
-                    capture,
-                    table,
-                    so,
-                    budget,
-                    n_expert_used,
-                    reader.clone(),
-                    &mut exec.quiet(),
-                )?;
-                let token_mib = st.token_bytes as f64 / 1048576.0;
-                match so.cache {
-                    // The default, so the one a user may not know chose for them: under a tight
-                    // memory cap the floor can take everything and leave no cache at all.
-                    crate::options::CacheBudget::Auto { floor_mb } if budget < st.token_bytes => {
-                        warnings.push(format!(
-                            "cache_mb = auto: {} MiB available at load, minus cache_floor_mb = {floor_mb} MiB left to everything else, leaves an expert cache of {} MiB, below one token's routed experts ({token_mib:.1} MiB): every token reads all its experts; set cache_mb, or a cache_floor_mb that leaves room",
-                            available >> 20,
-                            budget >> 20,
-                        ));
-                    }
-                    _ if budget > 0 && budget < st.token_bytes => {
-                        warnings.push(format!(
-                            "expert cache of {} MiB is below one token's routed experts ({token_mib:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
-                            budget >> 20,
-                        ));
-                    }
-                    _ => {}
-                }
-                if st.direct.iter().any(|d| !d) {
-                    warnings.push("O_DIRECT is not usable on the model's file system; expert reads go through the page cache".into());
-                }
-                if so.dense_weights == crate::options::DenseWeights::Anon {
-                    if let Some(m) = &dense_maps {
-                        m.release_file_pages();
-                    }
-                }
-                Some(Arc::new(Mutex::new(st)))
-            }
-            _ => None,
+        let (stream, arena) = build_mechanisms(
+            opts,
+            &raw,
+            capture.as_ref(),
+            table.as_ref(),
+            reader.as_ref(),
+            placed.arena_device,
+            n_expert_used,
+            dense_maps.as_ref(),
+            &mut warnings,
+        )?;
+        let load_stats = LoadStats {
+            mode: if dense_maps.is_some() {
+                LoadMode::Lean
+            } else {
+                LoadMode::Llama
+            },
+            seconds: started.elapsed().as_secs_f64(),
+            read_bytes: read_before
+                .zip(crate::telemetry::storage_read_bytes())
+                .map(|(a, b)| b.saturating_sub(a)),
+            graph_nodes: capture.as_ref().map(|c| c.nodes.len()),
         };
-        // After the streamer: the host bindings the arena restores are the streamer's.
-        let arena = match (arena_device, &capture, &table, &opts.prefill) {
-            (Some(d), Some(c), Some(table), Some(p)) => {
-                let streamer =
-                    match &stream {
-                        Some(s) => Some(s.lock().map_err(|_| {
-                            EngineError::Stream(crate::error::StreamError::Poisoned)
-                        })?),
-                        None => None,
-                    };
-                let a = crate::device::arena::Arena::new(c, table, d, p, streamer.as_deref())
-                    .map_err(EngineError::Device)?;
-                warnings.extend(a.refusals());
-                Some(Arc::new(Mutex::new(a)))
-            }
-            _ => None,
-        };
-        let lean = dense_maps.is_some();
+        Ok(Self::assemble(
+            opts,
+            &index,
+            arch,
+            placed,
+            raw,
+            dense_maps,
+            (stream, arena),
+            n_expert_used,
+            warnings,
+            load_stats,
+        ))
+    }
+
+    /// The loaded parts put together, with what the model reports about itself.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        opts: &LoadOptions,
+        index: &crate::gguf::index::GgufIndex,
+        arch: String,
+        placed: Placed,
+        raw: LlamaModel,
+        dense_maps: Option<DenseMaps>,
+        (stream, arena): Mechanisms,
+        n_expert_used: u32,
+        warnings: Vec<String>,
+        load_stats: LoadStats,
+    ) -> Model {
         let prefill_device_joined = arena.is_some();
+        let template = raw.chat_template();
         let info = ModelInfo {
-            path: path.clone(),
-            file_bytes,
+            path: opts.path.clone(),
+            file_bytes: index.total_file_bytes(),
+            n_expert: meta_u32(&raw, &arch, "expert_count"),
             arch,
             desc: raw.desc(),
             n_layer: raw.n_layer(),
             n_embd: raw.n_embd(),
             n_vocab: raw.vocab().n_tokens() as u32,
             n_ctx_train: raw.n_ctx_train(),
-            n_expert,
             n_expert_used,
             weight_bytes: raw.size(),
             has_chat_template: template.is_some(),
-            prefill_device,
+            prefill_device: placed.prefill_device,
         };
-        Ok(Model {
+        Model {
             stream,
             arena,
             prefill: opts.prefill.clone().filter(|_| prefill_device_joined),
-            kv_home: kv_to.filter(|_| prefill_device_joined),
+            kv_home: placed.kv_to.filter(|_| prefill_device_joined),
             prefill_min_tokens: opts
                 .prefill
                 .as_ref()
@@ -425,19 +589,8 @@ impl Model {
             info,
             template,
             warnings,
-            load_stats: LoadStats {
-                mode: if lean {
-                    LoadMode::Lean
-                } else {
-                    LoadMode::Llama
-                },
-                seconds: started.elapsed().as_secs_f64(),
-                read_bytes: read_before
-                    .zip(crate::telemetry::storage_read_bytes())
-                    .map(|(a, b)| b.saturating_sub(a)),
-                graph_nodes,
-            },
-        })
+            load_stats,
+        }
     }
 
     /// What was loaded.

@@ -147,6 +147,140 @@ fn convert(t: TensorPtr, host: Binding, to: Layout) -> Result<Vec<u8>, DeviceErr
     Ok(quant::quantize(to.ty(), &f, t.ne()[0] as usize))
 }
 
+/// Where each layer weight goes in the device's slots, built weight by weight.
+#[derive(Default)]
+struct SlotPlan {
+    layers: BTreeMap<u32, Layer>,
+    /// Bytes of each layer's weights pair slot.
+    sizes: BTreeMap<u32, usize>,
+    /// Bytes of each layer's plain slot (weights a non-matmul op reads).
+    plain_sizes: BTreeMap<u32, usize>,
+    /// Types the device's matmul refuses: how many weights, and the first one's name.
+    refused: BTreeMap<String, (usize, String)>,
+    /// (from, to) type conversions made for the device, counted.
+    converted_types: BTreeMap<(String, String), usize>,
+}
+
+impl SlotPlan {
+    /// Places one weight of the graph (a layer's: others stay on the host): its slot, offset,
+    /// and the type the device takes it in.
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        capture: &Capture,
+        table: &WeightTable,
+        device: Device,
+        buft: BufferType,
+        opts: &PrefillOptions,
+        streamed: bool,
+        name: &String,
+        t: TensorPtr,
+    ) -> Result<(), DeviceError> {
+        let Some((il, _)) = layer_of(name) else {
+            return Ok(());
+        };
+        let host = t.binding();
+        if !host.is_host() {
+            return Err(DeviceError::NotOnHost(format!("weight {name}")));
+        }
+        let expert = table.expert(il, t);
+        let is_expert = expert.is_some();
+        // Expert matrices stay in the weights pair: MUL_MAT_ID follows them to the device.
+        let plain = !is_expert && capture.non_matmul.contains(name);
+        let off = if plain {
+            self.plain_sizes.entry(il).or_default()
+        } else {
+            self.sizes.entry(il).or_default()
+        };
+        // Matrices the device's matmul refuses (asked with a probe op, not a list): a dense
+        // one is carried to the device in the nearest type it takes; an expert matrix stays
+        // refused and is reported.
+        let mut converted = None;
+        if !plain {
+            let type_name = crate::ffi::probe::type_name(t);
+            let takes = !opts.gate().refuse_types.contains(&type_name)
+                && crate::ffi::probe::device_takes_matmul(device, t, is_expert);
+            let to = (!takes && !is_expert)
+                .then(|| device_type(device, t, &opts.gate().refuse_types))
+                .flatten();
+            match to {
+                Some(to) => {
+                    let bytes = convert(t, host, to)?;
+                    *self
+                        .converted_types
+                        .entry((type_name, quant::type_name(to.ty())))
+                        .or_default() += 1;
+                    converted = Some((to, t.layout(), Arc::new(bytes)));
+                }
+                None if !takes => {
+                    self.refused.entry(type_name).or_insert((0, name.clone())).0 += 1;
+                }
+                None => {}
+            }
+        }
+        let layer = self.layers.entry(il).or_insert(Layer {
+            dense: Vec::new(),
+            experts: Vec::new(),
+            routed: capture.routing.contains(&il),
+        });
+        if let Some(m) = expert {
+            let file = match streamed {
+                true => Some(m.parts()?.to_vec()),
+                false => None,
+            };
+            layer.experts.push(ExpertWeight {
+                t,
+                off: *off,
+                host,
+                expert_bytes: m.expert_bytes,
+                file,
+            });
+        } else {
+            layer.dense.push(DenseWeight {
+                t,
+                off: *off,
+                host,
+                plain,
+                converted: converted.clone(),
+            });
+        }
+        // The slot holds the device copy: sized in its layout.
+        *off += residency::device_bytes(t, buft, converted.as_ref().map(|c| c.0))?;
+        Ok(())
+    }
+}
+
+/// Each layer's last node, by name: where the next layer's non-expert weights wait.
+fn pacing_nodes(
+    capture: &Capture,
+    layers: &BTreeMap<u32, Layer>,
+    opts: &PrefillOptions,
+) -> HashMap<String, u32> {
+    let mut last_node: HashMap<String, u32> = capture
+        .last_node
+        .iter()
+        .filter(|(il, _)| layers.contains_key(il))
+        .map(|(il, n)| (n.clone(), *il))
+        .collect();
+    // Gate knob: pacing points mistaken as if the graph skipped or reordered them.
+    for f in &opts.gate().pacing_faults {
+        match *f {
+            PacingFault::DropLast(il) => last_node.retain(|_, l| *l != il),
+            PacingFault::SwapLast(a, b) => {
+                for l in last_node.values_mut() {
+                    if *l == a {
+                        *l = b;
+                    } else if *l == b {
+                        *l = a;
+                    }
+                }
+            }
+            PacingFault::DropRouting(_) => {}
+        }
+    }
+    last_node
+}
+
 impl Arena {
     /// Lays out every layer's weights in two slots of `device`'s memory. With a `streamer` the
     /// experts are read from the GGUF, on the reader lanes after the streamer's (their host
@@ -161,109 +295,23 @@ impl Arena {
         let lanes = streamer.map(|s| s.later_lanes());
         let streamed = lanes.is_some();
         let buft = BufferType::of_device(device);
-        let mut layers: BTreeMap<u32, Layer> = BTreeMap::new();
-        let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
-        let mut plain_sizes: BTreeMap<u32, usize> = BTreeMap::new();
-        let mut refused: BTreeMap<String, (usize, String)> = BTreeMap::new();
-        let mut converted_types: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let mut lay = SlotPlan::default();
+        for (name, &t) in &capture.weights {
+            lay.add(capture, table, device, buft, opts, streamed, name, t)?;
+        }
+        let SlotPlan {
+            layers,
+            sizes,
+            plain_sizes,
+            refused,
+            converted_types,
+        } = lay;
         let n_expert = table.n_expert();
         let max_read = table.max_expert_bytes();
-        for (name, &t) in &capture.weights {
-            let Some((il, _)) = layer_of(name) else {
-                continue;
-            };
-            let host = t.binding();
-            if !host.is_host() {
-                return Err(DeviceError::NotOnHost(format!("weight {name}")));
-            }
-            let expert = table.expert(il, t);
-            let is_expert = expert.is_some();
-            // Expert matrices stay in the weights pair: MUL_MAT_ID follows them to the device.
-            let plain = !is_expert && capture.non_matmul.contains(name);
-            let off = if plain {
-                plain_sizes.entry(il).or_default()
-            } else {
-                sizes.entry(il).or_default()
-            };
-            // Matrices the device's matmul refuses (asked with a probe op, not a list): a dense
-            // one is carried to the device in the nearest type it takes; an expert matrix stays
-            // refused and is reported.
-            let mut converted = None;
-            if !plain {
-                let type_name = crate::ffi::probe::type_name(t);
-                let takes = !opts.gate().refuse_types.contains(&type_name)
-                    && crate::ffi::probe::device_takes_matmul(device, t, is_expert);
-                let to = (!takes && !is_expert)
-                    .then(|| device_type(device, t, &opts.gate().refuse_types))
-                    .flatten();
-                match to {
-                    Some(to) => {
-                        let bytes = convert(t, host, to)?;
-                        *converted_types
-                            .entry((type_name, quant::type_name(to.ty())))
-                            .or_default() += 1;
-                        converted = Some((to, t.layout(), Arc::new(bytes)));
-                    }
-                    None if !takes => {
-                        refused.entry(type_name).or_insert((0, name.clone())).0 += 1;
-                    }
-                    None => {}
-                }
-            }
-            let layer = layers.entry(il).or_insert(Layer {
-                dense: Vec::new(),
-                experts: Vec::new(),
-                routed: capture.routing.contains(&il),
-            });
-            if let Some(m) = expert {
-                let file = match streamed {
-                    true => Some(m.parts()?.to_vec()),
-                    false => None,
-                };
-                layer.experts.push(ExpertWeight {
-                    t,
-                    off: *off,
-                    host,
-                    expert_bytes: m.expert_bytes,
-                    file,
-                });
-            } else {
-                layer.dense.push(DenseWeight {
-                    t,
-                    off: *off,
-                    host,
-                    plain,
-                    converted: converted.clone(),
-                });
-            }
-            // The slot holds the device copy: sized in its layout.
-            *off += residency::device_bytes(t, buft, converted.as_ref().map(|c| c.0))?;
-        }
         let slot_size = sizes.values().copied().max().unwrap_or(0);
         let plain_size = plain_sizes.values().copied().max().unwrap_or(0);
         let n_layer = layers.keys().next_back().map(|l| l + 1).unwrap_or(0);
-        let mut last_node: HashMap<String, u32> = capture
-            .last_node
-            .iter()
-            .filter(|(il, _)| layers.contains_key(il))
-            .map(|(il, n)| (n.clone(), *il))
-            .collect();
-        // Gate knob: pacing points mistaken as if the graph skipped or reordered them.
-        for f in &opts.gate().pacing_faults {
-            match *f {
-                PacingFault::DropLast(il) => last_node.retain(|_, l| *l != il),
-                PacingFault::SwapLast(a, b) => {
-                    for l in last_node.values_mut() {
-                        if *l == a {
-                            *l = b;
-                        } else if *l == b {
-                            *l = a;
-                        }
-                    }
-                }
-                PacingFault::DropRouting(_) => {}
-            }
-        }
+        let last_node = pacing_nodes(capture, &layers, opts);
         let loaders = Loaders::start(
             opts.loaders,
             lanes,

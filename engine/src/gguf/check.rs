@@ -137,7 +137,25 @@ fn int_key(path: &Path, g: &GgufFile, key: &str) -> Result<Option<i64>> {
     }
 }
 
+/// The hyper-parameters llama.cpp asserts on (aborting the process), each checked with the key
+/// and the range it expects.
 fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
+    let n_layer = check_layers(path, g, arch)?;
+    let n_embd = check_embd(path, g, arch)?;
+    let n_expert = check_experts(path, g, arch, n_layer)?;
+    let heads = check_heads(path, g, arch, n_layer)?;
+    check_head_sizes(path, g, arch, &heads, n_embd)?;
+    check_floats(path, g, arch)?;
+    check_rope_scaling(path, g, arch)?;
+    Ok(Hparams {
+        n_layer,
+        n_embd,
+        n_expert,
+    })
+}
+
+/// `block_count` (and `nextn_predict_layers` within it).
+fn check_layers(path: &Path, g: &GgufFile, arch: &str) -> Result<i64> {
     let k = |s: &str| format!("{arch}.{s}");
     let n_layer = int_key(path, g, &k("block_count"))?.ok_or_else(|| {
         invalid(
@@ -168,6 +186,12 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
             ));
         }
     }
+    Ok(n_layer)
+}
+
+/// `embedding_length`, when present.
+fn check_embd(path: &Path, g: &GgufFile, arch: &str) -> Result<Option<i64>> {
+    let k = |s: &str| format!("{arch}.{s}");
     let n_embd = int_key(path, g, &k("embedding_length"))?;
     if let Some(e) = n_embd {
         if e <= 0 || e > i64::from(i32::MAX) {
@@ -177,6 +201,12 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
             ));
         }
     }
+    Ok(n_embd)
+}
+
+/// The expert counts: experts, experts used per token (per layer), expert groups.
+fn check_experts(path: &Path, g: &GgufFile, arch: &str, n_layer: i64) -> Result<i64> {
+    let k = |s: &str| format!("{arch}.{s}");
     // Experts: llama.cpp asserts each of these in load_hparams.
     let n_expert = int_key(path, g, &k("expert_count"))?.unwrap_or(0);
     if !(0..=MAX_EXPERTS).contains(&n_expert) {
@@ -241,6 +271,12 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
             ),
         ));
     }
+    Ok(n_expert)
+}
+
+/// The attention heads per layer, and KV heads that divide them; returns the heads.
+fn check_heads(path: &Path, g: &GgufFile, arch: &str, n_layer: i64) -> Result<Vec<i64>> {
+    let k = |s: &str| format!("{arch}.{s}");
     // Attention heads: n_embd / n_head is taken when there are heads; the KV heads must divide
     // the heads (the attention's broadcast matmul asserts it when the graph is built).
     let heads = scalar_or_array(path, g, &k("attention.head_count"), n_layer)?.unwrap_or_default();
@@ -281,6 +317,18 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
             }
         }
     }
+    Ok(heads)
+}
+
+/// Key, value and rope sizes, equal where the architecture's graph asserts it.
+fn check_head_sizes(
+    path: &Path,
+    g: &GgufFile,
+    arch: &str,
+    heads: &[i64],
+    n_embd: Option<i64>,
+) -> Result<()> {
+    let k = |s: &str| format!("{arch}.{s}");
     let n_head = heads.first().copied().unwrap_or(0);
     if n_head > 0 && HEAD_SIZE_ASSERTING.contains(&arch) {
         let default = n_embd.map(|e| e / n_head).unwrap_or(0);
@@ -296,8 +344,12 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
             ));
         }
     }
-    // Float hyper-parameters: a NaN or an infinity is never meant, and the norms assert
-    // `eps >= 0` when the first graph computes.
+    Ok(())
+}
+
+/// Float hyper-parameters: a NaN or an infinity is never meant, and the norms assert `eps >= 0`
+/// when the first graph computes.
+fn check_floats(path: &Path, g: &GgufFile, arch: &str) -> Result<()> {
     let prefix = format!("{arch}.");
     for key in g.keys().iter().filter(|key| key.starts_with(&prefix)) {
         let Some(v) = g.get_f64(key) else { continue };
@@ -314,6 +366,12 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
             ));
         }
     }
+    Ok(())
+}
+
+/// `rope.scaling.type`, one of the names llama.cpp knows.
+fn check_rope_scaling(path: &Path, g: &GgufFile, arch: &str) -> Result<()> {
+    let k = |s: &str| format!("{arch}.{s}");
     if let Some(t) = g.kv_type(&k("rope.scaling.type")) {
         let v = match t {
             KvType::Scalar(t) if t == sys::GGUF_TYPE_STRING => g.get_str(&k("rope.scaling.type")),
@@ -334,11 +392,7 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
             }
         }
     }
-    Ok(Hparams {
-        n_layer,
-        n_embd,
-        n_expert,
-    })
+    Ok(())
 }
 
 /// Checks the tokenizer arrays; returns the vocabulary size (`None` without a token list).

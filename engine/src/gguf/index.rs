@@ -74,6 +74,63 @@ fn split_paths(path: &Path, count: u32) -> Option<Vec<PathBuf>> {
     )
 }
 
+/// The shard count a GGUF's header gives (`split.count`) and every shard's path, each checked to
+/// exist.
+fn shard_paths(path: &Path, first: &GgufFile) -> Result<(u32, Vec<std::path::PathBuf>)> {
+    let count = match first.get_i64("split.count") {
+        None => 1,
+        // The shard names carry the count in five digits (`-00001-of-00003`).
+        Some(c @ 1..=99_999) => c as u32,
+        Some(c) => {
+            return Err(EngineError::Invalid {
+                path: path.to_path_buf(),
+                what: format!("split.count = {c}: expected 1..=99999 shards"),
+            })
+        }
+    };
+    let mut paths = vec![path.to_path_buf()];
+    if count > 1 {
+        paths = split_paths(path, count).ok_or_else(|| EngineError::ModelLoad {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the file says it is shard of a {count}-way split, but its name does not follow <name>-00001-of-{count:05}.gguf"
+            ),
+        })?;
+        for (i, p) in paths.iter().enumerate() {
+            if !p.exists() {
+                return Err(EngineError::MissingShard {
+                    path: path.to_path_buf(),
+                    shard: i as u32 + 1,
+                    count,
+                    missing: p.clone(),
+                });
+            }
+        }
+    }
+    Ok((count, paths))
+}
+
+/// A shard's own `split.no` and `split.count` agree with its place in the split.
+fn check_shard_number(p: &Path, g: &GgufFile, i: usize, count: u32) -> Result<()> {
+    if count <= 1 {
+        return Ok(());
+    }
+    let no = g.get_i64("split.count");
+    let idx = g.get_i64("split.no");
+    if no != Some(i64::from(count)) || idx != Some(i as i64) {
+        return Err(EngineError::Invalid {
+            path: p.to_path_buf(),
+            what: format!(
+                "shard {} of {count}: split.no = {}, split.count = {}: expected split.no = {i} and split.count = {count}",
+                i + 1,
+                idx.map(|v| v.to_string()).unwrap_or_else(|| "(absent)".into()),
+                no.map(|v| v.to_string()).unwrap_or_else(|| "(absent)".into()),
+            ),
+        });
+    }
+    Ok(())
+}
+
 impl GgufIndex {
     /// Indexes `path` and, for a split GGUF, every shard; a missing shard or a tensor past the end
     /// of its file is an error.
@@ -83,36 +140,7 @@ impl GgufIndex {
             path: path.to_path_buf(),
             reason: format!("unreadable GGUF header: {reason}"),
         })?;
-        let count = match first.get_i64("split.count") {
-            None => 1,
-            // The shard names carry the count in five digits (`-00001-of-00003`).
-            Some(c @ 1..=99_999) => c as u32,
-            Some(c) => {
-                return Err(EngineError::Invalid {
-                    path: path.to_path_buf(),
-                    what: format!("split.count = {c}: expected 1..=99999 shards"),
-                })
-            }
-        };
-        let mut paths = vec![path.to_path_buf()];
-        if count > 1 {
-            paths = split_paths(path, count).ok_or_else(|| EngineError::ModelLoad {
-                path: path.to_path_buf(),
-                reason: format!(
-                    "the file says it is shard of a {count}-way split, but its name does not follow <name>-00001-of-{count:05}.gguf"
-                ),
-            })?;
-            for (i, p) in paths.iter().enumerate() {
-                if !p.exists() {
-                    return Err(EngineError::MissingShard {
-                        path: path.to_path_buf(),
-                        shard: i as u32 + 1,
-                        count,
-                        missing: p.clone(),
-                    });
-                }
-            }
-        }
+        let (count, paths) = shard_paths(path, &first)?;
         let mut files = Vec::new();
         let mut tensors = HashMap::new();
         let mut infos = Vec::new();
@@ -128,21 +156,7 @@ impl GgufIndex {
                 (len, Some(g))
             };
             let g = header.as_ref().unwrap_or(&first);
-            if count > 1 {
-                let no = g.get_i64("split.count");
-                let idx = g.get_i64("split.no");
-                if no != Some(i64::from(count)) || idx != Some(i as i64) {
-                    return Err(EngineError::Invalid {
-                        path: p.clone(),
-                        what: format!(
-                            "shard {} of {count}: split.no = {}, split.count = {}: expected split.no = {i} and split.count = {count}",
-                            i + 1,
-                            idx.map(|v| v.to_string()).unwrap_or_else(|| "(absent)".into()),
-                            no.map(|v| v.to_string()).unwrap_or_else(|| "(absent)".into()),
-                        ),
-                    });
-                }
-            }
+            check_shard_number(p, g, i, count)?;
             infos.extend(g.tensor_infos());
             let base = g.data_offset();
             for (name, off, size) in g.tensors() {

@@ -145,6 +145,14 @@ pub(crate) fn tokenize_choice(
     Ok(whole)
 }
 
+/// A decision's prompt in its forms: the user message, the rendered text, its tokens.
+struct Prompt<'a> {
+    user: &'a str,
+    text: &'a str,
+    prefix: &'a str,
+    tokens: &'a [i32],
+}
+
 impl Session<'_> {
     /// Scores `req.choices` after `prefix + suffix` (rendered as one user message unless `raw`).
     /// Empty choices, colliding first tokens in `first_token` mode and a prompt (or prompt +
@@ -153,23 +161,7 @@ impl Session<'_> {
         if req.choices.is_empty() {
             return Err(EngineError::NoChoices);
         }
-        let user = format!("{}{}", req.prefix, req.suffix);
-        if user.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        let text = if req.raw {
-            user.clone()
-        } else {
-            self.model.render_user_message(&user)?
-        };
-        let tokens = self.model.tokenize(&text, true)?;
-        if tokens.len() > self.n_ctx {
-            return Err(EngineError::PromptTooLong {
-                n_prompt: tokens.len(),
-                n_ctx: self.n_ctx,
-                extra: String::new(),
-            });
-        }
+        let (user, text, tokens) = self.render_prompt(req)?;
         let choices = self.plan_choices(req, &text, &tokens)?;
         let work = if req.scoring == Scoring::FirstToken {
             Vec::new()
@@ -183,50 +175,15 @@ impl Session<'_> {
         let reuse = self.reuse_prefix(&tokens)?;
         let mut prefill_s = 0.0;
         if reuse.kept < tokens.len() {
-            // Until the prefill succeeds the cache's content is not known.
-            self.kv.clear();
-            let mut from = reuse.kept;
-            // A memory that cannot drop a tail: the prefill stops where the rendered prefix
-            // ends and saves the state there, for the next decisions that repeat it.
-            if self.snapshots && self.prefix_reuse != PrefixReuse::Off {
-                let b = self.snapshot_boundary(&text, &user, &req.prefix, &tokens);
-                let fresh = self.saved.as_ref().is_none_or(|s| s.tokens != tokens[..b]);
-                if b > 0 && b >= from && fresh {
-                    if b > from {
-                        prefill_s += self.prefill(
-                            &tokens[from..b],
-                            from,
-                            Outputs::Last,
-                            &mut exec,
-                            |_, _, _| Ok(()),
-                        )?;
-                    }
-                    self.kv = tokens[..b].to_vec();
-                    self.save_snapshot();
-                    self.kv.clear();
-                    from = b;
-                }
-            }
-            if self.can_run_with_prompt(&work) {
-                let t0 = Instant::now();
-                let r = self.prefill_with_choices(&tokens, from, &choices, &work, &mut exec);
-                prefill_s += t0.elapsed().as_secs_f64();
-                with_prompt = Some(r?);
-            } else {
-                prefill_s += self.prefill(
-                    &tokens[from..],
-                    from,
-                    Outputs::Last,
-                    &mut exec,
-                    |_, _, _| Ok(()),
-                )?;
-                self.last_logits = self
-                    .ctx
-                    .logits(-1)
-                    .ok_or_else(|| EngineError::NoLogits("after prefill".into()))?
-                    .to_vec();
-            }
-            self.kv = tokens.clone();
+            let prompt = Prompt {
+                user: &user,
+                text: &text,
+                prefix: &req.prefix,
+                tokens: &tokens,
+            };
+            let (s, w) = self.prefill_prompt(&prompt, reuse.kept, &choices, &work, &mut exec)?;
+            prefill_s = s;
+            with_prompt = w;
         }
         let last = log_softmax(&self.last_logits);
         let ctx_len = tokens.len();
@@ -279,6 +236,85 @@ impl Session<'_> {
             stream: stream_c,
             prefill_dev: dev_c,
         })
+    }
+
+    /// The decision's prompt: `prefix + suffix` as one user message (raw with `raw`), tokenized
+    /// and checked to fit the context.
+    fn render_prompt(&self, req: &DecideRequest) -> Result<(String, String, Vec<i32>)> {
+        let user = format!("{}{}", req.prefix, req.suffix);
+        if user.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let text = if req.raw {
+            user.clone()
+        } else {
+            self.model.render_user_message(&user)?
+        };
+        let tokens = self.model.tokenize(&text, true)?;
+        if tokens.len() > self.n_ctx {
+            return Err(EngineError::PromptTooLong {
+                n_prompt: tokens.len(),
+                n_ctx: self.n_ctx,
+                extra: String::new(),
+            });
+        }
+        Ok((user, text, tokens))
+    }
+
+    /// Prefills the prompt after the `kept` tokens prefix reuse kept (saving a snapshot at the
+    /// rendered prefix's end where the memory cannot drop a tail); returns the seconds and, when
+    /// the continuations ran with the prompt's last piece, their (choice, log-probability) rows.
+    fn prefill_prompt(
+        &mut self,
+        p: &Prompt<'_>,
+        kept: usize,
+        choices: &[Choice],
+        work: &[(usize, usize)],
+        exec: &mut ExecGuard<'_>,
+    ) -> Result<(f64, Option<Vec<(usize, f64)>>)> {
+        let tokens = p.tokens;
+        let mut prefill_s = 0.0;
+        let mut with_prompt = None;
+        // Until the prefill succeeds the cache's content is not known.
+        self.kv.clear();
+        let mut from = kept;
+        // A memory that cannot drop a tail: the prefill stops where the rendered prefix
+        // ends and saves the state there, for the next decisions that repeat it.
+        if self.snapshots && self.prefix_reuse != PrefixReuse::Off {
+            let b = self.snapshot_boundary(p.text, p.user, p.prefix, tokens);
+            let fresh = self.saved.as_ref().is_none_or(|s| s.tokens != tokens[..b]);
+            if b > 0 && b >= from && fresh {
+                if b > from {
+                    prefill_s += self.prefill(
+                        &tokens[from..b],
+                        from,
+                        Outputs::Last,
+                        exec,
+                        |_, _, _| Ok(()),
+                    )?;
+                }
+                self.kv = tokens[..b].to_vec();
+                self.save_snapshot();
+                self.kv.clear();
+                from = b;
+            }
+        }
+        if self.can_run_with_prompt(work) {
+            let t0 = Instant::now();
+            let r = self.prefill_with_choices(tokens, from, choices, work, exec);
+            prefill_s += t0.elapsed().as_secs_f64();
+            with_prompt = Some(r?);
+        } else {
+            prefill_s +=
+                self.prefill(&tokens[from..], from, Outputs::Last, exec, |_, _, _| Ok(()))?;
+            self.last_logits = self
+                .ctx
+                .logits(-1)
+                .ok_or_else(|| EngineError::NoLogits("after prefill".into()))?
+                .to_vec();
+        }
+        self.kv = tokens.to_vec();
+        Ok((prefill_s, with_prompt))
     }
 
     /// Tokenizes the choices for `req.scoring`; refuses what cannot be scored.

@@ -123,6 +123,37 @@ impl Model {
     }
 }
 
+/// The hook llama.cpp calls for every node, when the model streams experts, has an arena, or
+/// moves its KV cache: the arena is told a session opened.
+fn engine_hook(
+    model: &Model,
+    abort: &Arc<AtomicBool>,
+    hook_error: &Arc<Mutex<Option<EngineError>>>,
+    memory_capture: &Arc<memory_home::MemoryCapture>,
+) -> Result<Option<Box<dyn EvalHook>>> {
+    let arena_active = match &model.arena {
+        Some(a) => {
+            let mut a = a
+                .lock()
+                .map_err(|_| EngineError::Device(DeviceError::Poisoned))?;
+            a.new_session();
+            a.active_flag()
+        }
+        None => Arc::new(AtomicBool::new(false)),
+    };
+    if model.stream.is_none() && model.arena.is_none() && model.kv_home.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(EngineHook {
+        streamer: model.stream.clone(),
+        arena: model.arena.clone(),
+        arena_active,
+        memory: memory_capture.clone(),
+        abort: abort.clone(),
+        error: hook_error.clone(),
+    })))
+}
+
 impl<'m> Session<'m> {
     pub(crate) fn new(model: &'m Model, opts: &SessionOptions) -> Result<Self> {
         opts.validate(model.prefill.as_ref())?;
@@ -143,30 +174,8 @@ impl<'m> Session<'m> {
         let n_seq = SEQS.min(n_ubatch).max(1);
         let abort = Arc::new(AtomicBool::new(false));
         let hook_error = Arc::new(Mutex::new(None));
-        let arena_active = match &model.arena {
-            Some(a) => {
-                let mut a = a
-                    .lock()
-                    .map_err(|_| EngineError::Device(DeviceError::Poisoned))?;
-                a.new_session();
-                a.active_flag()
-            }
-            None => Arc::new(AtomicBool::new(false)),
-        };
         let memory_capture = Arc::new(memory_home::MemoryCapture::default());
-        let hook: Option<Box<dyn EvalHook>> = (model.stream.is_some()
-            || model.arena.is_some()
-            || model.kv_home.is_some())
-        .then(|| {
-            Box::new(EngineHook {
-                streamer: model.stream.clone(),
-                arena: model.arena.clone(),
-                arena_active: arena_active.clone(),
-                memory: memory_capture.clone(),
-                abort: abort.clone(),
-                error: hook_error.clone(),
-            }) as Box<dyn EvalHook>
-        });
+        let hook = engine_hook(model, &abort, &hook_error, &memory_capture)?;
         // Sliding-window layers get the window's cells only, as llama.cpp's own tools do: a long
         // context costs them no more memory than their window. Prefix reuse restores a saved
         // state where the window has dropped cells a kept prefix needs (reuse.rs).

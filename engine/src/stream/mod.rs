@@ -127,6 +127,296 @@ fn setup_err(what: &'static str) -> impl Fn(std::io::Error) -> EngineError + Cop
     move |source| EngineError::Stream(StreamError::Setup { what, source })
 }
 
+/// Refuses a graph the streamer cannot serve: no expert matmul, or an MoE layer without a
+/// routing node to read its ids at.
+fn check_streamable(capture: &Capture) -> Result<()> {
+    if capture.experts.is_empty() {
+        return Err(EngineError::Unsupported(
+            "expert streaming needs a mixture-of-experts model: this graph has no expert matmul (MUL_MAT_ID)".into(),
+        ));
+    }
+    if let Some(il) = capture
+        .experts
+        .keys()
+        .find(|il| !capture.routing.contains(il))
+    {
+        return Err(EngineError::Unsupported(format!(
+            "expert streaming needs a routing node (ffn_moe_topk-<layer>) in every MoE layer; layer {il} has none in this architecture's graph"
+        )));
+    }
+    Ok(())
+}
+
+/// Each layer's expert matrices (their parts checked to be in the file), the most experts a
+/// layer has, and the bytes one token's routed experts take.
+fn expert_layers(
+    table: &WeightTable,
+    n_expert_used: u32,
+) -> Result<(BTreeMap<u32, Layer>, u32, u64)> {
+    let mut layers = BTreeMap::new();
+    let mut n_expert = 0u32;
+    let mut token_bytes = 0u64;
+    for (il, matrices) in table.layers() {
+        let mut tensors = Vec::new();
+        let mut layer_expert_bytes = 0u64;
+        for m in matrices {
+            m.parts()
+                .map_err(|e| EngineError::Stream(StreamError::NotInFile(e)))?;
+            n_expert = n_expert.max(m.n_expert as u32);
+            layer_expert_bytes += m.expert_bytes as u64;
+            tensors.push(m.clone());
+        }
+        token_bytes += layer_expert_bytes * u64::from(n_expert_used);
+        layers.insert(
+            il,
+            Layer {
+                tensors,
+                regions: Vec::new(),
+            },
+        );
+    }
+    Ok((layers, n_expert, token_bytes))
+}
+
+/// Binds every expert tensor onto reserved memory: its own region with a cache, or without one
+/// a slot per role shared by every layer (sized for the largest); returns the shared slots.
+fn bind_regions(
+    layers: &mut BTreeMap<u32, Layer>,
+    budget_bytes: u64,
+    quiet: &mut Quiet<'_>,
+) -> Result<BTreeMap<ExpertRole, Region>> {
+    let io_err = setup_err("reserving expert memory");
+    let mut shared = BTreeMap::new();
+    if budget_bytes > 0 {
+        for layer in layers.values_mut() {
+            for t in &layer.tensors {
+                let r = Region::reserve(t.tensor.nbytes()).map_err(io_err)?;
+                residency::onto_region(t.tensor, &r, quiet).map_err(EngineError::Weight)?;
+                layer.regions.push(r);
+            }
+        }
+        return Ok(shared);
+    }
+    for layer in layers.values() {
+        for t in &layer.tensors {
+            let need = t.tensor.nbytes();
+            let fits = shared
+                .get(&t.role)
+                .is_some_and(|r: &Region| r.len() >= need);
+            if !fits {
+                shared.insert(t.role, Region::reserve(need).map_err(io_err)?);
+            }
+        }
+    }
+    for layer in layers.values() {
+        for t in &layer.tensors {
+            residency::onto_region(t.tensor, &shared[&t.role], quiet)
+                .map_err(EngineError::Weight)?;
+        }
+    }
+    Ok(shared)
+}
+
+/// `dense_weights = anon`: every other weight the graph reads copied into engine-owned memory.
+fn copy_dense(
+    capture: &Capture,
+    layers: &BTreeMap<u32, Layer>,
+    quiet: &mut Quiet<'_>,
+) -> Result<Vec<Region>> {
+    let io_err = setup_err("reserving expert memory");
+    let expert_ptrs: Vec<TensorPtr> = layers
+        .values()
+        .flat_map(|l| l.tensors.iter().map(|t| t.tensor))
+        .collect();
+    let mut dense = Vec::new();
+    for w in capture
+        .weights
+        .values()
+        .filter(|w| !expert_ptrs.contains(w))
+    {
+        let mut r = Region::reserve(w.nbytes()).map_err(io_err)?;
+        residency::copied_into(*w, &mut r, quiet).map_err(EngineError::Weight)?;
+        dense.push(r);
+    }
+    Ok(dense)
+}
+
+/// The read-ahead threads (when a predictor runs) and the reader lanes' pool, on a reader
+/// checked to have the lanes and the bounce buffer they need.
+fn start_readers(
+    reader: &std::sync::Arc<DirectReader>,
+    opts: &StreamOptions,
+    predicts: bool,
+    max_read: usize,
+) -> Result<(Option<prefetch::Prefetcher>, rayon::ThreadPool)> {
+    let prefetch_lanes = if predicts { PREFETCH_LANES } else { 0 };
+    if reader.lanes() < opts.io_threads + prefetch_lanes || reader.max_read() < max_read {
+        return Err(setup_err("sharing the model's reader")(
+            std::io::Error::other(
+                "the reader has fewer lanes or a smaller bounce buffer than the streamer needs",
+            ),
+        ));
+    }
+    let prefetcher = if predicts {
+        Some(
+            prefetch::Prefetcher::new(reader.clone(), opts.io_threads, prefetch_lanes)
+                .map_err(setup_err("starting prefetch threads"))?,
+        )
+    } else {
+        None
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.io_threads.max(1))
+        .thread_name(|i| format!("bmoe-io-{i}"))
+        .build()
+        .map_err(|e| setup_err("starting reader threads")(std::io::Error::other(e)))?;
+    Ok((prefetcher, pool))
+}
+
+/// Page moves into a layer's regions, bounded (each may split a mapping in two, and the kernel's
+/// map count is limited), and what they count.
+struct Moves<'a> {
+    left: &'a mut u64,
+    adopted: &'a mut u64,
+    counters: &'a mut StreamCounters,
+}
+
+impl Moves<'_> {
+    /// Misses read ahead go straight in (their pages moved where the bound allows, else copied),
+    /// counted as resident through `cached` and cleared from `misses`.
+    fn read_ahead(
+        &mut self,
+        p: &mut prefetch::Prefetcher,
+        il: u32,
+        pairs: &mut [(&ExpertMatrix, &mut Region)],
+        misses: &mut [bool],
+        mut cached: impl FnMut(u32),
+    ) {
+        for (e, m) in misses.iter_mut().enumerate() {
+            if !*m {
+                continue;
+            }
+            let Some(bytes) = p.take(il, e as u32) else {
+                continue;
+            };
+            for ((t, r), chunk) in pairs.iter_mut().zip(bytes) {
+                let (at, eb) = (e * t.expert_bytes, t.expert_bytes);
+                // Moving the pages in costs no copy and no page faults here.
+                let moved = if *self.left > 0 {
+                    r.adopt(at, eb, chunk)
+                } else {
+                    Err(chunk)
+                };
+                match moved {
+                    Ok(()) => {
+                        *self.adopted += 1;
+                        *self.left -= 1;
+                    }
+                    Err(mut chunk) => {
+                        r.as_mut_slice()[at..at + eb].copy_from_slice(&chunk.as_mut_slice()[..eb])
+                    }
+                }
+                self.counters.read_bytes += eb as u64;
+            }
+            cached(e as u32);
+            *m = false;
+        }
+    }
+
+    /// The other misses go into the evicted experts' pages where a slice of the same size was
+    /// given up.
+    fn recycle(
+        &mut self,
+        spare: &mut Vec<Region>,
+        pairs: &mut [(&ExpertMatrix, &mut Region)],
+        misses: &[bool],
+    ) {
+        for (t, r) in pairs.iter_mut() {
+            let eb = t.expert_bytes;
+            for e in (0..misses.len()).filter(|&e| misses[e]) {
+                let Some(i) = spare.iter().position(|p| p.len() == eb) else {
+                    break;
+                };
+                if r.adopt(e * eb, eb, spare.swap_remove(i)).is_ok() {
+                    self.counters.recycled += 1;
+                    // The move out and this one in: each may split a mapping.
+                    *self.left = self.left.saturating_sub(1);
+                }
+            }
+        }
+    }
+}
+
+/// One positioned read per piece of each missed expert: its destination, file and offset.
+fn read_jobs<'a>(
+    pairs: Vec<(&ExpertMatrix, &'a mut Region)>,
+    misses: &[bool],
+) -> Vec<(&'a mut [u8], usize, u64)> {
+    let mut jobs = Vec::new();
+    for (t, region) in pairs {
+        let eb = t.expert_bytes;
+        for (e, dst) in region
+            .as_mut_slice()
+            .chunks_mut(eb)
+            .enumerate()
+            .take(misses.len())
+        {
+            if misses[e] {
+                let mut rest = dst;
+                for (file, offset, len) in t.pieces_of(e) {
+                    let (piece, tail) = rest.split_at_mut(len);
+                    jobs.push((piece, file, offset));
+                    rest = tail;
+                }
+            }
+        }
+    }
+    jobs
+}
+
+/// Reads the jobs and counts their time and bytes; the first error, if any, after all ran.
+fn read_all(
+    reader: &DirectReader,
+    pool: &rayon::ThreadPool,
+    jobs: Vec<(&mut [u8], usize, u64)>,
+    decode_sized: bool,
+    counters: &mut StreamCounters,
+) -> std::io::Result<()> {
+    let total: usize = jobs.iter().map(|(d, _, _)| d.len()).sum();
+    // Small batches, and every decode-sized graph's misses (a few experts), are read on the
+    // calling thread, whose compute threads wait for them anyway. Waking the lanes costs more
+    // than it saves there: rayon's idle lanes spin and yield for a while after each batch, on
+    // the very cores the next graph's compute threads need.
+    let results: Vec<std::io::Result<(f64, usize)>> =
+        if total < INLINE_READ_BYTES || jobs.len() < 2 || decode_sized {
+            jobs.into_iter()
+                .map(|(dst, file, off)| reader.read(0, file, off, dst).map(|s| (s, dst.len())))
+                .collect()
+        } else {
+            pool.install(|| {
+                jobs.into_par_iter()
+                    .map(|(dst, file, off)| {
+                        let lane = rayon::current_thread_index().unwrap_or(0);
+                        reader.read(lane, file, off, dst).map(|s| (s, dst.len()))
+                    })
+                    .collect()
+            })
+        };
+    let mut first_err = None;
+    for r in results {
+        match r {
+            Ok((s, n)) => {
+                counters.read_s += s;
+                counters.read_bytes += n as u64;
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
 impl Streamer {
     /// Reader lanes the streamer reads on (lanes `0..` of the model's reader): one per I/O thread,
     /// and the read-ahead lanes when a predictor runs.
@@ -147,113 +437,16 @@ impl Streamer {
         reader: std::sync::Arc<DirectReader>,
         quiet: &mut Quiet<'_>,
     ) -> Result<Self> {
-        if capture.experts.is_empty() {
-            return Err(EngineError::Unsupported(
-                "expert streaming needs a mixture-of-experts model: this graph has no expert matmul (MUL_MAT_ID)".into(),
-            ));
-        }
-        if let Some(il) = capture
-            .experts
-            .keys()
-            .find(|il| !capture.routing.contains(il))
-        {
-            return Err(EngineError::Unsupported(format!(
-                "expert streaming needs a routing node (ffn_moe_topk-<layer>) in every MoE layer; layer {il} has none in this architecture's graph"
-            )));
-        }
-        let mut layers = BTreeMap::new();
-        let mut n_expert = 0u32;
+        check_streamable(capture)?;
         let max_read = table.max_expert_bytes();
-        let mut token_bytes = 0u64;
-        for (il, matrices) in table.layers() {
-            let mut tensors = Vec::new();
-            let mut layer_expert_bytes = 0u64;
-            for m in matrices {
-                m.parts()
-                    .map_err(|e| EngineError::Stream(StreamError::NotInFile(e)))?;
-                n_expert = n_expert.max(m.n_expert as u32);
-                layer_expert_bytes += m.expert_bytes as u64;
-                tensors.push(m.clone());
-            }
-            token_bytes += layer_expert_bytes * u64::from(n_expert_used);
-            layers.insert(
-                il,
-                Layer {
-                    tensors,
-                    regions: Vec::new(),
-                },
-            );
-        }
-        let io_err = setup_err("reserving expert memory");
-        let mut shared = BTreeMap::new();
-        if budget_bytes == 0 {
-            for layer in layers.values() {
-                for t in &layer.tensors {
-                    let need = t.tensor.nbytes();
-                    let fits = shared
-                        .get(&t.role)
-                        .is_some_and(|r: &Region| r.len() >= need);
-                    if !fits {
-                        shared.insert(t.role, Region::reserve(need).map_err(io_err)?);
-                    }
-                }
-            }
-            for layer in layers.values() {
-                for t in &layer.tensors {
-                    residency::onto_region(t.tensor, &shared[&t.role], quiet)
-                        .map_err(EngineError::Weight)?;
-                }
-            }
-        } else {
-            for layer in layers.values_mut() {
-                for t in &layer.tensors {
-                    let r = Region::reserve(t.tensor.nbytes()).map_err(io_err)?;
-                    residency::onto_region(t.tensor, &r, quiet).map_err(EngineError::Weight)?;
-                    layer.regions.push(r);
-                }
-            }
-        }
-        let mut dense = Vec::new();
-        if opts.dense_weights == DenseWeights::Anon {
-            let expert_ptrs: Vec<TensorPtr> = layers
-                .values()
-                .flat_map(|l| l.tensors.iter().map(|t| t.tensor))
-                .collect();
-            for w in capture
-                .weights
-                .values()
-                .filter(|w| !expert_ptrs.contains(w))
-            {
-                let mut r = Region::reserve(w.nbytes()).map_err(io_err)?;
-                residency::copied_into(*w, &mut r, quiet).map_err(EngineError::Weight)?;
-                dense.push(r);
-            }
-        }
+        let (mut layers, n_expert, token_bytes) = expert_layers(table, n_expert_used)?;
+        let shared = bind_regions(&mut layers, budget_bytes, quiet)?;
+        let dense = match opts.dense_weights {
+            DenseWeights::Anon => copy_dense(capture, &layers, quiet)?,
+            _ => Vec::new(),
+        };
         let predictor = prefetch::Predictor::new(&capture.routers, opts.prefetch, quiet);
-        let prefetch_lanes = if predictor.is_some() {
-            PREFETCH_LANES
-        } else {
-            0
-        };
-        if reader.lanes() < opts.io_threads + prefetch_lanes || reader.max_read() < max_read {
-            return Err(setup_err("sharing the model's reader")(
-                std::io::Error::other(
-                    "the reader has fewer lanes or a smaller bounce buffer than the streamer needs",
-                ),
-            ));
-        }
-        let prefetcher = match predictor {
-            Some(_) => Some(
-                prefetch::Prefetcher::new(reader.clone(), opts.io_threads, prefetch_lanes)
-                    .map_err(setup_err("starting prefetch threads"))?,
-            ),
-            None => None,
-        };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(opts.io_threads.max(1))
-            .thread_name(|i| format!("bmoe-io-{i}"))
-            .build()
-            .map_err(|e| setup_err("starting reader threads")(std::io::Error::other(e)))?;
+        let (prefetcher, pool) = start_readers(&reader, opts, predictor.is_some(), max_read)?;
         let direct = reader.direct().to_vec();
         let moves_left = move_allowance(&layers);
         Ok(Self {
@@ -327,233 +520,183 @@ impl Streamer {
         ids.len() <= MAX_PREFETCH_TOKENS * self.n_expert_used.max(1)
     }
 
-    /// Makes the experts `ids` routes to in layer `il` resident before its matmuls run.
+    /// Makes the experts `ids` routes to in layer `il` resident before its matmuls run: which are
+    /// wanted, which the cache lacks (evicting to make room), those read ahead or recycled, then
+    /// the rest read from the file.
     pub fn ensure(&mut self, il: u32, ids: &[i32]) -> std::result::Result<(), StreamError> {
         let t0 = Instant::now();
         let decode_sized = self.decode_sized(ids);
-        let Some(layer) = self.layers.get_mut(&il) else {
+        let Some(layer_bytes) = self
+            .layers
+            .get(&il)
+            .map(|l| l.tensors.iter().map(|t| t.expert_bytes as u64).sum::<u64>())
+        else {
             return Ok(());
         };
-        let mut wanted = vec![false; self.n_expert as usize];
         // How good the last prediction for this layer was, whatever the cache made of it.
         let prediction = self.prediction.take().filter(|(l, _, _)| *l == il);
-        if self.read_all {
-            wanted.fill(true);
-        } else {
-            wanted = crate::graph::routed_mask(il, ids, wanted.len())?;
-        }
-        if !self.read_all {
-            let routed: Vec<u32> = (0..wanted.len() as u32)
-                .filter(|&e| wanted[e as usize])
-                .collect();
-            if let Some((_, p, _)) = &prediction {
-                self.counters.predicted_routed += routed.len() as u64;
-                self.counters.predicted_right +=
-                    routed.iter().filter(|e| p.contains(e)).count() as u64;
-            }
-            self.last_routed.insert(il, routed);
-        }
-        let layer_bytes: u64 = layer.tensors.iter().map(|t| t.expert_bytes as u64).sum();
-        // Which experts must be read; the LRU decides hits and evictions.
-        let misses: Vec<bool> = match self.lru.as_mut() {
-            None => {
-                self.counters.cache_misses += wanted.iter().filter(|&&w| w).count() as u64;
-                wanted.clone()
-            }
-            Some(lru) => {
-                let mut miss = vec![false; wanted.len()];
-                for (e, _) in wanted.iter().enumerate().filter(|(_, &w)| w) {
-                    if lru.touch(il, e as u32) {
-                        self.counters.cache_hits += 1;
-                    } else {
-                        self.counters.cache_misses += 1;
-                        miss[e] = true;
-                    }
-                }
-                let need = miss.iter().filter(|&&m| m).count() as u64 * layer_bytes;
-                let (layers, spare, moves_left) =
-                    (&mut self.layers, &mut self.spare, &mut self.moves_left);
-                let protect = |&(l, e): &(u32, u32)| l == il && wanted[e as usize];
-                let evicted = lru.make_room(need, self.budget_bytes, protect, |(l, e)| {
-                    if let Some(layer) = layers.get_mut(&l) {
-                        for (t, r) in layer.tensors.iter().zip(layer.regions.iter_mut()) {
-                            let (at, eb) = (e as usize * t.expert_bytes, t.expert_bytes);
-                            // Faulted-in pages kept for this node's misses: a fresh page costs a
-                            // fault and its zeroing, which on a small machine is most of a
-                            // miss's CPU time besides the read.
-                            let kept = (*moves_left > 0).then(|| r.take_out(at, eb)).flatten();
-                            match kept {
-                                Some(pages) => {
-                                    *moves_left -= 1;
-                                    spare.push(pages);
-                                }
-                                None => {
-                                    r.release(at, eb);
-                                }
-                            }
-                        }
-                    }
-                });
-                self.counters.evictions += evicted;
-                miss
-            }
-        };
+        let wanted = self.wanted(il, ids, prediction.as_ref())?;
+        let mut misses = self.cache_misses(il, &wanted, layer_bytes);
         // Score the candidates (predicted, not resident when predicted) against the real misses,
         // whether or not they were read ahead.
         if let Some((_, _, cands)) = &prediction {
-            let useful = cands.iter().filter(|&&e| misses[e as usize]).count();
-            let (n, u) = &mut self.candidates;
-            *n += cands.len() as f64;
-            *u += useful as f64;
-            if *n > CANDIDATE_WINDOW {
-                *n /= 2.0;
-                *u /= 2.0;
+            self.score_candidates(cands, &misses);
+        }
+        let read = self.fill_misses(il, &mut misses, layer_bytes, decode_sized);
+        let missed = misses
+            .iter()
+            .enumerate()
+            .filter(|(_, &m)| m)
+            .map(|(e, _)| e);
+        if let Some(lru) = self.lru.as_mut() {
+            match &read {
+                // Nothing partially read may count as resident.
+                Err(_) => missed.for_each(|e| lru.forget(il, e as u32)),
+                Ok(()) => {
+                    missed.for_each(|e| lru.insert(il, e as u32, layer_bytes));
+                    if !decode_sized {
+                        let share =
+                            (self.budget_bytes / layer_bytes.max(1)) as usize / self.layers.len();
+                        lru.keep_popular(il, ids, share.max(self.n_expert_used));
+                    }
+                }
             }
         }
-        let layer = self.layers.get_mut(&il).expect("layer checked above");
+        self.counters.stall_s += t0.elapsed().as_secs_f64();
+        read.map_err(|source| StreamError::Read { layer: il, source })
+    }
+
+    /// The experts layer `il` routes to (every one with `read_all`), remembered for the
+    /// predictors and scored against the last prediction.
+    fn wanted(
+        &mut self,
+        il: u32,
+        ids: &[i32],
+        prediction: Option<&(u32, Vec<u32>, Vec<u32>)>,
+    ) -> std::result::Result<Vec<bool>, StreamError> {
+        if self.read_all {
+            return Ok(vec![true; self.n_expert as usize]);
+        }
+        let wanted = crate::graph::routed_mask(il, ids, self.n_expert as usize)?;
+        let routed: Vec<u32> = (0..wanted.len() as u32)
+            .filter(|&e| wanted[e as usize])
+            .collect();
+        if let Some((_, p, _)) = prediction {
+            self.counters.predicted_routed += routed.len() as u64;
+            self.counters.predicted_right += routed.iter().filter(|e| p.contains(e)).count() as u64;
+        }
+        self.last_routed.insert(il, routed);
+        Ok(wanted)
+    }
+
+    /// Which wanted experts must be read: all of them without a cache; with one, those the LRU
+    /// lacks, after evicting (and keeping the pages of, within the move bound) enough for them.
+    fn cache_misses(&mut self, il: u32, wanted: &[bool], layer_bytes: u64) -> Vec<bool> {
+        let Some(lru) = self.lru.as_mut() else {
+            self.counters.cache_misses += wanted.iter().filter(|&&w| w).count() as u64;
+            return wanted.to_vec();
+        };
+        let mut miss = vec![false; wanted.len()];
+        for (e, _) in wanted.iter().enumerate().filter(|(_, &w)| w) {
+            if lru.touch(il, e as u32) {
+                self.counters.cache_hits += 1;
+            } else {
+                self.counters.cache_misses += 1;
+                miss[e] = true;
+            }
+        }
+        let need = miss.iter().filter(|&&m| m).count() as u64 * layer_bytes;
+        let (layers, spare, moves_left) = (&mut self.layers, &mut self.spare, &mut self.moves_left);
+        let protect = |&(l, e): &(u32, u32)| l == il && wanted[e as usize];
+        let evicted = lru.make_room(need, self.budget_bytes, protect, |(l, e)| {
+            if let Some(layer) = layers.get_mut(&l) {
+                for (t, r) in layer.tensors.iter().zip(layer.regions.iter_mut()) {
+                    let (at, eb) = (e as usize * t.expert_bytes, t.expert_bytes);
+                    // Faulted-in pages kept for this node's misses: a fresh page costs a fault
+                    // and its zeroing, which on a small machine is most of a miss's CPU time
+                    // besides the read.
+                    match (*moves_left > 0).then(|| r.take_out(at, eb)).flatten() {
+                        Some(pages) => {
+                            *moves_left -= 1;
+                            spare.push(pages);
+                        }
+                        None => {
+                            r.release(at, eb);
+                        }
+                    }
+                }
+            }
+        });
+        self.counters.evictions += evicted;
+        miss
+    }
+
+    /// Counts how many of a prediction's candidates turned out misses (a window, halved as it
+    /// fills), which decides whether reads ahead pay.
+    fn score_candidates(&mut self, cands: &[u32], misses: &[bool]) {
+        let useful = cands.iter().filter(|&&e| misses[e as usize]).count();
+        let (n, u) = &mut self.candidates;
+        *n += cands.len() as f64;
+        *u += useful as f64;
+        if *n > CANDIDATE_WINDOW {
+            *n /= 2.0;
+            *u /= 2.0;
+        }
+    }
+
+    /// Puts the missed experts of layer `il` into their regions: those read ahead moved in (and
+    /// cleared from `misses`), evicted pages recycled for the rest, which are then read.
+    fn fill_misses(
+        &mut self,
+        il: u32,
+        misses: &mut [bool],
+        layer_bytes: u64,
+        decode_sized: bool,
+    ) -> std::io::Result<()> {
+        let Self {
+            layers,
+            shared,
+            lru,
+            prefetcher,
+            moves_left,
+            adopted,
+            counters,
+            spare,
+            reader,
+            pool,
+            ..
+        } = self;
+        let layer = layers.get_mut(&il).expect("layer checked by ensure");
         // Each expert matrix with the region it is bound to, in the layer's order: its own (cache
         // mode), or its role's shared slot.
-        let mut pairs: Vec<(&ExpertMatrix, &mut Region)> = if self.lru.is_some() {
+        let mut pairs: Vec<(&ExpertMatrix, &mut Region)> = if lru.is_some() {
             layer.tensors.iter().zip(layer.regions.iter_mut()).collect()
         } else {
             let mut by_role: BTreeMap<ExpertRole, &mut Region> =
-                self.shared.iter_mut().map(|(&role, r)| (role, r)).collect();
+                shared.iter_mut().map(|(&role, r)| (role, r)).collect();
             layer
                 .tensors
                 .iter()
                 .filter_map(|t| by_role.remove(&t.role).map(|r| (t, r)))
                 .collect()
         };
-        // Misses read ahead go straight in; only the others are read here.
-        let mut misses = misses;
-        if let Some(p) = self.prefetcher.as_mut() {
-            for (e, m) in misses.iter_mut().enumerate() {
-                if !*m {
-                    continue;
+        let mut moves = Moves {
+            left: moves_left,
+            adopted,
+            counters,
+        };
+        if let Some(p) = prefetcher.as_mut() {
+            moves.read_ahead(p, il, &mut pairs, misses, |e| {
+                if let Some(lru) = lru.as_mut() {
+                    lru.insert(il, e, layer_bytes);
                 }
-                let Some(bytes) = p.take(il, e as u32) else {
-                    continue;
-                };
-                for ((t, r), chunk) in pairs.iter_mut().zip(bytes) {
-                    let (at, eb) = (e * t.expert_bytes, t.expert_bytes);
-                    // Moving the pages in costs no copy and no page faults here; each move can
-                    // split the region's mapping in two, so past a bound (the kernel's map
-                    // count is limited) the bytes are copied instead.
-                    let moved = if self.moves_left > 0 {
-                        r.adopt(at, eb, chunk)
-                    } else {
-                        Err(chunk)
-                    };
-                    match moved {
-                        Ok(()) => {
-                            self.adopted += 1;
-                            self.moves_left -= 1;
-                        }
-                        Err(mut chunk) => r.as_mut_slice()[at..at + eb]
-                            .copy_from_slice(&chunk.as_mut_slice()[..eb]),
-                    }
-                    self.counters.read_bytes += eb as u64;
-                }
-                if let Some(lru) = self.lru.as_mut() {
-                    lru.insert(il, e as u32, layer_bytes);
-                }
-                *m = false;
-            }
-        }
-        // The other misses go into the evicted experts' pages where a slice of the same size was
-        // given up; what is left of them goes back to the system.
-        for (t, r) in pairs.iter_mut() {
-            let eb = t.expert_bytes;
-            for e in (0..misses.len()).filter(|&e| misses[e]) {
-                let Some(i) = self.spare.iter().position(|p| p.len() == eb) else {
-                    break;
-                };
-                if r.adopt(e * eb, eb, self.spare.swap_remove(i)).is_ok() {
-                    self.counters.recycled += 1;
-                    // The move out and this one in: each may split a mapping.
-                    self.moves_left = self.moves_left.saturating_sub(1);
-                }
-            }
-        }
-        self.spare.clear();
-        let mut jobs: Vec<(&mut [u8], usize, u64)> = Vec::new();
-        for (t, region) in pairs {
-            let eb = t.expert_bytes;
-            for (e, dst) in region
-                .as_mut_slice()
-                .chunks_mut(eb)
-                .enumerate()
-                .take(misses.len())
-            {
-                if misses[e] {
-                    let mut rest = dst;
-                    for (file, offset, len) in t.pieces_of(e) {
-                        let (piece, tail) = rest.split_at_mut(len);
-                        jobs.push((piece, file, offset));
-                        rest = tail;
-                    }
-                }
-            }
-        }
-        let reader = &self.reader;
-        let total: usize = jobs.iter().map(|(d, _, _)| d.len()).sum();
-        // Small batches, and every decode-sized graph's misses (a few experts), are read on the
-        // calling thread, whose compute threads wait for them anyway. Waking the lanes costs
-        // more than it saves there: rayon's idle lanes spin and yield for a while after each
-        // batch, on the very cores the next graph's compute threads need.
-        let results: Vec<std::io::Result<(f64, usize)>> =
-            if total < INLINE_READ_BYTES || jobs.len() < 2 || decode_sized {
-                jobs.into_iter()
-                    .map(|(dst, file, off)| reader.read(0, file, off, dst).map(|s| (s, dst.len())))
-                    .collect()
-            } else {
-                self.pool.install(|| {
-                    jobs.into_par_iter()
-                        .map(|(dst, file, off)| {
-                            let lane = rayon::current_thread_index().unwrap_or(0);
-                            reader.read(lane, file, off, dst).map(|s| (s, dst.len()))
-                        })
-                        .collect()
-                })
-            };
-        let mut first_err = None;
-        for r in results {
-            match r {
-                Ok((s, n)) => {
-                    self.counters.read_s += s;
-                    self.counters.read_bytes += n as u64;
-                }
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = first_err {
-            // Nothing partially read may count as resident.
-            if let Some(lru) = self.lru.as_mut() {
-                for (e, _) in misses.iter().enumerate().filter(|(_, &m)| m) {
-                    lru.forget(il, e as u32);
-                }
-            }
-            self.counters.stall_s += t0.elapsed().as_secs_f64();
-            return Err(StreamError::Read {
-                layer: il,
-                source: e,
             });
         }
-        if let Some(lru) = self.lru.as_mut() {
-            for (e, _) in misses.iter().enumerate().filter(|(_, &m)| m) {
-                lru.insert(il, e as u32, layer_bytes);
-            }
-            if !decode_sized {
-                let share = (self.budget_bytes / layer_bytes.max(1)) as usize / self.layers.len();
-                lru.keep_popular(il, ids, share.max(self.n_expert_used));
-            }
-        }
-        self.counters.stall_s += t0.elapsed().as_secs_f64();
-        Ok(())
+        moves.recycle(spare, &mut pairs, misses);
+        spare.clear();
+        let jobs = read_jobs(pairs, misses);
+        read_all(reader, pool, jobs, decode_sized, counters)
     }
-
     /// Whether reads ahead pay: at least `MIN_PRECISION` of the recent candidates were misses
     /// (each wrong one costs a read and CPU time for its copy, which on a small machine competes
     /// with compute). Nothing is read until `CANDIDATE_WARMUP` candidates were scored: reading
