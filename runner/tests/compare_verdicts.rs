@@ -177,7 +177,9 @@ fn torn_last_row_and_duplicate_keys_are_warned_about() {
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
-        out.contains("warning: runs/torn.csv: ignoring a torn last row (39 bytes without a newline)"),
+        out.contains(
+            "warning: runs/torn.csv: ignoring a torn last row (39 bytes without a newline)"
+        ),
         "{out}"
     );
     assert!(out.contains("1 row only in A (d6)"), "{out}");
@@ -226,5 +228,53 @@ fn an_unknown_run_id_lists_the_runs_the_file_holds() {
     assert!(
         out.contains("runs/decide.csv: no rows of run nope; it holds runs r1, r2"),
         "{out}"
+    );
+}
+
+#[test]
+fn decode_time_per_token_is_judged_and_gated() {
+    let p = Project::new();
+    p.write(
+        "jobs/gen.toml",
+        r#"
+name = "gen"
+model = "../models/tiny.gguf"
+kind = "generate"
+profile = "../profiles/host.toml"
+csv = "../runs/gen.csv"
+prompts = ["Say something.", "Say more."]
+n_predict = 4
+"#,
+    );
+    let o = p.bmoe(&["run", "jobs/gen.toml", "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    edit_csv(&p, "runs/gen.csv", "runs/slow.csv", |h, rows| {
+        let i = col(h, "decode_s");
+        for r in rows {
+            r[i] = (r[i].parse::<f64>().unwrap() * 1.5).to_string();
+        }
+    });
+    let o = p.bmoe(&[
+        "compare",
+        "runs/gen.csv",
+        "runs/slow.csv",
+        "--max-slowdown",
+        "1.2",
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("decode_s_per_token ratio B/A over 2 rows: min 1.500"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "result: --max-slowdown 1.2 tripped: decode_s_per_token median ratio B/A 1.500"
+        ),
+        "{out}"
+    );
+    assert!(
+        !out.contains("prefill_s median"),
+        "prefill did not slow down: {out}"
     );
 }

@@ -125,7 +125,11 @@ impl Report {
             input::list("job", "jobs", &j.iter().cloned().collect::<Vec<_>>())
         };
         Some(if self.jobs.0 != self.jobs.1 {
-            format!("A holds {}, B holds {}", jobs(&self.jobs.0), jobs(&self.jobs.1))
+            format!(
+                "A holds {}, B holds {}",
+                jobs(&self.jobs.0),
+                jobs(&self.jobs.1)
+            )
         } else {
             format!(
                 "A and B both hold {}, but no (point, item) of one is in the other",
@@ -210,13 +214,7 @@ pub fn compare(a: &Path, b: &Path, o: &CompareOptions) -> anyhow::Result<Report>
 }
 
 /// Adds one matched pair to the report.
-fn compare_row(
-    rep: &mut Report,
-    k: &Key,
-    x: &Row,
-    y: &Row,
-    tolerance: f64,
-) {
+fn compare_row(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64) {
     rep.matched += 1;
     let mut same = x.error == y.error;
     if x.kind == "decide" {
@@ -253,13 +251,7 @@ fn compare_row(
 }
 
 /// Adds a matched decision; false when it differs.
-fn compare_decision(
-    rep: &mut Report,
-    k: &Key,
-    x: &Row,
-    y: &Row,
-    tolerance: f64,
-) -> bool {
+fn compare_decision(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64) -> bool {
     rep.decisions += 1;
     let mut same = true;
     // Only `correct` is compared here: n_reused, n_prefilled, reuse and the prefill times

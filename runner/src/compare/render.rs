@@ -201,7 +201,11 @@ impl Report {
         if !self.differing.is_empty() {
             let n = self.differing.len();
             let verb = if n == 1 { "differs" } else { "differ" };
-            parts.push(format!("{} {verb}: {}", rows(n), self.names(&self.differing)));
+            parts.push(format!(
+                "{} {verb}: {}",
+                rows(n),
+                self.names(&self.differing)
+            ));
         }
         for (side, keys) in [("A", &self.only_a), ("B", &self.only_b)] {
             if !keys.is_empty() {

@@ -201,7 +201,11 @@ pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
 /// The complete rows, by column name; a row that does not parse is named by its 1-based line in
 /// the file (counted here: csv's own line number is that of the record before), a bad cell by its
 /// column name and value.
-fn read_rows(path: &Path, good: &[u8], rdr: &mut csv::Reader<&[u8]>) -> Result<Vec<Row>, SinkError> {
+fn read_rows(
+    path: &Path,
+    good: &[u8],
+    rdr: &mut csv::Reader<&[u8]>,
+) -> Result<Vec<Row>, SinkError> {
     let header = rdr.headers().cloned().unwrap_or_default();
     let mut lines = LineOf::new(good);
     let mut rows = Vec::new();
