@@ -519,6 +519,30 @@ mod tests {
         );
     }
 
+    /// A bad cell names its 1-based file line, column and value; a short row its cell count.
+    #[test]
+    fn bad_cells_and_short_rows_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.csv");
+        let good = String::from_utf8(row("a").to_line().unwrap()).unwrap();
+        let bad = good.replacen(",false,", ",maybe,", 1);
+        std::fs::write(&p, format!("{}{good}{bad}", Row::header_line())).unwrap();
+        let e = inspect(&p).unwrap_err().to_string();
+        assert!(
+            e.ends_with("x.csv line 3, column moe_stream: \"maybe\" is not true or false"),
+            "{e}"
+        );
+        std::fs::write(&p, format!("{}{good}{good}r,t,j\n", Row::header_line())).unwrap();
+        let e = inspect(&p).unwrap_err().to_string();
+        let n = Row::columns().len();
+        assert!(
+            e.ends_with(&format!(
+                "x.csv line 4: 3 cells, but the header has {n} columns"
+            )),
+            "{e}"
+        );
+    }
+
     #[test]
     fn foreign_header_is_refused() {
         let d = tempfile::tempdir().unwrap();
