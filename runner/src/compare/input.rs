@@ -61,8 +61,6 @@ impl Key {
 /// The rows of one run of one file.
 #[derive(Debug, Default)]
 pub struct Side {
-    /// The file as given.
-    pub file: String,
     /// The run id taken.
     pub run: String,
     /// Its rows by key (of duplicates, the last in the file).
@@ -118,7 +116,6 @@ pub fn load(path: &Path, run: Option<&str>) -> anyhow::Result<Side> {
         ));
     }
     Ok(Side {
-        file,
         run,
         rows,
         warnings,

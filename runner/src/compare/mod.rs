@@ -71,8 +71,6 @@ pub struct AccuracyChange {
 pub struct Report {
     /// Run ids compared.
     pub runs: (String, String),
-    /// The files, as given.
-    pub files: (String, String),
     /// The jobs each run holds.
     pub jobs: (BTreeSet<String>, BTreeSet<String>),
     /// Rows present in both.
@@ -181,7 +179,6 @@ pub fn compare(a: &Path, b: &Path, o: &CompareOptions) -> anyhow::Result<Report>
     let jobs = |s: &Side| s.rows.keys().map(|k| k.job.clone()).collect();
     let mut rep = Report {
         runs: (sa.run.clone(), sb.run.clone()),
-        files: (sa.file.clone(), sb.file.clone()),
         jobs: (jobs(&sa), jobs(&sb)),
         changed: changed::changes(sa.rows.values(), sb.rows.values()),
         max_slowdown: o.max_slowdown,

@@ -107,11 +107,7 @@ impl Report {
     /// The report as text.
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "runs: A = {} ({}), B = {} ({})",
-            self.runs.0, self.files.0, self.runs.1, self.files.1
-        );
+        let _ = writeln!(s, "runs: A = {}, B = {}", self.runs.0, self.runs.1);
         let _ = writeln!(
             s,
             "rows: {} matched by (job, point, item); {} only in A, {} only in B",
