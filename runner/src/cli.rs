@@ -177,12 +177,25 @@ pub struct CompareArgs {
     /// Largest choice_logp / perplexity difference still counted as identical.
     #[arg(long, default_value_t = 0.0)]
     pub tolerance: f64,
+    /// Exit 1 when B's median time ratio B/A (prefill, or decode per token) exceeds X (e.g. 1.10).
+    #[arg(long, value_name = "X", value_parser = slowdown_ratio)]
+    pub max_slowdown: Option<f64>,
     /// Kept for old scripts: a difference always exits 1 now (as diff does).
     #[arg(long, hide = true)]
     pub fail_on_diff: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+}
+
+/// `--max-slowdown`: a ratio above 0 (1.10 allows B 10% slower than A).
+fn slowdown_ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!(
+            "expected a time ratio B/A above 0, such as 1.10 (B at most 10% slower), not {s:?}"
+        )),
+    }
 }
 
 #[derive(Args)]

@@ -22,8 +22,20 @@ pub enum SinkError {
         /// What is wrong and what to do.
         detail: String,
     },
+    /// A cell that does not hold its column's type (edited by hand?).
+    #[error("{path} line {line}, column {column}: {detail}")]
+    BadCell {
+        /// The file.
+        path: String,
+        /// 1-based line of the file.
+        line: u64,
+        /// The column's name.
+        column: String,
+        /// The value and what was expected: `"banana" is not a number`.
+        detail: String,
+    },
     /// A complete row that does not parse (edited by hand?).
-    #[error("{path}:{line}: row does not parse: {reason}")]
+    #[error("{path} line {line}: {reason}")]
     BadRow {
         /// The file.
         path: String,
@@ -176,19 +188,7 @@ pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
             ),
         });
     };
-    let mut rows = Vec::new();
-    for r in rdr.deserialize::<Row>() {
-        match r {
-            Ok(row) => rows.push(row),
-            Err(e) => {
-                return Err(SinkError::BadRow {
-                    path: path.display().to_string(),
-                    line: e.position().map(|p| p.line()).unwrap_or(0),
-                    reason: e.to_string(),
-                })
-            }
-        }
-    }
+    let rows = read_rows(path, good, &mut rdr)?;
     Ok(Existing {
         header,
         kind: Some(kind),
@@ -196,6 +196,117 @@ pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
         torn_bytes,
         good_len: good_len as u64,
     })
+}
+
+/// The complete rows, by column name; a row that does not parse is named by its 1-based line in
+/// the file (counted here: csv's own line number is that of the record before), a bad cell by its
+/// column name and value.
+fn read_rows(
+    path: &Path,
+    good: &[u8],
+    rdr: &mut csv::Reader<&[u8]>,
+) -> Result<Vec<Row>, SinkError> {
+    let header = rdr.headers().cloned().unwrap_or_default();
+    let mut lines = LineOf::new(good);
+    let mut rows = Vec::new();
+    for rec in rdr.records() {
+        let rec = rec.map_err(|e| {
+            let line = lines.at(e.position().map(|p| p.byte()).unwrap_or(0));
+            bad_record(path, line, &e)
+        })?;
+        let line = lines.at(rec.position().map(|p| p.byte()).unwrap_or(0));
+        match rec.deserialize::<Row>(Some(&header)) {
+            Ok(row) => rows.push(row),
+            Err(e) => return Err(bad_cell(path, line, &header, &rec, &e)),
+        }
+    }
+    Ok(rows)
+}
+
+/// 1-based line numbers of byte offsets, counted forward once (offsets come in file order).
+struct LineOf<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    line: u64,
+}
+
+impl<'a> LineOf<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            pos: 0,
+            line: 1,
+        }
+    }
+
+    /// The line holding byte `offset`.
+    fn at(&mut self, offset: u64) -> u64 {
+        let end = (offset as usize).min(self.bytes.len());
+        if end < self.pos {
+            return self.line;
+        }
+        self.line += self.bytes[self.pos..end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count() as u64;
+        self.pos = end;
+        self.line
+    }
+}
+
+/// A row csv cannot split (another number of cells than the header, bad UTF-8).
+fn bad_record(path: &Path, line: u64, e: &csv::Error) -> SinkError {
+    let reason = match e.kind() {
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => format!("{len} cells, but the header has {expected_len} columns"),
+        _ => e.to_string(),
+    };
+    SinkError::BadRow {
+        path: path.display().to_string(),
+        line,
+        reason,
+    }
+}
+
+/// A cell that does not parse as its column's type: its column by name and its value.
+fn bad_cell(
+    path: &Path,
+    line: u64,
+    header: &csv::StringRecord,
+    rec: &csv::StringRecord,
+    e: &csv::Error,
+) -> SinkError {
+    let path = path.display().to_string();
+    let csv::ErrorKind::Deserialize { err, .. } = e.kind() else {
+        return SinkError::BadRow {
+            path,
+            line,
+            reason: e.to_string(),
+        };
+    };
+    let Some(i) = err.field().map(|f| f as usize) else {
+        // A message from the column's own parser (choice_logp), which names the column.
+        return SinkError::BadRow {
+            path,
+            line,
+            reason: err.kind().to_string(),
+        };
+    };
+    let value = rec.get(i).unwrap_or_default();
+    use csv::DeserializeErrorKind as K;
+    let detail = match err.kind() {
+        K::ParseFloat(_) => format!("{value:?} is not a number"),
+        K::ParseInt(_) => format!("{value:?} is not a whole number (0 or more)"),
+        K::ParseBool(_) => format!("{value:?} is not true or false"),
+        other => format!("{value:?}: {other}"),
+    };
+    SinkError::BadCell {
+        path,
+        line,
+        column: header.get(i).unwrap_or("?").to_string(),
+        detail,
+    }
 }
 
 /// Where the rows for a job's CSV go, and which files hold its earlier rows.
@@ -405,6 +516,30 @@ mod tests {
         assert_eq!(
             e.rows.iter().map(|r| r.item.as_str()).collect::<Vec<_>>(),
             ["a", "b"]
+        );
+    }
+
+    /// A bad cell names its 1-based file line, column and value; a short row its cell count.
+    #[test]
+    fn bad_cells_and_short_rows_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.csv");
+        let good = String::from_utf8(row("a").to_line().unwrap()).unwrap();
+        let bad = good.replacen(",false,", ",maybe,", 1);
+        std::fs::write(&p, format!("{}{good}{bad}", Row::header_line())).unwrap();
+        let e = inspect(&p).unwrap_err().to_string();
+        assert!(
+            e.ends_with("x.csv line 3, column moe_stream: \"maybe\" is not true or false"),
+            "{e}"
+        );
+        std::fs::write(&p, format!("{}{good}{good}r,t,j\n", Row::header_line())).unwrap();
+        let e = inspect(&p).unwrap_err().to_string();
+        let n = Row::columns().len();
+        assert!(
+            e.ends_with(&format!(
+                "x.csv line 4: 3 cells, but the header has {n} columns"
+            )),
+            "{e}"
         );
     }
 

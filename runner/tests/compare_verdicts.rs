@@ -1,0 +1,280 @@
+//! `bmoe compare`'s verdict matches its text and exit status: nothing in common is 2, missing rows
+//! are named and exit 1, what changed is shown, a speed gate trips, torn rows and duplicate keys
+//! are warned about, a bad cell is named by line, column and value (compare and merge alike), and a
+//! wrong run id lists the runs the file holds.
+mod common;
+use common::{text, Project, DECIDE_JOB};
+
+/// A project with one decide run of 6 decisions in `runs/decide.csv` (run id `r1`).
+fn decided() -> Project {
+    let p = Project::new();
+    p.decisions("jobs/decisions.jsonl", 6);
+    p.write("jobs/job.toml", DECIDE_JOB);
+    let o = p.bmoe(&["run", "jobs/job.toml", "--quiet", "--run-id", "r1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    p
+}
+
+/// Copies `src` to `dst` through `edit`, which gets the header and the data records.
+fn edit_csv(p: &Project, src: &str, dst: &str, edit: impl Fn(&[String], &mut Vec<Vec<String>>)) {
+    let body = p.read(src);
+    let mut rdr = csv::Reader::from_reader(body.as_bytes());
+    let header: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
+    let mut rows: Vec<Vec<String>> = rdr
+        .records()
+        .map(|r| r.unwrap().iter().map(String::from).collect())
+        .collect();
+    edit(&header, &mut rows);
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(&header).unwrap();
+    for r in &rows {
+        w.write_record(r).unwrap();
+    }
+    p.write(dst, &String::from_utf8(w.into_inner().unwrap()).unwrap());
+}
+
+/// The index of a column.
+fn col(header: &[String], name: &str) -> usize {
+    header.iter().position(|h| h == name).unwrap()
+}
+
+#[test]
+fn another_job_or_no_common_item_is_nothing_in_common_exit_2() {
+    let p = decided();
+    p.write(
+        "jobs/other.toml",
+        &DECIDE_JOB
+            .replace("name = \"decide\"", "name = \"demo\"")
+            .replace("decide.csv", "demo.csv"),
+    );
+    let o = p.bmoe(&["run", "jobs/other.toml", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/demo.csv"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("result: nothing in common: A holds job decide, B holds job demo"),
+        "{out}"
+    );
+
+    // Same job, but every item renamed: still nothing to compare.
+    edit_csv(&p, "runs/decide.csv", "runs/renamed.csv", |h, rows| {
+        let i = col(h, "item");
+        for r in rows {
+            r[i] = format!("x-{}", r[i]);
+        }
+    });
+    let o = p.bmoe(&[
+        "compare",
+        "runs/decide.csv",
+        "runs/renamed.csv",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["verdict"], "nothing_in_common", "{v}");
+}
+
+#[test]
+fn rows_only_in_one_side_are_counted_named_and_exit_1() {
+    let p = decided();
+    edit_csv(&p, "runs/decide.csv", "runs/partial.csv", |h, rows| {
+        let i = col(h, "item");
+        rows.retain(|r| r[i] != "d2" && r[i] != "d5");
+    });
+    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/partial.csv"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("result: 2 rows only in A (d2, d5)"), "{out}");
+    assert!(!out.contains("0 rows differ"), "{out}");
+
+    let o = p.bmoe(&["compare", "runs/partial.csv", "runs/decide.csv"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("result: 2 rows only in B (d2, d5)"), "{out}");
+}
+
+#[test]
+fn what_changed_names_the_setting() {
+    let p = decided();
+    p.write(
+        "jobs/topk.toml",
+        &DECIDE_JOB.replace("decide.csv", "decide-k1.csv"),
+    );
+    let o = p.bmoe(&[
+        "run",
+        "jobs/topk.toml",
+        "--quiet",
+        "--set",
+        "n_expert_used=1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/decide-k1.csv"]);
+    let out = text(&o);
+    assert!(out.contains("what changed (A -> B):\n"), "{out}");
+    assert!(out.contains("  n_expert_used 2 -> 1\n"), "{out}");
+    let o = p.bmoe(&[
+        "compare",
+        "runs/decide.csv",
+        "runs/decide-k1.csv",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let changed = v["changed"].as_array().unwrap();
+    assert!(
+        changed.iter().any(|c| c["column"] == "n_expert_used"
+            && c["a"] == serde_json::json!(["2"])
+            && c["b"] == serde_json::json!(["1"])),
+        "{v}"
+    );
+
+    // A run against itself: nothing changed.
+    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/decide.csv"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("what changed: nothing"), "{out}");
+}
+
+#[test]
+fn max_slowdown_gate_trips_on_a_slower_b() {
+    let p = decided();
+    edit_csv(&p, "runs/decide.csv", "runs/slow.csv", |h, rows| {
+        let i = col(h, "prefill_s");
+        for r in rows {
+            r[i] = (r[i].parse::<f64>().unwrap() * 2.0).to_string();
+        }
+    });
+    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/slow.csv"]);
+    let out = text(&o);
+    assert!(o.status.success(), "no gate, same results: {out}");
+    assert!(out.contains("median 2.000"), "{out}");
+    assert!(out.contains(": B slower (median +100.0%"), "{out}");
+
+    let args = ["compare", "runs/decide.csv", "runs/slow.csv"];
+    let o = p.bmoe(&[&args[..], &["--max-slowdown", "1.10"]].concat());
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("result: --max-slowdown 1.1 tripped: prefill_s median ratio B/A 2.000"),
+        "{out}"
+    );
+    let o = p.bmoe(&[&args[..], &["--max-slowdown", "2.5"]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let o = p.bmoe(&[&args[..], &["--max-slowdown", "0"]].concat());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+#[test]
+fn torn_last_row_and_duplicate_keys_are_warned_about() {
+    let p = decided();
+    let full = p.read("runs/decide.csv");
+    let last = full.trim_end().rfind('\n').unwrap();
+    let torn = format!("{}{}", &full[..last + 1], &full[last + 1..last + 40]);
+    p.write("runs/torn.csv", &torn);
+    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/torn.csv"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(
+            "warning: runs/torn.csv: ignoring a torn last row (39 bytes without a newline)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("1 row only in A (d6)"), "{out}");
+
+    let second = full.lines().nth(3).unwrap();
+    p.write("runs/dup.csv", &format!("{full}{second}\n"));
+    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/dup.csv"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("warning: runs/dup.csv: 1 duplicate row in run r1 (a (job, point, item, repeat) key seen before), e.g. decide/base/d3"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_bad_cell_is_named_by_line_column_and_value() {
+    let p = decided();
+    edit_csv(&p, "runs/decide.csv", "runs/garbled.csv", |h, rows| {
+        rows[2][col(h, "prefill_s")] = "banana".into();
+    });
+    let want = "runs/garbled.csv line 4, column prefill_s: \"banana\" is not a number";
+    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/garbled.csv"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains(want), "{}", text(&o));
+    // merge reads through the same reader.
+    let o = p.bmoe(&["merge", "runs/garbled.csv", "-o", "runs/all.csv"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains(want), "{}", text(&o));
+}
+
+#[test]
+fn an_unknown_run_id_lists_the_runs_the_file_holds() {
+    let p = decided();
+    let o = p.bmoe(&["run", "jobs/job.toml", "--quiet", "--run-id", "r2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = p.bmoe(&[
+        "compare",
+        "runs/decide.csv",
+        "runs/decide.csv",
+        "--run-a",
+        "nope",
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("runs/decide.csv: no rows of run nope; it holds runs r1, r2"),
+        "{out}"
+    );
+}
+
+#[test]
+fn decode_time_per_token_is_judged_and_gated() {
+    let p = Project::new();
+    p.write(
+        "jobs/gen.toml",
+        r#"
+name = "gen"
+model = "../models/tiny.gguf"
+kind = "generate"
+profile = "../profiles/host.toml"
+csv = "../runs/gen.csv"
+prompts = ["Say something.", "Say more."]
+n_predict = 4
+"#,
+    );
+    let o = p.bmoe(&["run", "jobs/gen.toml", "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    edit_csv(&p, "runs/gen.csv", "runs/slow.csv", |h, rows| {
+        let i = col(h, "decode_s");
+        for r in rows {
+            r[i] = (r[i].parse::<f64>().unwrap() * 1.5).to_string();
+        }
+    });
+    let o = p.bmoe(&[
+        "compare",
+        "runs/gen.csv",
+        "runs/slow.csv",
+        "--max-slowdown",
+        "1.2",
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("decode_s_per_token ratio B/A over 2 rows: min 1.500"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "result: --max-slowdown 1.2 tripped: decode_s_per_token median ratio B/A 1.500"
+        ),
+        "{out}"
+    );
+    assert!(
+        !out.contains("prefill_s median"),
+        "prefill did not slow down: {out}"
+    );
+}
