@@ -266,7 +266,7 @@ fn three_shards_as_separate_processes_merge_into_one_run() {
     assert_eq!(o.status.code(), Some(2), "{out}");
     assert!(
         out.contains("conflicting duplicate row(s), nothing written")
-            && out.contains("`error`: \"\" vs \"refused\""),
+            && out.contains("`error`: (empty) vs refused"),
         "{out}"
     );
     assert!(!p.path("runs/bad.csv").exists());
