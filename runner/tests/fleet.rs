@@ -261,6 +261,7 @@ fn three_shards_as_separate_processes_merge_into_one_run() {
         "runs/conflict.csv",
         "-o",
         "runs/bad.csv",
+        "--allow-partial",
     ]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(2), "{out}");
