@@ -31,7 +31,8 @@ mkdir -p "$dir"
 case "$mode" in
 run)
     shard="${REPLAY_SHARD:-${REPLAY_SHARDS:?REPLAY_SHARDS: the number of shards, or REPLAY_SHARD=K/N}}"
-    args=(run "$job" --shard "$shard" --run-id "$run_id" --csv "$dir/shard-{shard}.csv" --resume --format json)
+    # --allow-empty: a shard may draw no item; it then writes a header-only CSV and exits 0.
+    args=(run "$job" --shard "$shard" --run-id "$run_id" --csv "$dir/shard-{shard}.csv" --resume --allow-empty --format json)
     if [[ -n "${REPLAY_PROFILE:-}" ]]; then
         args+=(--profile "$REPLAY_PROFILE")
     fi

@@ -153,6 +153,10 @@ pub struct RunArgs {
     /// Take only the items whose id matches this glob (`d1*`, `{open,close}-*`).
     #[arg(long, value_name = "GLOB")]
     pub items: Option<String>,
+    /// Run even when --shard, --items or --limit leave no item in any job (exit 0, a header-only
+    /// CSV); without it that is an error (exit 2). For the shards of a fleet, which may draw none.
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Format of the summary printed at the end (rows always go to the CSV).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -209,6 +213,13 @@ pub struct MergeArgs {
     /// Replace the output when it exists.
     #[arg(long)]
     pub force: bool,
+    /// The run had N shards: refuse (exit 2) unless N are present, even when the rows do not say
+    /// N (each input without sharded rows, such as an empty shard's header-only CSV, counts as one).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub expect_shards: Option<u32>,
+    /// Merge even when shards of a K/N set are missing (said on stderr) instead of refusing.
+    #[arg(long)]
+    pub allow_partial: bool,
     /// Output format of the report.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,

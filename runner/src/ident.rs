@@ -26,6 +26,18 @@ pub fn long_version() -> String {
     )
 }
 
+/// The default run id: `<name>-<UTC time to the millisecond>` (`demo-20261203T192928.123Z`), so
+/// two runs started in one second differ; for a sharded run `<name>-<UTC date>`, so every shard
+/// started the same day derives the same id without being told.
+pub fn default_run_id(name: &str, sharded: bool, now: chrono::DateTime<chrono::Utc>) -> String {
+    let ts = if sharded {
+        now.format("%Y%m%d").to_string()
+    } else {
+        now.format("%Y%m%dT%H%M%S%.3fZ").to_string()
+    };
+    format!("{name}-{ts}")
+}
+
 /// The machine a run is on, read once.
 #[derive(Debug, Clone, Default)]
 pub struct Machine {
@@ -320,6 +332,26 @@ pub fn model_sha256(path: &Path, quiet: bool) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_run_ids_differ_within_a_second_and_agree_across_shards_of_a_day() {
+        use chrono::TimeZone;
+        let t0 = chrono::Utc
+            .with_ymd_and_hms(2026, 12, 3, 19, 29, 28)
+            .unwrap();
+        let t1 = t0 + chrono::Duration::milliseconds(1);
+        assert_eq!(
+            default_run_id("demo", false, t0),
+            "demo-20261203T192928.000Z"
+        );
+        assert_ne!(
+            default_run_id("demo", false, t0),
+            default_run_id("demo", false, t1)
+        );
+        let later = t0 + chrono::Duration::hours(3);
+        assert_eq!(default_run_id("demo", true, t0), "demo-20261203");
+        assert_eq!(default_run_id("demo", true, later), "demo-20261203");
+    }
 
     #[test]
     fn cpu_models() {

@@ -12,6 +12,8 @@ use crate::config::diag::display_path;
 use crate::sink::csv::{inspect, HeaderKind};
 use crate::sink::row::Row;
 
+mod shards;
+
 /// What a merge did.
 #[derive(Debug, Default, Serialize)]
 pub struct MergeReport {
@@ -31,13 +33,85 @@ pub struct MergeReport {
     pub runs: Vec<String>,
     /// Jobs in the output.
     pub jobs: Vec<String>,
+    /// Shards (`K/N of run R`) with no rows that no input without rows could stand for; only
+    /// non-empty when `--allow-partial` let the merge go on.
+    pub missing_shards: Vec<String>,
+}
+
+/// How to merge.
+#[derive(Debug, Clone, Default)]
+pub struct MergeOptions {
+    /// Replace an existing output.
+    pub force: bool,
+    /// `--expect-shards N`: the run had N shards, whatever the rows say.
+    pub expect_shards: Option<u32>,
+    /// Merge even when shards are missing.
+    pub allow_partial: bool,
 }
 
 /// (run, job, point, item): a row's identity.
 type Key = (String, String, String, String);
 
-/// Merges `inputs` into `output` (refused when it exists, unless `force`).
-pub fn merge(inputs: &[PathBuf], output: &Path, force: bool) -> anyhow::Result<MergeReport> {
+/// One input CSV with a header.
+struct Input {
+    path: PathBuf,
+    version: u32,
+    jobs: BTreeSet<String>,
+    rows: Vec<Row>,
+}
+
+/// Merges `inputs` into `output`.
+pub fn merge(
+    inputs: &[PathBuf],
+    output: &Path,
+    opts: &MergeOptions,
+) -> anyhow::Result<MergeReport> {
+    check_paths(inputs, output, opts.force)?;
+    let read = read_inputs(inputs)?;
+    let Some(first) = read.first() else {
+        bail!("merge: every input is empty; nothing to merge");
+    };
+    if let Some(f) = read.iter().find(|i| i.version != first.version) {
+        bail!(
+            "merge: {} is schema {} but {} is schema {}: merge CSVs written by one bmoe build",
+            display_path(&first.path),
+            first.version,
+            display_path(&f.path),
+            f.version
+        );
+    }
+    check_jobs(&read)?;
+    let gap = shards::missing(&read_shards(&read)?, opts.expect_shards)?;
+    if let Some(g) = &gap {
+        if !opts.allow_partial {
+            bail!("merge: {}; give every shard's CSV (a shard that drew no item writes a header-only one), or add --allow-partial", g.message);
+        }
+        eprintln!(
+            "warning: merge: {}; merging what is there (--allow-partial)",
+            g.message
+        );
+    }
+    let mut rep = MergeReport {
+        output: display_path(output),
+        inputs: inputs.len(),
+        schema_version: first.version,
+        missing_shards: gap.map(|g| g.shards).unwrap_or_default(),
+        ..MergeReport::default()
+    };
+    let out = join_rows(read, &mut rep)?;
+    rep.rows_out = out.len();
+    rep.runs = distinct(out.keys().map(|k| &k.0));
+    rep.jobs = distinct(out.keys().map(|k| &k.1));
+    write_atomic(output, out.values().map(|(_, r)| r))?;
+    Ok(rep)
+}
+
+fn distinct<'a>(it: impl Iterator<Item = &'a String>) -> Vec<String> {
+    it.cloned().collect::<BTreeSet<_>>().into_iter().collect()
+}
+
+/// Refuses an output that is also an input, or that exists without `force`.
+fn check_paths(inputs: &[PathBuf], output: &Path, force: bool) -> anyhow::Result<()> {
     if inputs.is_empty() {
         bail!("merge: no input CSVs");
     }
@@ -55,8 +129,13 @@ pub fn merge(inputs: &[PathBuf], output: &Path, force: bool) -> anyhow::Result<M
             display_path(output)
         );
     }
-    // (file, version, jobs, rows) of every input with a header.
-    let mut read: Vec<(PathBuf, u32, BTreeSet<String>, Vec<Row>)> = Vec::new();
+    Ok(())
+}
+
+/// Every input with a header (a file without one is skipped, said on stderr); a newer build's
+/// file is refused.
+fn read_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<Input>> {
+    let mut read = Vec::new();
     for i in inputs {
         if !i.exists() {
             bail!("merge: {}: no such file", display_path(i));
@@ -76,46 +155,76 @@ pub fn merge(inputs: &[PathBuf], output: &Path, force: bool) -> anyhow::Result<M
                 e.torn_bytes
             );
         }
-        let Some(v) = e.schema_version() else {
+        let Some(version) = e.schema_version() else {
             eprintln!("bmoe: {}: empty (no header); skipped", display_path(i));
             continue;
         };
-        let jobs: BTreeSet<String> = e.rows.iter().map(|r| r.job.clone()).collect();
-        read.push((i.clone(), v, jobs, e.rows));
+        read.push(Input {
+            path: i.clone(),
+            version,
+            jobs: e.rows.iter().map(|r| r.job.clone()).collect(),
+            rows: e.rows,
+        });
     }
-    let Some((first, v0, _, _)) = read.first() else {
-        bail!("merge: every input is empty; nothing to merge");
+    Ok(read)
+}
+
+/// Shards of one run hold the same jobs; a file with no rows (a shard that drew no items) has
+/// none and agrees with anything.
+fn check_jobs(read: &[Input]) -> anyhow::Result<()> {
+    let mut with_rows = read.iter().filter(|i| !i.jobs.is_empty());
+    let Some(a) = with_rows.next() else {
+        return Ok(());
     };
-    if let Some((f, v, _, _)) = read.iter().find(|(_, v, _, _)| v != v0) {
+    if let Some(b) = with_rows.find(|i| i.jobs != a.jobs) {
+        let list = |j: &BTreeSet<String>| j.iter().cloned().collect::<Vec<_>>().join(", ");
         bail!(
-            "merge: {} is schema {v0} but {} is schema {v}: merge CSVs written by one bmoe build",
-            display_path(first),
-            display_path(f)
+            "merge: {} holds job(s) {} but {} holds job(s) {}: merge the shards of one job run",
+            display_path(&a.path),
+            list(&a.jobs),
+            display_path(&b.path),
+            list(&b.jobs)
         );
     }
-    // Shards of one run hold the same jobs; a file with no rows (a shard that drew no items) has
-    // none and agrees with anything.
-    let with_rows: Vec<_> = read.iter().filter(|(_, _, j, _)| !j.is_empty()).collect();
-    if let Some((fa, _, ja, _)) = with_rows.first() {
-        if let Some((fb, _, jb, _)) = with_rows.iter().find(|(_, _, j, _)| j != ja) {
-            bail!(
-                "merge: {} holds job(s) {} but {} holds job(s) {}: merge the shards of one job run",
-                display_path(fa),
-                ja.iter().cloned().collect::<Vec<_>>().join(", "),
-                display_path(fb),
-                jb.iter().cloned().collect::<Vec<_>>().join(", ")
-            );
-        }
-    }
-    let mut rep = MergeReport {
-        output: display_path(output),
-        inputs: inputs.len(),
-        schema_version: *v0,
-        ..MergeReport::default()
-    };
+    Ok(())
+}
+
+/// The `shard` labels of each input's rows, parsed; a label that is not `K/N` is refused.
+fn read_shards(read: &[Input]) -> anyhow::Result<Vec<shards::Labels>> {
+    read.iter()
+        .map(|i| {
+            let mut labels = shards::Labels {
+                file: display_path(&i.path),
+                ..shards::Labels::default()
+            };
+            for r in i.rows.iter().filter(|r| !r.shard.is_empty()) {
+                let (k, n) = shards::parse(&r.shard).ok_or_else(|| {
+                    anyhow!(
+                        "merge: {}: row of item {} has shard {:?}; expected K/N (K 0-based, below N)",
+                        display_path(&i.path),
+                        r.item,
+                        r.shard
+                    )
+                })?;
+                labels.shards.insert((r.run_id.clone(), k, n));
+            }
+            Ok(labels)
+        })
+        .collect()
+}
+
+/// Rows keyed by (run, job, point, item): identical duplicates dropped and counted, conflicting
+/// ones refused (the first five named).
+fn join_rows(
+    read: Vec<Input>,
+    rep: &mut MergeReport,
+) -> anyhow::Result<BTreeMap<Key, (PathBuf, Row)>> {
     let mut out: BTreeMap<Key, (PathBuf, Row)> = BTreeMap::new();
     let mut conflicts: Vec<String> = Vec::new();
-    for (file, _, _, rows) in read {
+    for Input {
+        path: file, rows, ..
+    } in read
+    {
         for r in rows {
             rep.rows_in += 1;
             let key = (
@@ -128,49 +237,30 @@ pub fn merge(inputs: &[PathBuf], output: &Path, force: bool) -> anyhow::Result<M
                 None => {
                     out.insert(key, (file.clone(), r));
                 }
-                Some((f0, r0)) => {
-                    if r0.same_outcome(&r) {
-                        rep.duplicates += 1;
-                    } else {
-                        conflicts.push(format!(
-                            "run {} job {} point {} item {}: {} and {} differ ({})",
-                            key.0,
-                            key.1,
-                            key.2,
-                            key.3,
-                            display_path(f0),
-                            display_path(&file),
-                            r0.outcome_difference(&r)
-                        ));
-                    }
-                }
+                Some((_, r0)) if r0.same_outcome(&r) => rep.duplicates += 1,
+                Some((f0, r0)) => conflicts.push(format!(
+                    "run {} job {} point {} item {}: {} and {} differ ({})",
+                    key.0,
+                    key.1,
+                    key.2,
+                    key.3,
+                    display_path(f0),
+                    display_path(&file),
+                    r0.outcome_difference(&r)
+                )),
             }
         }
     }
     if !conflicts.is_empty() {
         let n = conflicts.len();
         conflicts.truncate(5);
-        return Err(anyhow!(
+        bail!(
             "merge: {n} conflicting duplicate row(s), nothing written:\n  {}{}",
             conflicts.join("\n  "),
             if n > 5 { "\n  ..." } else { "" }
-        ));
+        );
     }
-    rep.rows_out = out.len();
-    rep.runs = out
-        .keys()
-        .map(|k| k.0.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    rep.jobs = out
-        .keys()
-        .map(|k| k.1.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    write_atomic(output, out.values().map(|(_, r)| r))?;
-    Ok(rep)
+    Ok(out)
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -180,14 +270,17 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Header and rows into a temporary file beside `path`, fsynced, then renamed over it.
+/// Header and rows into a temporary file beside `path`, fsynced, then renamed over it. The file
+/// is created 0666 less the umask, as any other file the user writes (a temporary file's own
+/// 0600 would hide the merge from a dashboard or a colleague on shared storage).
 fn write_atomic<'a>(path: &Path, rows: impl Iterator<Item = &'a Row>) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", display_path(dir)))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+    let mut tmp = temp_builder()
+        .tempfile_in(dir)
         .with_context(|| format!("creating a file in {}", display_path(dir)))?;
     let w = |e: std::io::Error| anyhow!("writing {}: {e}", display_path(path));
     tmp.write_all(Row::header_line().as_bytes()).map_err(w)?;
@@ -198,4 +291,18 @@ fn write_atomic<'a>(path: &Path, rows: impl Iterator<Item = &'a Row>) -> anyhow:
     tmp.persist(path)
         .map_err(|e| anyhow!("writing {}: {}", display_path(path), e.error))?;
     Ok(())
+}
+
+/// A temporary file opened with mode 0666, which the kernel narrows by the umask.
+#[cfg(unix)]
+fn temp_builder() -> tempfile::Builder<'static, 'static> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut b = tempfile::Builder::new();
+    b.permissions(std::fs::Permissions::from_mode(0o666));
+    b
+}
+
+#[cfg(not(unix))]
+fn temp_builder() -> tempfile::Builder<'static, 'static> {
+    tempfile::Builder::new()
 }

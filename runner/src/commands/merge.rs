@@ -7,7 +7,12 @@ use crate::merge;
 
 /// Runs `bmoe merge`.
 pub fn merge(a: MergeArgs) -> anyhow::Result<ExitCode> {
-    let rep = merge::merge(&a.inputs, &a.output, a.force)?;
+    let opts = merge::MergeOptions {
+        force: a.force,
+        expect_shards: a.expect_shards,
+        allow_partial: a.allow_partial,
+    };
+    let rep = merge::merge(&a.inputs, &a.output, &opts)?;
     if a.format == Format::Json {
         print_json(&rep)?;
     } else {

@@ -47,6 +47,20 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             j.csv = c.clone();
         }
     }
+    let jobs: Vec<(&str, Vec<&str>)> = p
+        .jobs
+        .iter()
+        .map(|j| {
+            let ids = j.items.iter().map(|it| it.id.as_str()).collect();
+            (j.job.name.as_str(), ids)
+        })
+        .collect();
+    if let Err(e) = filter.refuse_empty(&jobs) {
+        if !a.allow_empty {
+            return Err(e.into());
+        }
+        eprintln!("bmoe: {} (--allow-empty)", e.selection_line());
+    }
     print_warnings(&p);
     // Decision choices are checked against the tokenizer before anything is written; the models
     // of decide jobs are probed first, so a model that aborts llama.cpp kills the probe's child,

@@ -20,6 +20,7 @@ use crate::config::diag::display_path;
 use crate::config::job::{Decision, Kind, LoadedJob, Payload};
 use crate::ident::{self, Machine};
 use crate::sink::csv::{resolve, CsvSink, Target};
+use crate::sink::lock::CsvLocks;
 use crate::sink::row::{escape_text, ChoiceLogp, Row, SCHEMA_VERSION};
 
 /// (job, sweep point, item id, repeat index): what identifies a row within a run.
@@ -120,18 +121,13 @@ impl Summary {
     }
 }
 
-/// The default run id: `<job>-<UTC timestamp>`; for a sharded run `<job>-<UTC date>`, so every
-/// shard started the same day derives the same id without being told.
+/// The default run id ([`ident::default_run_id`]): named for the job, or `run` for several.
 fn run_id_default(prep: &Prepared, shard: Option<Shard>) -> String {
-    let now = chrono::Utc::now();
-    let ts = match shard {
-        Some(_) => now.format("%Y%m%d").to_string(),
-        None => now.format("%Y%m%dT%H%M%SZ").to_string(),
+    let name = match prep.jobs.as_slice() {
+        [one] => one.job.name.as_str(),
+        _ => "run",
     };
-    match prep.jobs.as_slice() {
-        [one] => format!("{}-{ts}", one.job.name),
-        _ => format!("run-{ts}"),
-    }
+    ident::default_run_id(name, shard.is_some(), chrono::Utc::now())
 }
 
 /// Where each CSV's rows go, the run id, and the (job, point, item) keys the run already has;
@@ -195,7 +191,17 @@ pub fn model_hash(path: &Path, data_start: u64) -> anyhow::Result<String> {
 
 /// Runs every unit; returns what was done (an interrupted run is `Ok` with `interrupted`).
 pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Result<Summary> {
+    let machine_id = Machine::detect();
+    // Locked before the CSVs are read, so what a resume skips cannot change under it; held until
+    // this function returns (the kernel drops them if the process dies first).
+    let mut locks = CsvLocks::default();
+    for j in &prep.jobs {
+        locks.take(&j.csv, &machine_id.host)?;
+    }
     let (run_id, done, targets) = existing_state(prep, opts)?;
+    for t in targets.values() {
+        locks.take(&t.write, &machine_id.host)?;
+    }
     for t in targets.values() {
         if let Some(n) = &t.note {
             eprintln!("{n}");
@@ -223,7 +229,6 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         env!("CARGO_PKG_VERSION"),
         bmoe_engine::VERSION
     );
-    let machine_id = Machine::detect();
     let rss = ident::RssPeaks::start();
     // The model of the last unit, kept while the next units load it with the same options (sweep
     // points and profiles that differ only in session settings): one load per model.
@@ -497,13 +502,18 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
     });
     let mut w: Vec<(PathBuf, u64)> = written.into_iter().collect();
     w.sort();
-    // Name every CSV a job points at, even one that got no new rows (all skipped).
+    // Name every CSV a job points at, even one that got no new rows (all skipped, or a shard
+    // that drew no item); a CSV that does not exist yet gets its header, so "0 rows appended to"
+    // names a file and `shard-*.csv` finds an empty shard.
     for j in &prep.jobs {
         let to = targets
             .get(&j.csv)
             .map(|t| t.write.clone())
             .unwrap_or_else(|| j.csv.clone());
         if !w.iter().any(|(p, _)| p == &to) {
+            if !sinks.contains_key(&to) && !to.exists() {
+                CsvSink::open(&to)?;
+            }
             w.push((to, 0));
         }
     }

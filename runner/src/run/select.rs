@@ -127,6 +127,25 @@ pub fn shard_of(item_id: &str, n: u32) -> u32 {
     (u64::from_be_bytes(b) % u64::from(n.max(1))) as u32
 }
 
+/// A selection that leaves no item in any job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{selection} matched none of {of}; {hint}")]
+pub struct EmptySelection {
+    /// The selection flags, as given.
+    pub selection: String,
+    /// The items it chose from, per job.
+    pub of: String,
+    /// What to do.
+    pub hint: String,
+}
+
+impl EmptySelection {
+    /// The finding without the hint, for the note an allowed empty run prints.
+    pub fn selection_line(&self) -> String {
+        format!("{} matched none of {}", self.selection, self.of)
+    }
+}
+
 /// The items of each job a run takes.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -157,6 +176,64 @@ impl Filter {
             shard,
             items,
             limit,
+        })
+    }
+
+    /// The selection flags as given (`--shard 2/4 --items 'd1*'`); `None` when nothing narrows
+    /// the items.
+    pub fn selection(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(s) = self.shard {
+            parts.push(format!("--shard {}", s.label()));
+        }
+        if let Some(g) = &self.items {
+            parts.push(format!("--items '{}'", g.glob().glob()));
+        }
+        if let Some(n) = self.limit {
+            parts.push(format!("--limit {n}"));
+        }
+        (!parts.is_empty()).then(|| parts.join(" "))
+    }
+
+    /// Refuses a selection that leaves no item in any job (a glob typo, `--limit 0`, a shard that
+    /// drew nothing): a run that did nothing must not pass for one that worked. `jobs` are
+    /// (job name, item ids).
+    pub fn refuse_empty(&self, jobs: &[(&str, Vec<&str>)]) -> Result<(), EmptySelection> {
+        let Some(selection) = self.selection() else {
+            return Ok(());
+        };
+        if jobs
+            .iter()
+            .any(|(_, ids)| !self.apply(ids.iter().copied()).is_empty())
+        {
+            return Ok(());
+        }
+        let of = jobs
+            .iter()
+            .map(|(name, ids)| format!("the {} items of job {name}", ids.len()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sample: Vec<&str> = jobs
+            .iter()
+            .flat_map(|(_, ids)| ids.iter().copied())
+            .take(3)
+            .collect();
+        let hint = if self.shard.is_some() {
+            "a shard of a fleet may draw no item: add --allow-empty to the shards' command (an empty shard then writes a header-only CSV and exits 0)".to_string()
+        } else if self.limit == Some(0) {
+            "--limit 0 takes nothing; add --allow-empty if that is meant".to_string()
+        } else if sample.is_empty() {
+            "add --allow-empty if that is meant".to_string()
+        } else {
+            format!(
+                "the ids look like {}; check the glob, or add --allow-empty if that is meant",
+                sample.join(", ")
+            )
+        };
+        Err(EmptySelection {
+            selection,
+            of,
+            hint,
         })
     }
 
@@ -267,5 +344,23 @@ mod tests {
         let f = Filter::new(None, Some("a*"), Some(2)).unwrap();
         assert_eq!(f.apply(ids.iter().copied()), ["a1", "a2"]);
         assert!(Filter::new(None, Some("a["), None).is_err());
+    }
+
+    #[test]
+    fn an_empty_selection_names_itself_and_the_jobs() {
+        let jobs = [("demo", vec!["a1", "a2", "b1"])];
+        let f = Filter::new(None, Some("nomatch-*"), None).unwrap();
+        let e = f.refuse_empty(&jobs).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--items 'nomatch-*' matched none of the 3 items of job demo; the ids look like a1, a2, b1"),
+            "{e}"
+        );
+        assert!(Filter::new(None, Some("a*"), None)
+            .unwrap()
+            .refuse_empty(&jobs)
+            .is_ok());
+        assert!(Filter::default().refuse_empty(&[("demo", vec![])]).is_ok());
+        let zero = Filter::new(None, None, Some(0)).unwrap();
+        assert!(zero.refuse_empty(&jobs).is_err());
     }
 }

@@ -357,14 +357,49 @@ impl Row {
         self.outcome() == other.outcome()
     }
 
-    /// The first outcome column where two rows differ, for messages.
+    /// The first outcome column where two rows differ, its values as the CSV spells them (for
+    /// `choice_logp`, the first choice that differs), for messages.
     pub fn outcome_difference(&self, other: &Row) -> String {
-        self.outcome()
+        let Some(col) = self
+            .outcome()
             .iter()
             .zip(other.outcome().iter())
             .find(|(a, b)| a.1 != b.1)
-            .map(|(a, b)| format!("`{}`: {:?} vs {:?}", a.0, a.1, b.1))
-            .unwrap_or_else(|| "no outcome column differs".into())
+            .map(|(a, _)| a.0)
+        else {
+            return "no outcome column differs".into();
+        };
+        let (a, b) = (self.cell(col), other.cell(col));
+        // A list cell (`[-6.5,-1.2,null]`) holds numbers and nulls only, so commas split it.
+        let list = |c: &str| -> Option<Vec<String>> {
+            let inner = c.strip_prefix('[')?.strip_suffix(']')?;
+            Some(inner.split(',').map(str::to_string).collect())
+        };
+        if let (Some(la), Some(lb)) = (list(&a), list(&b)) {
+            if let Some(i) = la.iter().zip(&lb).position(|(x, y)| x != y) {
+                return format!("`{col}` choice {i}: {} vs {}", la[i], lb[i]);
+            }
+        }
+        let shown = |c: String| if c.is_empty() { "(empty)".into() } else { c };
+        format!("`{col}`: {} vs {}", shown(a), shown(b))
+    }
+
+    /// The cell of `column` as this row's CSV line spells it; empty for an unknown column.
+    pub fn cell(&self, column: &str) -> String {
+        let Some(i) = Row::columns().iter().position(|c| c == column) else {
+            return String::new();
+        };
+        let Ok(line) = self.to_line() else {
+            return String::new();
+        };
+        let mut rdr = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_reader(line.as_slice());
+        rdr.records()
+            .next()
+            .and_then(Result::ok)
+            .and_then(|r| r.get(i).map(str::to_string))
+            .unwrap_or_default()
     }
 
     /// The header line, with its newline.
