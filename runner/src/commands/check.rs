@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use super::output::{fail, print_json, print_warnings};
-use crate::config::diag::{ConfigErrors, Diagnostic};
 use crate::cli::{CheckArgs, Format};
+use crate::config::diag::{ConfigErrors, Diagnostic};
 use crate::probe;
 use crate::run;
 use crate::run::prepare::{prepare, shown, Prepared};
@@ -68,7 +68,7 @@ pub fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
     };
     let bad = check_models(&p, !a.no_probe)?;
     // Choices tokenized with each model's vocabulary (the models that loaded).
-    let choices = run::choices::check(&p.jobs, &|m| bad.contains_key(m));
+    let choices = run::choices::check(&p.jobs, &|m| bad.contains_key(m), true);
     // A model that cannot load is a broken setup (2), like a configuration error.
     if choices.is_err() || !bad.is_empty() {
         let mut errs = choices.err().unwrap_or(ConfigErrors(Vec::new()));

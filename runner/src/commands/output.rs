@@ -51,7 +51,10 @@ pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
 /// A command that failed before it ran: with `--format json`, the errors as
 /// `{"ok": false, "errors": [...]}` on stdout (configuration errors one by one, with file, line,
 /// column and key), the text on stderr as always, and exit 2; in text, the error as it is.
-pub fn fail(e: anyhow::Error, format: crate::cli::Format) -> anyhow::Result<std::process::ExitCode> {
+pub fn fail(
+    e: anyhow::Error,
+    format: crate::cli::Format,
+) -> anyhow::Result<std::process::ExitCode> {
     use crate::config::diag::{ConfigErrors, Diagnostic};
     if format != crate::cli::Format::Json {
         return Err(e);

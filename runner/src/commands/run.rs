@@ -63,7 +63,8 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    if let Err(e) = run::choices::check(&p.jobs, &|m| matches!(probed.get(m), Some(Some(_)))) {
+    let skip = |m: &std::path::Path| matches!(probed.get(m), Some(Some(_)));
+    if let Err(e) = run::choices::check(&p.jobs, &skip, false) {
         return super::output::fail(e.into(), a.format);
     }
     let stop = run::signals::Stop::install();

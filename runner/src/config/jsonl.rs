@@ -116,7 +116,9 @@ fn parse_line(
             .collect());
     }
     let item = match kind {
-        Kind::Decide => serde_json::from_value::<DecisionSpec>(v).map(|d| decision_item(lineno, &d)),
+        Kind::Decide => {
+            serde_json::from_value::<DecisionSpec>(v).map(|d| decision_item(lineno, &d))
+        }
         _ => serde_json::from_value::<PromptSpec>(v).map(|p| Ok(prompt_item(lineno, &p))),
     };
     match item {

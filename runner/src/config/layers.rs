@@ -92,9 +92,14 @@ impl SetSweep {
                 errs.push(Diagnostic::other(
                     format!("--set {k}={v}"),
                     k,
-                    format!("expected a comma list of values (a sweep), found an empty value in {v:?}"),
+                    format!(
+                        "expected a comma list of values (a sweep), found an empty value in {v:?}"
+                    ),
                 ));
-            } else if let Some(i) = sweep.iter().position(|(sk, _): &(String, Vec<String>)| sk == k) {
+            } else if let Some(i) = sweep
+                .iter()
+                .position(|(sk, _): &(String, Vec<String>)| sk == k)
+            {
                 sweep[i].1 = vals;
             } else {
                 sweep.push((k.clone(), vals));
@@ -149,10 +154,12 @@ pub fn unknown_env(vars: impl IntoIterator<Item = (String, String)>) -> Vec<Stri
                 "environment {name} names no setting: did you mean {}?",
                 env_name(k)
             ),
-            None => format!(
+            None => {
+                format!(
                 "environment {name} names no setting, so it is ignored\nhelp: the settings are {}",
                 KEYS.iter().map(|k| env_name(k)).collect::<Vec<_>>().join(", ")
-            ),
+            )
+            }
         });
     }
     out

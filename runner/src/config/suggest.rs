@@ -22,7 +22,10 @@ pub fn unknown<'a>(
     valid: impl IntoIterator<Item = &'a str> + Clone,
 ) -> (String, Option<String>) {
     match closest(name, valid.clone()) {
-        Some(v) => (format!("unknown {what} `{name}`: did you mean `{v}`?"), None),
+        Some(v) => (
+            format!("unknown {what} `{name}`: did you mean `{v}`?"),
+            None,
+        ),
         None => (
             format!("unknown {what} `{name}`"),
             Some(format!(

@@ -1,7 +1,8 @@
 //! Choices checked against the model's tokenizer before anything runs: a choice that adds no
-//! token to its prompt (under the job's scoring), or whose first token is another choice's under
-//! `first_token` scoring, cannot be scored, so `bmoe check` and `bmoe run` refuse it at its line,
-//! before a row is written. The vocabulary is loaded alone (no weights).
+//! token to its prompt (under the job's scoring) cannot be scored, so `bmoe check` and `bmoe run`
+//! refuse it at its line, before a row is written; choices whose first tokens collide under
+//! `first_token` scoring, which a run refuses item by item, `bmoe check` reports at their line.
+//! The vocabulary is loaded alone (no weights).
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -36,13 +37,18 @@ fn message(index: usize, choice: &str, scoring: Scoring) -> String {
 
 /// What fixes colliding first tokens; `bmoe decide` and a run's refused rows say the same (the
 /// engine's message ends with it).
-pub const COLLISION_HINT: &str = "use scoring = \"sum\" (or --scoring sum)";
+const COLLISION_HINT: &str = "use scoring = \"sum\" (or --scoring sum)";
 
 /// Every decide job's choices, tokenized with its model's vocabulary: choices that add no token,
-/// and (under `first_token` scoring) choices whose first tokens collide. Models in `skip`
-/// (already refused: unreadable, or their probe failed) and models whose vocabulary does not load
-/// are left to the run, which reports them as it always has.
-pub fn check(jobs: &[LoadedJob], skip: &dyn Fn(&Path) -> bool) -> Result<(), ConfigErrors> {
+/// and with `collisions` (`bmoe check`) choices whose first tokens collide under `first_token`
+/// scoring, which a run refuses item by item (an error row each). Models in `skip` (already
+/// refused: unreadable, or their probe failed) and models whose vocabulary does not load are left
+/// to the run, which reports them as it always has.
+pub fn check(
+    jobs: &[LoadedJob],
+    skip: &dyn Fn(&Path) -> bool,
+    collisions: bool,
+) -> Result<(), ConfigErrors> {
     let mut tokenizers: HashMap<PathBuf, Option<Tokenizer>> = HashMap::new();
     let mut diags = Vec::new();
     for lj in jobs {
@@ -57,7 +63,7 @@ pub fn check(jobs: &[LoadedJob], skip: &dyn Fn(&Path) -> bool) -> Result<(), Con
         };
         for it in &lj.items {
             if let Payload::Decide(d) = &it.payload {
-                diags.extend(decision_diags(lj, tok, d));
+                diags.extend(decision_diags(lj, tok, d, collisions));
             }
         }
     }
@@ -69,7 +75,12 @@ pub fn check(jobs: &[LoadedJob], skip: &dyn Fn(&Path) -> bool) -> Result<(), Con
 }
 
 /// The refusals of one decision, each at its choice (the JSONL line, or the inline item).
-fn decision_diags(lj: &LoadedJob, tok: &Tokenizer, d: &Decision) -> Vec<Diagnostic> {
+fn decision_diags(
+    lj: &LoadedJob,
+    tok: &Tokenizer,
+    d: &Decision,
+    collisions: bool,
+) -> Vec<Diagnostic> {
     let at = |index: usize, msg: String| match &lj.items_file {
         Some(f) => Diagnostic::line(f, d.pos, 1, &format!("choices[{index}]"), msg),
         None => lj
@@ -84,6 +95,9 @@ fn decision_diags(lj: &LoadedJob, tok: &Tokenizer, d: &Decision) -> Vec<Diagnost
                 out.push(at(index, message(index, &choice, d.req.scoring)));
             }
         }
+    }
+    if !collisions {
+        return out;
     }
     if let Ok(colliding) = tok.colliding_choices(&d.req) {
         for e in colliding {
