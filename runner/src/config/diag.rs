@@ -19,8 +19,9 @@ pub struct Diagnostic {
     pub message: String,
     /// The offending source line and the caret's place in it, when the source is a file.
     pub snippet: Option<Box<SourceLine>>,
-    /// What would fix it, shown as a `help:` line under the error.
-    pub help: Option<String>,
+    /// What would fix it, shown as a `help:` line under the error (boxed: a diagnostic is an
+    /// error value, kept small).
+    pub help: Option<Box<str>>,
 }
 
 /// One line of a configuration file, for showing it under the error.
@@ -140,7 +141,7 @@ impl Diagnostic {
 
     /// The same diagnostic with a `help:` line.
     pub fn with_help(mut self, help: Option<String>) -> Self {
-        self.help = help;
+        self.help = help.map(String::into_boxed_str);
         self
     }
 
@@ -152,7 +153,7 @@ impl Diagnostic {
             column: self.pos.map(|p| p.1),
             key: self.field.clone(),
             message: self.message.clone(),
-            help: self.help.clone(),
+            help: self.help.as_deref().map(str::to_string),
         }
     }
 }
