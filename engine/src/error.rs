@@ -51,7 +51,7 @@ pub enum EngineError {
     #[error("choice {index} ({choice:?}) is empty after tokenization")]
     EmptyChoice { index: usize, choice: String },
     /// Two choices start with the same token, so their first-token scores cannot tell them apart.
-    #[error("choices {first} ({first_text:?}) and {second} ({second_text:?}) start with the same token {token}: first-token scoring cannot tell them apart")]
+    #[error("choices {first} ({first_text:?}) and {second} ({second_text:?}) start with the same token {token}: first-token scoring cannot tell them apart; use scoring = \"sum\" (or --scoring sum)")]
     CollidingChoices {
         first: usize,
         first_text: String,

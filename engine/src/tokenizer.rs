@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{EngineError, Result};
 use crate::ffi::tokenizer::VocabModel;
-use crate::options::DecideRequest;
+use crate::options::{DecideRequest, Scoring};
 use crate::session::decide::tokenize_choice;
 
 /// The vocabulary and chat template of a GGUF model (loaded with `vocab_only`: no tensor is read).
@@ -55,8 +55,8 @@ impl Tokenizer {
 
     /// The choices of `req` that add no token to its prompt under `req.scoring` (each as the
     /// `EmptyChoice` error `Session::decide` would return), tokenized exactly as the decision
-    /// will be. Other refusals (colliding first tokens, a prompt longer than the context) depend
-    /// on the run and are left to it.
+    /// will be. Colliding first tokens are [`Tokenizer::colliding_choices`]; a prompt longer
+    /// than the context depends on the run and is left to it.
     pub fn empty_choices(&self, req: &DecideRequest) -> Result<Vec<EngineError>> {
         let text = self.prompt_text(req)?;
         let vocab = self.raw.vocab();
@@ -70,6 +70,37 @@ impl Tokenizer {
                 Ok(_) => {}
                 Err(e @ EngineError::EmptyChoice { .. }) => out.push(e),
                 Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Under `first_token` scoring, each choice of `req` whose first token is that of an earlier
+    /// choice (as the `CollidingChoices` error `Session::decide` would return for the first such
+    /// pair); none under the other scorings. Empty choices are [`Tokenizer::empty_choices`].
+    pub fn colliding_choices(&self, req: &DecideRequest) -> Result<Vec<EngineError>> {
+        if req.scoring != Scoring::FirstToken {
+            return Ok(Vec::new());
+        }
+        let vocab = self.raw.vocab();
+        let mut firsts: Vec<(usize, i32)> = Vec::new();
+        let mut out = Vec::new();
+        for (i, c) in req.choices.iter().enumerate() {
+            let toks = vocab
+                .tokenize(c, false, false)
+                .map_err(EngineError::Tokenize)?;
+            let Some(&first) = toks.first() else {
+                continue;
+            };
+            match firsts.iter().find(|(_, t)| *t == first) {
+                Some(&(j, _)) => out.push(EngineError::CollidingChoices {
+                    first: j,
+                    first_text: req.choices[j].clone(),
+                    second: i,
+                    second_text: c.clone(),
+                    token: first,
+                }),
+                None => firsts.push((i, first)),
             }
         }
         Ok(out)

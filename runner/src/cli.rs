@@ -81,7 +81,8 @@ pub struct Target {
     /// Device profile; replaces each job's default `profile`.
     #[arg(long, short = 'p')]
     pub profile: Option<PathBuf>,
-    /// Override a profile value (highest layer), e.g. --set cache_mb=auto; repeatable.
+    /// Override a profile value (highest layer), e.g. --set cache_mb=auto; repeatable. A comma
+    /// list sweeps it: --set cache_mb=0,512,1024 runs three points.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
     /// A TOML file of layered keys (e.g. from `bmoe report --best --write-overrides`): a layer
@@ -92,6 +93,12 @@ pub struct Target {
     /// CPU with a warning, instead of being an error.
     #[arg(long)]
     pub allow_cpu_fallback: bool,
+    /// Times each item runs per point; replaces each job's `repeat`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: Option<u32>,
+    /// Item runs before the measured rows of each point; replaces each job's `warmup`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=100000))]
+    pub warmup: Option<u32>,
 }
 
 /// `bmoe check`: a target, an output format, and whether to probe the models.
@@ -121,6 +128,8 @@ impl Target {
             sets: self.sets.clone(),
             overrides: self.overrides.clone(),
             allow_cpu_fallback: self.allow_cpu_fallback,
+            repeat: self.repeat,
+            warmup: self.warmup,
         }
     }
 }

@@ -25,7 +25,19 @@ pub enum PlacementError {
         detail: String,
         /// The whole table.
         table: String,
+        /// What would fit (`cache_mb <= N fits, or cache_mb = "auto"`).
+        help: String,
     },
+}
+
+impl PlacementError {
+    /// What would fix it, for a `help:` line.
+    pub fn help(&self) -> Option<&str> {
+        match self {
+            PlacementError::Budget { help, .. } => Some(help),
+            PlacementError::Model(_) => None,
+        }
+    }
 }
 
 /// The shape of the model, from its GGUF header.
@@ -426,10 +438,25 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
             profile: profile.name.clone(),
             detail,
             table: p.table(),
+            help: budget_help(s, fixed, available_mib),
         });
     }
     p.budget.shrink_to_fit();
     Ok(p)
+}
+
+/// What would fit a budget that does not: the largest explicit expert cache the other counted
+/// lines leave room for (they do not depend on it), else what the rest alone needs.
+fn budget_help(s: &Settings, fixed: f64, available_mib: f64) -> String {
+    let left = (available_mib - fixed).floor();
+    match s.cache_mb {
+        CacheMb::Mib(n) if s.moe_stream && n > 0 && left >= 1.0 => {
+            format!("cache_mb <= {left:.0} fits, or cache_mb = \"auto\"")
+        }
+        _ => format!(
+            "without an expert cache the rest needs {fixed:.1} MiB of the {available_mib:.1} MiB left: lower context, raise the profile's ram_mb or lower cache_floor_mb"
+        ),
+    }
 }
 
 /// The engine options this placement and these values ask for.

@@ -48,7 +48,15 @@ fn wrong_type() {
 #[test]
 fn unknown_key() {
     let p = decide_project(&format!("{DECIDE_JOB}[overrides]\ncache_size = 3\n"));
-    fails(&p, &[], &["jobs/job.toml:9:1: overrides.cache_size: unknown key `cache_size`: expected one of threads,"]);
+    // Nothing is near `cache_size`: the valid keys come as help.
+    fails(
+        &p,
+        &[],
+        &[
+            "jobs/job.toml:9:1: overrides.cache_size: unknown key `cache_size`\n",
+            "help: expected one of threads,",
+        ],
+    );
 }
 
 #[test]

@@ -129,7 +129,12 @@ fn sum_scoring_takes_choices_sharing_a_first_token_first_token_refuses_them() {
     let out = text(&o);
     let rs = rows(&p, "runs/first.csv");
     assert_eq!(rs.len(), 2, "{out}");
-    assert!(!rs[0]["error"].is_empty(), "f1 refused: {:?}", rs[0]);
+    assert!(
+        rs[0]["error"].contains("start with the same token")
+            && rs[0]["error"].ends_with("use scoring = \"sum\" (or --scoring sum)"),
+        "f1 refused, with the fix: {:?}",
+        rs[0]
+    );
     assert_eq!(rs[0]["best_choice"], "");
     assert_eq!(rs[0]["correct"], "", "a refused item has no verdict");
     assert_eq!(rs[1]["error"], "", "f2 scored: {:?}", rs[1]);

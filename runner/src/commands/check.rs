@@ -4,8 +4,9 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use super::output::{print_json, print_warnings};
+use super::output::{fail, print_json, print_warnings};
 use crate::cli::{CheckArgs, Format};
+use crate::config::diag::{ConfigErrors, Diagnostic};
 use crate::probe;
 use crate::run;
 use crate::run::prepare::{prepare, shown, Prepared};
@@ -61,24 +62,35 @@ fn check_report(p: &Prepared) -> CheckReport {
 /// Runs `bmoe check`.
 pub fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
     let t = &a.t;
-    let p = prepare(&t.target.jobs, &t.target.selection())?;
+    let p = match prepare(&t.target.jobs, &t.target.selection()) {
+        Ok(p) => p,
+        Err(e) => return fail(e, t.format),
+    };
     let bad = check_models(&p, !a.no_probe)?;
     // Choices tokenized with each model's vocabulary (the models that loaded).
-    if let Err(e) = run::choices::check(&p.jobs, &|m| bad.contains_key(m)) {
+    let choices = run::choices::check(&p.jobs, &|m| bad.contains_key(m), true);
+    // A model that cannot load is a broken setup (2), like a configuration error.
+    if choices.is_err() || !bad.is_empty() {
+        let mut errs = choices.err().unwrap_or(ConfigErrors(Vec::new()));
+        if t.format == Format::Json {
+            print_warnings(&p);
+            for (m, why) in &bad {
+                errs.0.push(Diagnostic::file(m, why.clone()));
+            }
+            return fail(errs.into(), t.format);
+        }
         for why in bad.values() {
             eprintln!("error: {why}");
         }
-        return Err(e.into());
+        if !errs.0.is_empty() {
+            return Err(errs.into());
+        }
     }
-    // A model that cannot load is a broken setup (2), like a configuration error.
     let code = if bad.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(2)
     };
-    for why in bad.values() {
-        eprintln!("error: {why}");
-    }
     let rep = check_report(&p);
     if t.format == Format::Json {
         print_json(&rep)?;

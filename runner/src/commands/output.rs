@@ -79,3 +79,23 @@ pub fn umask() -> u32 {
         })
         .unwrap_or(0o022)
 }
+
+/// A command that failed before it ran: with `--format json`, the errors as
+/// `{"ok": false, "errors": [...]}` on stdout (configuration errors one by one, with file, line,
+/// column and key), the text on stderr as always, and exit 2; in text, the error as it is.
+pub fn fail(
+    e: anyhow::Error,
+    format: crate::cli::Format,
+) -> anyhow::Result<std::process::ExitCode> {
+    use crate::config::diag::{ConfigErrors, Diagnostic};
+    if format != crate::cli::Format::Json {
+        return Err(e);
+    }
+    eprintln!("error: {e:#}");
+    let doc = match e.downcast_ref::<ConfigErrors>() {
+        Some(c) => c.json(),
+        None => ConfigErrors(vec![Diagnostic::other("", "", format!("{e:#}"))]).json(),
+    };
+    print_json(&doc)?;
+    Ok(std::process::ExitCode::from(super::EXIT_ERROR))
+}

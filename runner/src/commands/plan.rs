@@ -3,13 +3,16 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use super::output::{print_json, print_warnings};
+use super::output::{fail, print_json, print_warnings};
 use crate::cli::{Format, FormattedTarget};
 use crate::run::prepare::{prepare, shown, Prepared};
 
 /// Runs `bmoe plan`.
 pub fn plan(t: FormattedTarget) -> anyhow::Result<ExitCode> {
-    let p = prepare(&t.target.jobs, &t.target.selection())?;
+    let p = match prepare(&t.target.jobs, &t.target.selection()) {
+        Ok(p) => p,
+        Err(e) => return fail(e, t.format),
+    };
     if t.format == Format::Json {
         print_json(&plan_report(&p))?;
         return Ok(ExitCode::SUCCESS);
@@ -40,7 +43,13 @@ fn print_plan(p: &Prepared) {
             d.n_expert_used,
             d.file_bytes as f64 / (1u64 << 20) as f64
         );
-        println!("  items: {} {}", j.items.len(), j.job.kind);
+        println!(
+            "  items: {} {}, repeat {}, warmup {}",
+            j.items.len(),
+            j.job.kind,
+            j.job.repeat,
+            j.job.warmup
+        );
         println!("  values:");
         for (k, v, o) in &u.resolved.origins {
             let shown_v = if k == "cache_mb" && v == "auto" {
@@ -111,6 +120,8 @@ struct PlanUnit {
     kind: String,
     items: usize,
     values: Vec<PlanValue>,
+    repeat: u32,
+    warmup: u32,
     prefill_device: Option<String>,
     prefill_reason: String,
     device_ubatch: Option<u32>,
@@ -155,6 +166,8 @@ fn plan_report(p: &Prepared) -> PlanReport {
                 model_mib: d.file_bytes as f64 / (1u64 << 20) as f64,
                 kind: j.job.kind.to_string(),
                 items: j.items.len(),
+                repeat: j.job.repeat,
+                warmup: j.job.warmup,
                 values: u
                     .resolved
                     .origins

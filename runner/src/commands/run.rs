@@ -41,7 +41,10 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         .map(|t| csv_override(t, shard))
         .transpose()?;
     let filter = run::select::Filter::new(shard, a.items.as_deref(), a.limit)?;
-    let mut p = prepare(&a.target.jobs, &a.target.selection())?;
+    let mut p = match prepare(&a.target.jobs, &a.target.selection()) {
+        Ok(p) => p,
+        Err(e) => return super::output::fail(e, a.format),
+    };
     if let Some(c) = &csv {
         for j in &mut p.jobs {
             j.csv = c.clone();
@@ -74,7 +77,10 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    run::choices::check(&p.jobs, &|m| matches!(probed.get(m), Some(Some(_))))?;
+    let skip = |m: &std::path::Path| matches!(probed.get(m), Some(Some(_)));
+    if let Err(e) = run::choices::check(&p.jobs, &skip, false) {
+        return super::output::fail(e.into(), a.format);
+    }
     let stop = run::signals::Stop::install();
     let opts = run::exec::RunOptions {
         probed,

@@ -19,6 +19,9 @@ pub struct Diagnostic {
     pub message: String,
     /// The offending source line and the caret's place in it, when the source is a file.
     pub snippet: Option<Box<SourceLine>>,
+    /// What would fix it, shown as a `help:` line under the error (boxed: a diagnostic is an
+    /// error value, kept small).
+    pub help: Option<Box<str>>,
 }
 
 /// One line of a configuration file, for showing it under the error.
@@ -95,6 +98,7 @@ impl Diagnostic {
             field: field.to_string(),
             message,
             snippet: offset.and_then(|o| SourceLine::at(text, o)).map(Box::new),
+            help: None,
         }
     }
 
@@ -106,6 +110,7 @@ impl Diagnostic {
             field: String::new(),
             message,
             snippet: None,
+            help: None,
         }
     }
 
@@ -117,8 +122,57 @@ impl Diagnostic {
             field: field.to_string(),
             message,
             snippet: None,
+            help: None,
         }
     }
+
+    /// A diagnostic about line `line` (1-based) of a file shown without its text (a JSONL line
+    /// can be a whole prompt).
+    pub fn line(file: &Path, line: usize, column: usize, field: &str, message: String) -> Self {
+        Self {
+            source: display_path(file),
+            pos: Some((line, column.max(1))),
+            field: field.to_string(),
+            message,
+            snippet: None,
+            help: None,
+        }
+    }
+
+    /// The same diagnostic with a `help:` line.
+    pub fn with_help(mut self, help: Option<String>) -> Self {
+        self.help = help.map(String::into_boxed_str);
+        self
+    }
+
+    /// The diagnostic as one entry of a JSON error document.
+    pub fn json(&self) -> JsonDiagnostic {
+        JsonDiagnostic {
+            file: self.source.clone(),
+            line: self.pos.map(|p| p.0),
+            column: self.pos.map(|p| p.1),
+            key: self.field.clone(),
+            message: self.message.clone(),
+            help: self.help.as_deref().map(str::to_string),
+        }
+    }
+}
+
+/// One error as `--format json` prints it (`{"ok": false, "errors": [...]}`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct JsonDiagnostic {
+    /// The file, or the non-file source (`--set cachemb=3`, `environment BMOE_CACHE_MB`).
+    pub file: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// 1-based column, when known.
+    pub column: Option<usize>,
+    /// The field path; empty for the whole file.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+    /// What would fix it, when known.
+    pub help: Option<String>,
 }
 
 impl fmt::Display for Diagnostic {
@@ -134,6 +188,9 @@ impl fmt::Display for Diagnostic {
         }
         if let Some(s) = &self.snippet {
             write!(f, "\n{}", s.render())?;
+        }
+        if let Some(h) = &self.help {
+            write!(f, "\nhelp: {h}")?;
         }
         Ok(())
     }
@@ -156,6 +213,17 @@ impl fmt::Display for ConfigErrors {
             write!(f, "\n{} configuration errors", self.0.len())?;
         }
         Ok(())
+    }
+}
+
+impl ConfigErrors {
+    /// The errors as one JSON document: `{"ok": false, "errors": [{"file", "line", "column",
+    /// "key", "message", "help"}]}`.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "ok": false,
+            "errors": self.0.iter().map(Diagnostic::json).collect::<Vec<_>>(),
+        })
     }
 }
 
@@ -281,6 +349,7 @@ mod tests {
             field: "overrides.cache_mb".into(),
             message: "expected a non-negative integer or \"auto\", found \"lots\"".into(),
             snippet: None,
+            help: None,
         };
         assert_eq!(
             d.to_string(),

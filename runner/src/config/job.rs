@@ -417,7 +417,8 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
             let f = relative_to(path, rel);
             match super::jsonl::read_items(&f, job.kind) {
                 Ok(v) => {
-                    items = v;
+                    items = v.items;
+                    errs.extend(v.errors);
                     items_file = Some(f);
                 }
                 Err(Some(mut e)) => errs.append(&mut e.0),
@@ -436,17 +437,16 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
             d.req.raw = !job.chat;
         }
     }
-    // Rows are matched across runs by id, so ids must be unique within a job.
+    // Rows are matched across runs by id, so ids must be unique within a job (a JSONL file's
+    // duplicates are reported at their lines as it is read).
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, it) in items.iter().enumerate() {
+        if !has_inline {
+            break;
+        }
         if let Some(j) = seen.insert(it.id.as_str(), i) {
-            let ptr = if has_inline {
-                format!("/{inline_key}/{i}")
-            } else {
-                format!("/{file_key}")
-            };
             errs.push(src.diag(
-                &ptr,
+                &format!("/{inline_key}/{i}"),
                 false,
                 format!(
                     "item {i} has id {:?}, the same as item {j}: ids must be unique",

@@ -1,18 +1,30 @@
 //! JSONL item files (thousands of recorded decisions): one JSON object per line, each checked
 //! against the item schema; every bad line is reported with its line and column.
+use std::collections::HashMap;
 use std::path::Path;
 
 use serde_json::Value;
 
-use super::diag::{display_path, ConfigErrors, Diagnostic};
+use super::diag::{ConfigErrors, Diagnostic};
 use super::job::{decision_item, prompt_item, DecisionSpec, Item, Kind, PromptSpec};
 use super::validate;
 
 /// At most this many bad lines are listed; the rest are counted.
 const MAX_REPORTED: usize = 20;
 
-/// Reads the items of `path`; `Err(None)` when the file does not exist.
-pub fn read_items(path: &Path, kind: Kind) -> Result<Vec<Item>, Option<ConfigErrors>> {
+/// What a JSONL file gave: the items of the lines that parsed, and the errors of the others
+/// (a duplicate id included), so one pass shows them all.
+#[derive(Debug, Default)]
+pub struct JsonlItems {
+    /// The items that parsed, in line order.
+    pub items: Vec<Item>,
+    /// Every bad line (at most [`MAX_REPORTED`], then a count).
+    pub errors: Vec<Diagnostic>,
+}
+
+/// Reads the items of `path`; `Err(None)` when the file does not exist, `Err(Some)` when it
+/// cannot be read.
+pub fn read_items(path: &Path, kind: Kind) -> Result<JsonlItems, Option<ConfigErrors>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(None),
@@ -26,101 +38,101 @@ pub fn read_items(path: &Path, kind: Kind) -> Result<Vec<Item>, Option<ConfigErr
         Kind::Decide => crate::schema::item_schema::<DecisionSpec>(),
         _ => crate::schema::item_schema::<PromptSpec>(),
     };
-    let mut items = Vec::new();
-    let mut errs = Vec::new();
+    let mut out = JsonlItems::default();
     let mut n_bad = 0usize;
-    let mut push = |errs: &mut Vec<Diagnostic>, d: Diagnostic| {
-        n_bad += 1;
-        if errs.len() < MAX_REPORTED {
-            errs.push(d);
-        }
-    };
-    let src = display_path(path);
+    // Rows are matched across runs by id: the line each id was first seen on.
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for (ln, line) in text.lines().enumerate() {
         // Ids default to the line number (1-based), so they stay stable when lines are appended.
         let lineno = ln + 1;
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                push(
-                    &mut errs,
-                    Diagnostic {
-                        source: src.clone(),
-                        pos: Some((lineno, e.column().max(1))),
-                        field: String::new(),
-                        message: format!("not valid JSON: {}", strip_position(&e.to_string())),
-                        // A JSONL line can be a whole prompt: no source snippet.
-                        snippet: None,
-                    },
-                );
-                continue;
-            }
+        let errs = match parse_line(path, &schema, kind, lineno, line) {
+            Ok(it) => match seen.get(&it.id) {
+                Some(first) => vec![Diagnostic::line(
+                    path,
+                    lineno,
+                    1,
+                    "id",
+                    format!(
+                        "id {:?} is already used on line {first}: ids must be unique",
+                        it.id
+                    ),
+                )],
+                None => {
+                    seen.insert(it.id.clone(), lineno);
+                    out.items.push(it);
+                    continue;
+                }
+            },
+            Err(errs) => errs,
         };
-        let violations = validate::validate(&schema, &v);
-        if !violations.is_empty() {
-            for vi in violations {
-                push(
-                    &mut errs,
-                    Diagnostic {
-                        source: src.clone(),
-                        pos: Some((lineno, 1)),
-                        field: vi.field,
-                        message: vi.message,
-                        snippet: None,
-                    },
-                );
+        for d in errs {
+            n_bad += 1;
+            if out.errors.len() < MAX_REPORTED {
+                out.errors.push(d);
             }
-            continue;
-        }
-        let item = match kind {
-            Kind::Decide => {
-                serde_json::from_value::<DecisionSpec>(v).map(|d| decision_item(lineno, &d))
-            }
-            _ => serde_json::from_value::<PromptSpec>(v).map(|p| Ok(prompt_item(lineno, &p))),
-        };
-        match item {
-            Ok(Ok(it)) => items.push(it),
-            // The line is well formed but its `expected` names none of its choices.
-            Ok(Err(msg)) => push(
-                &mut errs,
-                Diagnostic {
-                    source: src.clone(),
-                    pos: Some((lineno, 1)),
-                    field: "expected".into(),
-                    message: msg,
-                    snippet: None,
-                },
-            ),
-            Err(e) => push(
-                &mut errs,
-                Diagnostic {
-                    source: src.clone(),
-                    pos: Some((lineno, e.column().max(1))),
-                    field: String::new(),
-                    message: e.to_string(),
-                    snippet: None,
-                },
-            ),
         }
     }
-    if n_bad > errs.len() {
-        errs.push(Diagnostic::file(
+    if n_bad > out.errors.len() {
+        let more = n_bad - out.errors.len();
+        out.errors.push(Diagnostic::file(
             path,
-            format!("... and {} more bad lines", n_bad - errs.len()),
+            format!("... and {more} more bad lines"),
         ));
     }
-    if !errs.is_empty() {
-        return Err(Some(ConfigErrors(errs)));
-    }
-    if items.is_empty() {
+    if out.items.is_empty() && out.errors.is_empty() {
         return Err(Some(
             Diagnostic::file(path, "holds no items (every line is blank)".into()).into(),
         ));
     }
-    Ok(items)
+    Ok(out)
+}
+
+/// One non-blank line as an item, or its errors (positioned at the line; a JSONL line can be a
+/// whole prompt, so no source snippet).
+fn parse_line(
+    path: &Path,
+    schema: &Value,
+    kind: Kind,
+    lineno: usize,
+    line: &str,
+) -> Result<Item, Vec<Diagnostic>> {
+    let v: Value = serde_json::from_str(line).map_err(|e| {
+        vec![Diagnostic::line(
+            path,
+            lineno,
+            e.column(),
+            "",
+            format!("not valid JSON: {}", strip_position(&e.to_string())),
+        )]
+    })?;
+    let violations = validate::validate(schema, &v);
+    if !violations.is_empty() {
+        return Err(violations
+            .into_iter()
+            .map(|vi| Diagnostic::line(path, lineno, 1, &vi.field, vi.message).with_help(vi.help))
+            .collect());
+    }
+    let item = match kind {
+        Kind::Decide => {
+            serde_json::from_value::<DecisionSpec>(v).map(|d| decision_item(lineno, &d))
+        }
+        _ => serde_json::from_value::<PromptSpec>(v).map(|p| Ok(prompt_item(lineno, &p))),
+    };
+    match item {
+        Ok(Ok(it)) => Ok(it),
+        // The line is well formed but its `expected` names none of its choices.
+        Ok(Err(msg)) => Err(vec![Diagnostic::line(path, lineno, 1, "expected", msg)]),
+        Err(e) => Err(vec![Diagnostic::line(
+            path,
+            lineno,
+            e.column(),
+            "",
+            e.to_string(),
+        )]),
+    }
 }
 
 /// serde_json appends " at line L column C"; the diagnostic already carries the position.

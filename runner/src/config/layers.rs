@@ -72,8 +72,101 @@ pub fn parse_set(arg: &str) -> Result<(String, String), Diagnostic> {
     }
 }
 
+/// `--set key=a,b,c` pairs: a sweep from the command line, one point per value, as a job's
+/// `[sweep]` would (at the `--set` layer, above everything but a one-shot command's flags).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SetSweep(pub Vec<(String, Vec<String>)>);
+
+impl SetSweep {
+    /// Takes the comma lists out of `sets` (a quoted JSON string stays one value); the rest
+    /// stay plain `--set` values. `Err` names a list with an empty value.
+    pub fn split(sets: &mut Vec<(String, String)>) -> Result<Self, Vec<Diagnostic>> {
+        let mut sweep = Vec::new();
+        let mut errs = Vec::new();
+        sets.retain(|(k, v)| {
+            if !v.contains(',') || v.starts_with('"') {
+                return true;
+            }
+            let vals: Vec<String> = v.split(',').map(|x| x.trim().to_string()).collect();
+            if vals.iter().any(String::is_empty) {
+                errs.push(Diagnostic::other(
+                    format!("--set {k}={v}"),
+                    k,
+                    format!(
+                        "expected a comma list of values (a sweep), found an empty value in {v:?}"
+                    ),
+                ));
+            } else if let Some(i) = sweep
+                .iter()
+                .position(|(sk, _): &(String, Vec<String>)| sk == k)
+            {
+                sweep[i].1 = vals;
+            } else {
+                sweep.push((k.clone(), vals));
+            }
+            false
+        });
+        if errs.is_empty() {
+            Ok(SetSweep(sweep))
+        } else {
+            Err(errs)
+        }
+    }
+
+    /// The points of the cartesian product, each a list of (key, value as written) in command-line
+    /// order; one empty point when nothing is swept.
+    pub fn points(&self) -> Vec<Vec<(String, String)>> {
+        let mut points: Vec<Vec<(String, String)>> = vec![Vec::new()];
+        for (k, vals) in &self.0 {
+            points = points
+                .iter()
+                .flat_map(|p| {
+                    vals.iter().map(move |v| {
+                        let mut q = p.clone();
+                        q.push((k.clone(), v.clone()));
+                        q
+                    })
+                })
+                .collect();
+        }
+        points
+    }
+}
+
+/// `BMOE_*` variables that are not settings (read elsewhere: the probe's self-test).
+const OTHER_VARS: &[&str] = &["BMOE_PROBE_SELFTEST"];
+
+/// The `BMOE_*` variables of `vars` that name no layered key (a typo is otherwise silently
+/// ignored), each as a warning: the nearest key's variable when one is close, else the list.
+pub fn unknown_env(vars: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
+    let env_name = |k: &str| format!("BMOE_{}", k.to_ascii_uppercase());
+    let mut out = Vec::new();
+    for (name, _) in vars {
+        let Some(key) = name.strip_prefix("BMOE_") else {
+            continue;
+        };
+        let key = key.to_ascii_lowercase();
+        if KEYS.contains(&key.as_str()) || OTHER_VARS.contains(&name.as_str()) {
+            continue;
+        }
+        out.push(match super::suggest::closest(&key, KEYS.iter().copied()) {
+            Some(k) => format!(
+                "environment {name} names no setting: did you mean {}?",
+                env_name(k)
+            ),
+            None => {
+                format!(
+                "environment {name} names no setting, so it is ignored\nhelp: the settings are {}",
+                KEYS.iter().map(|k| env_name(k)).collect::<Vec<_>>().join(", ")
+            )
+            }
+        });
+    }
+    out
+}
+
 /// A `--set` value as JSON: numbers, booleans and quoted strings as such, anything else as text.
-fn set_value(v: &str) -> Value {
+pub fn set_value(v: &str) -> Value {
     serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()))
 }
 
@@ -134,11 +227,8 @@ pub fn resolve_layers(
         if KEYS.contains(&k.as_str()) {
             sets.insert(k.clone(), set_value(v));
         } else {
-            errs.push(Diagnostic::other(
-                format!("--set {k}={v}"),
-                k,
-                format!("unknown key `{k}`: expected one of {}", KEYS.join(", ")),
-            ));
+            let (message, help) = super::suggest::unknown("key", k, KEYS.iter().copied());
+            errs.push(Diagnostic::other(format!("--set {k}={v}"), k, message).with_help(help));
         }
     }
     let defaults = match serde_json::to_value(Settings::default()) {

@@ -77,7 +77,7 @@ pub fn load<T: DeserializeOwned>(
         let mut diags: Vec<Diagnostic> = violations
             .into_iter()
             .map(|v| {
-                let mut d = src.diag(&v.pointer, v.at_key, v.message);
+                let mut d = src.diag(&v.pointer, v.at_key, v.message).with_help(v.help);
                 d.field = v.field;
                 d
             })

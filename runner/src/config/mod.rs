@@ -10,4 +10,5 @@ pub mod load;
 pub mod profile;
 pub mod settings;
 pub mod spanned;
+pub mod suggest;
 pub mod validate;

@@ -14,6 +14,8 @@ pub struct Violation {
     pub field: String,
     /// "expected ..., found ..." or similar.
     pub message: String,
+    /// What would fix it (the valid keys, when no key is near an unknown one).
+    pub help: Option<String>,
 }
 
 /// Validates `instance` against `schema`; all violations, in document order of their pointers.
@@ -27,6 +29,7 @@ pub fn validate(schema: &Value, instance: &Value) -> Vec<Violation> {
                 at_key: false,
                 field: String::new(),
                 message: format!("internal error: invalid schema: {e}"),
+                help: None,
             }]
         }
     };
@@ -36,18 +39,20 @@ pub fn validate(schema: &Value, instance: &Value) -> Vec<Violation> {
         let sub = lookup(schema, err.schema_path().as_str());
         match err.kind() {
             ValidationErrorKind::AdditionalProperties { unexpected } => {
-                let known = sub
+                let known: Vec<&str> = sub
                     .and_then(|s| s.get("properties"))
                     .and_then(|p| p.as_object())
-                    .map(|p| p.keys().cloned().collect::<Vec<_>>().join(", "))
+                    .map(|p| p.keys().map(String::as_str).collect())
                     .unwrap_or_default();
                 for k in unexpected {
                     let p = format!("{ptr}/{}", super::spanned::escape_segment(k));
+                    let (message, help) = super::suggest::unknown("key", k, known.iter().copied());
                     out.push(Violation {
                         field: field_path(&p),
                         pointer: p,
                         at_key: true,
-                        message: format!("unknown key `{k}`: expected one of {known}"),
+                        message,
+                        help,
                     });
                 }
             }
@@ -64,6 +69,7 @@ pub fn validate(schema: &Value, instance: &Value) -> Vec<Violation> {
                     pointer: ptr.clone(),
                     at_key: false,
                     message: format!("missing required key `{name}`: expected {what}"),
+                    help: None,
                 });
             }
             _ => {
@@ -76,6 +82,7 @@ pub fn validate(schema: &Value, instance: &Value) -> Vec<Violation> {
                     pointer: ptr.clone(),
                     at_key: false,
                     message: format!("expected {expected}, found {}", found(err.instance())),
+                    help: None,
                 });
             }
         }
@@ -308,9 +315,11 @@ mod tests {
             ),
             "{msgs:?}"
         );
-        assert!(
-            msgs.iter().any(|m| m.starts_with("zzz: unknown key `zzz`")),
-            "{msgs:?}"
+        assert!(msgs.contains(&"zzz: unknown key `zzz`".into()), "{msgs:?}");
+        let zzz = v.iter().find(|v| v.field == "zzz").unwrap();
+        assert_eq!(
+            zzz.help.as_deref(),
+            Some("expected one of name, threads, cache_mb")
         );
         assert!(
             msgs.iter()

@@ -1,13 +1,15 @@
 //! Choices checked against the model's tokenizer before anything runs: a choice that adds no
 //! token to its prompt (under the job's scoring) cannot be scored, so `bmoe check` and `bmoe run`
-//! refuse it at its line, before a row is written. The vocabulary is loaded alone (no weights).
+//! refuse it at its line, before a row is written; choices whose first tokens collide under
+//! `first_token` scoring, which a run refuses item by item, `bmoe check` reports at their line.
+//! The vocabulary is loaded alone (no weights).
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bmoe_engine::{EngineError, Scoring, Tokenizer};
 
-use crate::config::diag::{display_path, ConfigErrors, Diagnostic};
-use crate::config::job::{Kind, LoadedJob, Payload};
+use crate::config::diag::{ConfigErrors, Diagnostic};
+use crate::config::job::{Decision, Kind, LoadedJob, Payload};
 
 /// The job's scoring, as the job file spells it.
 fn scoring_name(s: Scoring) -> &'static str {
@@ -33,10 +35,20 @@ fn message(index: usize, choice: &str, scoring: Scoring) -> String {
     )
 }
 
-/// Every decide job's choices, tokenized with its model's vocabulary. Models in `skip` (already
+/// What fixes colliding first tokens; `bmoe decide` and a run's refused rows say the same (the
+/// engine's message ends with it).
+const COLLISION_HINT: &str = "use scoring = \"sum\" (or --scoring sum)";
+
+/// Every decide job's choices, tokenized with its model's vocabulary: choices that add no token,
+/// and with `collisions` (`bmoe check`) choices whose first tokens collide under `first_token`
+/// scoring, which a run refuses item by item (an error row each). Models in `skip` (already
 /// refused: unreadable, or their probe failed) and models whose vocabulary does not load are left
 /// to the run, which reports them as it always has.
-pub fn check(jobs: &[LoadedJob], skip: &dyn Fn(&Path) -> bool) -> Result<(), ConfigErrors> {
+pub fn check(
+    jobs: &[LoadedJob],
+    skip: &dyn Fn(&Path) -> bool,
+    collisions: bool,
+) -> Result<(), ConfigErrors> {
     let mut tokenizers: HashMap<PathBuf, Option<Tokenizer>> = HashMap::new();
     let mut diags = Vec::new();
     for lj in jobs {
@@ -50,31 +62,8 @@ pub fn check(jobs: &[LoadedJob], skip: &dyn Fn(&Path) -> bool) -> Result<(), Con
             continue;
         };
         for it in &lj.items {
-            let Payload::Decide(d) = &it.payload else {
-                continue;
-            };
-            // A prompt that cannot be rendered or tokenized is the run's to report, per row.
-            let Ok(empty) = tok.empty_choices(&d.req) else {
-                continue;
-            };
-            for e in empty {
-                let EngineError::EmptyChoice { index, choice } = e else {
-                    continue;
-                };
-                let msg = message(index, &choice, d.req.scoring);
-                diags.push(match &lj.items_file {
-                    Some(f) => Diagnostic {
-                        source: display_path(f),
-                        pos: Some((d.pos, 1)),
-                        field: format!("choices[{index}]"),
-                        message: msg,
-                        snippet: None,
-                    },
-                    None => {
-                        lj.src
-                            .diag(&format!("/decisions/{}/choices/{index}", d.pos), false, msg)
-                    }
-                });
+            if let Payload::Decide(d) = &it.payload {
+                diags.extend(decision_diags(lj, tok, d, collisions));
             }
         }
     }
@@ -83,4 +72,49 @@ pub fn check(jobs: &[LoadedJob], skip: &dyn Fn(&Path) -> bool) -> Result<(), Con
     } else {
         Err(ConfigErrors(diags))
     }
+}
+
+/// The refusals of one decision, each at its choice (the JSONL line, or the inline item).
+fn decision_diags(
+    lj: &LoadedJob,
+    tok: &Tokenizer,
+    d: &Decision,
+    collisions: bool,
+) -> Vec<Diagnostic> {
+    let at = |index: usize, msg: String| match &lj.items_file {
+        Some(f) => Diagnostic::line(f, d.pos, 1, &format!("choices[{index}]"), msg),
+        None => lj
+            .src
+            .diag(&format!("/decisions/{}/choices/{index}", d.pos), false, msg),
+    };
+    let mut out = Vec::new();
+    // A prompt that cannot be rendered or tokenized is the run's to report, per row.
+    if let Ok(empty) = tok.empty_choices(&d.req) {
+        for e in empty {
+            if let EngineError::EmptyChoice { index, choice } = e {
+                out.push(at(index, message(index, &choice, d.req.scoring)));
+            }
+        }
+    }
+    if !collisions {
+        return out;
+    }
+    if let Ok(colliding) = tok.colliding_choices(&d.req) {
+        for e in colliding {
+            if let EngineError::CollidingChoices {
+                first,
+                first_text,
+                second,
+                second_text,
+                token,
+            } = e
+            {
+                let msg = format!(
+                    "choices {first} ({first_text:?}) and {second} ({second_text:?}) start with the same token {token}: first-token scoring cannot tell them apart"
+                );
+                out.push(at(second, msg).with_help(Some(COLLISION_HINT.into())));
+            }
+        }
+    }
+    out
 }
