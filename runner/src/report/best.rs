@@ -178,15 +178,14 @@ pub fn validate(d: &Data, spec: &BestSpec) -> Result<(), ReportError> {
 
 /// Refuses an objective that no point of a (job, profile) measures, before any requirement is
 /// judged: every point would lose with "not measured", which hides the real cause.
-fn objective_measured(
-    d: &Data,
-    gs: &[&Group],
-    objective: &str,
-) -> Result<(), ReportError> {
+fn objective_measured(d: &Data, gs: &[&Group], objective: &str) -> Result<(), ReportError> {
     if gs.iter().any(|g| scalar(d, g, objective).is_some()) {
         return Ok(());
     }
-    let rows = || gs.iter().flat_map(|g| g.members.iter().map(|&i| &d.recs[i]));
+    let rows = || {
+        gs.iter()
+            .flat_map(|g| g.members.iter().map(|&i| &d.recs[i]))
+    };
     let kind = if rows().any(|r| r.best.is_some()) {
         " (a decide job)"
     } else if rows().any(|r| d.num(r, "ppl").is_some()) {
@@ -209,7 +208,11 @@ fn objective_measured(
         .filter(|m| measured(m))
         .collect();
     if try_.is_empty() {
-        try_ = METRICS.iter().map(|(m, _, _)| *m).filter(|m| measured(m)).collect();
+        try_ = METRICS
+            .iter()
+            .map(|(m, _, _)| *m)
+            .filter(|m| measured(m))
+            .collect();
     }
     let try_instead = match try_.split_last() {
         None => "another column (none of the report's metrics was measured)".into(),

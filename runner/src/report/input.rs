@@ -358,8 +358,11 @@ impl Positions {
                 _ => None,
             }
         });
-        let texts =
-            |cols: &[Option<usize>]| cols.iter().map(|&i| self.cell(rec, i).to_string()).collect();
+        let texts = |cols: &[Option<usize>]| {
+            cols.iter()
+                .map(|&i| self.cell(rec, i).to_string())
+                .collect()
+        };
         Rec {
             run_id: self.cell(rec, self.run).to_string(),
             job: self.cell(rec, self.job).to_string(),

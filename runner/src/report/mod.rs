@@ -346,7 +346,11 @@ fn split_notes(groups: &[Group], notes: &mut Vec<String>) {
         let values: Vec<String> = cols
             .iter()
             .map(|c| {
-                let vs: Vec<&str> = parts.iter().filter_map(|p| p.differs.get(*c)).map(String::as_str).collect();
+                let vs: Vec<&str> = parts
+                    .iter()
+                    .filter_map(|p| p.differs.get(*c))
+                    .map(String::as_str)
+                    .collect();
                 format!("{c} ({})", vs.join(", "))
             })
             .collect();

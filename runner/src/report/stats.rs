@@ -262,7 +262,10 @@ fn split_point(d: &Data, members: &[usize]) -> Vec<(BTreeMap<String, String>, Ve
         .collect();
     let mut parts: Vec<(Vec<&str>, Vec<usize>)> = Vec::new();
     for &i in members {
-        let key: Vec<&str> = differing.iter().map(|&c| d.recs[i].split[c].as_str()).collect();
+        let key: Vec<&str> = differing
+            .iter()
+            .map(|&c| d.recs[i].split[c].as_str())
+            .collect();
         match parts.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => v.push(i),
             None => parts.push((key, vec![i])),
