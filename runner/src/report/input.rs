@@ -223,7 +223,8 @@ impl Data {
                 r.item.clone(),
                 r.repeat,
             );
-            if !self.seen.insert(key) {
+            // Without a run id two rows cannot be told to be the same run's: both count.
+            if !r.run_id.is_empty() && !self.seen.insert(key) {
                 info.duplicates.rows += 1;
                 info.duplicates.example.get_or_insert_with(|| {
                     format!(

@@ -299,7 +299,7 @@ pub fn plots(
         notes.push("read and memory plots: no cache_mb column".into());
         return Ok((out, notes));
     }
-    if let Some(p) = read_plot(d, groups, best, &mut notes)? {
+    if let Some(p) = read_plot(groups, best, &mut notes)? {
         out.push(p);
     }
     if let Some(p) = memory_plot(d, groups, ram, best, &mut notes)? {
@@ -308,7 +308,7 @@ pub fn plots(
     Ok((out, notes))
 }
 
-/// 1. Speed against the swept value (or the point's position when nothing numeric is swept).
+/// Plot 1: speed against the swept value (or the point's position when nothing numeric is swept).
 fn speed_plot(
     groups: &[Group],
     best: &[Best],
@@ -366,7 +366,7 @@ fn speed_plot(
     }))
 }
 
-/// 2. Prefill time against prompt length, every row, coloured by its group (point, with the
+/// Plot 2: prefill time against prompt length, every row, coloured by its group (point, with the
 /// profile when several are plotted), device and CPU rows apart.
 fn prefill_plot(
     d: &Data,
@@ -429,12 +429,14 @@ fn prefill_plot(
 }
 
 /// Per-group medians of `metric` against the resolved cache budget, one series per profile;
-/// `value` maps a group's (median, p10, p90) to what is drawn (`None` leaves the group out).
+/// `value` maps a group's median, p10 and p90 to what is drawn (`None` leaves the group out),
+/// `suffix` adds to the series name.
 fn by_cache(
     groups: &[Group],
     metric: &str,
     best: &[Best],
     value: &dyn Fn(&Group, f64) -> Option<f64>,
+    suffix: &dyn Fn(&Group) -> String,
 ) -> (Vec<Series>, Vec<(f64, f64)>) {
     let many_jobs = groups.iter().any(|g| g.job != groups[0].job);
     let mut by: BTreeMap<String, Series> = BTreeMap::new();
@@ -447,7 +449,7 @@ fn by_cache(
         else {
             continue;
         };
-        let name = series_name(g, many_jobs);
+        let name = format!("{}{}", series_name(g, many_jobs), suffix(g));
         let e = by.entry(name.clone()).or_insert(Series {
             name,
             pts: Vec::new(),
@@ -467,16 +469,16 @@ fn by_cache(
     (series, marks)
 }
 
-/// 3. MiB read per token against `cache_mb`.
+/// Plot 3: MiB read per token against `cache_mb`.
 fn read_plot(
-    d: &Data,
     groups: &[Group],
     best: &[Best],
     notes: &mut Vec<String>,
 ) -> Result<Option<Plot>, ReportError> {
-    let (series, marks) = by_cache(groups, "read_mib_per_token", best, &|_, v| Some(v));
+    let (series, marks) = by_cache(groups, "read_mib_per_token", best, &|_, v| Some(v), &|_| {
+        String::new()
+    });
     if series.is_empty() {
-        let _ = d;
         notes.push("read plot left out: no row measured read_mib_per_token".into());
         return Ok(None);
     }
@@ -488,8 +490,8 @@ fn read_plot(
     }))
 }
 
-/// 4. RAM headroom (the profile's RAM minus peak RSS) against `cache_mb` where the RAM is known,
-/// else peak RSS itself: a RAM line drawn beside RSS values thousands of times smaller would
+/// Plot 4: RAM headroom (the profile's RAM minus peak RSS) against `cache_mb` where the RAM is
+/// known, else peak RSS itself: a RAM line drawn beside RSS values thousands of times smaller would
 /// flatten them onto the axis.
 fn memory_plot(
     d: &Data,
@@ -501,7 +503,7 @@ fn memory_plot(
     let known = groups
         .iter()
         .any(|g| g.metrics.contains_key("peak_rss_mib") && ram.contains_key(&g.profile));
-    let (id, title, y_desc, (mut series, marks)) = if known {
+    let (id, title, y_desc, (series, marks)) = if known {
         let mut without: Vec<&str> = groups
             .iter()
             .filter(|g| g.metrics.contains_key("peak_rss_mib") && !ram.contains_key(&g.profile))
@@ -518,9 +520,17 @@ fn memory_plot(
             "headroom",
             "RAM headroom (RAM - peak RSS) against cache_mb",
             "RAM - peak RSS, MiB",
-            by_cache(groups, "peak_rss_mib", best, &|g, v| {
-                ram.get(&g.profile).map(|m| m - v)
-            }),
+            by_cache(
+                groups,
+                "peak_rss_mib",
+                best,
+                &|g, v| ram.get(&g.profile).map(|m| m - v),
+                &|g| {
+                    ram.get(&g.profile)
+                        .map(|m| format!(" (RAM {} MiB)", tick(*m)))
+                        .unwrap_or_default()
+                },
+            ),
         )
     } else {
         notes.push("memory plot: no profile RAM known (give --profile-file, or a ram_mb / mem_total_mib column), so it shows peak RSS, not the headroom".into());
@@ -528,7 +538,9 @@ fn memory_plot(
             "rss",
             "Peak RSS against cache_mb",
             "peak RSS MiB",
-            by_cache(groups, "peak_rss_mib", best, &|_, v| Some(v)),
+            by_cache(groups, "peak_rss_mib", best, &|_, v| Some(v), &|_| {
+                String::new()
+            }),
         )
     };
     if series.is_empty() {
@@ -539,15 +551,6 @@ fn memory_plot(
         };
         notes.push(format!("{id} plot left out: {why}"));
         return Ok(None);
-    }
-    if known {
-        for s in &mut series {
-            // The series is named by profile (and split values): say the RAM it is measured from.
-            if let Some((p, m)) = ram.iter().find(|(p, _)| s.name.starts_with(p.as_str())) {
-                let _ = p;
-                s.name = format!("{} (RAM {} MiB)", s.name, tick(*m));
-            }
-        }
     }
     Ok(Some(Plot {
         id,

@@ -328,7 +328,8 @@ fn html(r: &Report) -> String {
 fn json_text(r: &Report) -> String {
     let v = json!({
         "format": "bmoe-report",
-        "version": 1,
+        // 2: `params` typed, `provenance`, split groups (`label`, `differs`), accuracy per item.
+        "version": 2,
         "inputs": r.inputs,
         "provenance": r.provenance,
         "notes": r.notes,
