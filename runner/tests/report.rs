@@ -114,6 +114,17 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
         "cache_mb=2",
         "prefill tok/s",
         "agreement vs cache_mb=0",
+        // Rows as items x repeats, so repeats do not read as more rows.
+        &format!("| {} ({items} items x 2 repeats)", 2 * items),
+        // Speed against the reference point; the reference itself is 1.00x.
+        "prefill speed-up vs cache_mb=0",
+        "| 1.00x",
+        // Accuracy per item, with lm-eval's standard error.
+        &format!("(n={items} items)"),
+        // Provenance.
+        "- runs: r1",
+        "- hosts: ",
+        "- commits: ",
     ] {
         assert!(md.contains(want), "{want}: {md}");
     }
@@ -130,6 +141,30 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
             after.iter().filter(|r| r["point"] == point).collect();
         assert_eq!(g["rows"].as_u64().unwrap() as usize, mine.len());
         assert_eq!(g["repeats"].as_u64(), Some(2));
+        assert_eq!(g["items"].as_u64(), Some(items as u64));
+        // Swept values typed: a number, as `cache_mb` beside it.
+        assert!(g["params"]["cache_mb"].is_u64(), "{}", g["params"]);
+        // Accuracy over items (each item's repeats averaged), with lm-eval's mean_stderr.
+        let mut per_item: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for r in &mine {
+            per_item
+                .entry(r["item"].as_str())
+                .or_default()
+                .push(if r["correct"] == "true" { 1.0 } else { 0.0 });
+        }
+        let scores: Vec<f64> = per_item
+            .values()
+            .map(|v| v.iter().sum::<f64>() / v.len() as f64)
+            .collect();
+        let n = scores.len() as f64;
+        let p_hat = scores.iter().sum::<f64>() / n;
+        let var = scores.iter().map(|x| (x - p_hat).powi(2)).sum::<f64>() / (n - 1.0);
+        assert_eq!(g["accuracy"]["n"].as_u64(), Some(items as u64), "{g}");
+        assert!(close(g["accuracy"]["value"].as_f64().unwrap(), p_hat));
+        assert!(close(
+            g["accuracy"]["stderr"].as_f64().unwrap(),
+            (var / n).sqrt()
+        ));
         let col = |r: &BTreeMap<String, String>, c: &str| r[c].parse::<f64>().unwrap();
         let tps = median(mine.iter().map(|r| col(r, "prefill_tps")).collect());
         let got = g["metrics"]["prefill_tps"]["median"].as_f64().unwrap();
@@ -187,6 +222,30 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
     for id in ["plot-speed", "plot-prefill", "plot-read"] {
         assert!(html.contains(id), "{id}");
     }
+    // The prefill scatter is coloured by point, each point in the legend.
+    for point in ["cache_mb=0", "cache_mb=1", "cache_mb=2"] {
+        let x = legend_x(&html, &format!("{point} CPU ({} rows)", 2 * items));
+        // The legend sits beside the plot (its area ends at x=640), not over the data.
+        assert!(x > 640.0, "{point}: legend entry at x={x}");
+    }
+    // The speed plot's x ticks are the swept integers, not 0.0, 0.2, ...
+    assert_eq!(x_ticks(&html, "plot-speed"), ["0", "1", "2"]);
+    // With --best the winner is ringed on the plots and highlighted in the table.
+    let o = p.bmoe(&[
+        "report",
+        "runs/sweep-cache.csv",
+        "--objective",
+        "read_mib_per_token",
+        "-o",
+        "out/best.html",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let html = p.read("out/best.html");
+    assert!(html.contains("best point (--best)"), "{html}");
+    assert!(
+        html.contains("<tr class=\"best\"><td>cache_mb=2 (best)</td>"),
+        "{html}"
+    );
 
     // The best point, written back, checks and shows as its own layer in plan.
     let o = p.bmoe(&[
@@ -233,6 +292,33 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
     let o = p.bmoe(&["plan", "jobs/sweep-cache.toml", "--overrides", "best.toml"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("the sweep over cache_mb wins over overrides best.toml"));
+}
+
+/// The x of the SVG `<text>` whose content starts with `name` (a legend entry; plotters writes
+/// the content on its own line).
+fn legend_x(html: &str, name: &str) -> f64 {
+    let at = html
+        .find(&format!(">\n{name}"))
+        .unwrap_or_else(|| panic!("no text {name}"));
+    let tag = &html[html[..at].rfind("<text").unwrap()..at];
+    let x = tag.split("x=\"").nth(1).unwrap();
+    x[..x.find('"').unwrap()].parse().unwrap()
+}
+
+/// The numeric x tick labels of one plot (plotters centres them under the axis; the y labels are
+/// anchored at their end).
+fn x_ticks(html: &str, id: &str) -> Vec<String> {
+    let start = html.find(&format!("id=\"{id}\"")).unwrap();
+    let fig = &html[start..start + html[start..].find("</figure>").unwrap()];
+    fig.split("<text")
+        .skip(1)
+        .filter(|t| t.contains("text-anchor=\"middle\""))
+        .filter_map(|t| {
+            let body = &t[t.find('>')? + 1..t.find("</text>")?];
+            let body = body.trim();
+            body.parse::<f64>().ok().map(|_| body.to_string())
+        })
+        .collect()
 }
 
 const HEAD_V1: &str =
@@ -317,7 +403,16 @@ fn csvs_of_different_schema_versions_are_read_by_name() {
     let html = p.read("r.html");
     // Speed, prefill and peak RSS; no read_mib column, so no read plot (and a note says so).
     assert_eq!(html.matches("<svg").count(), 3);
-    assert!(html.contains("plot-rss") && html.contains("phone RAM"));
+    // RAM known: the headroom (RAM - peak RSS), not RSS under a RAM line 1000 times higher.
+    assert!(
+        html.contains("plot-headroom") && html.contains("phone (RAM 8192 MiB)"),
+        "{html}"
+    );
+    assert!(!html.contains("plot-rss"));
+    assert!(
+        html.contains("<th>RAM headroom MiB</th><th>accuracy</th>"),
+        "{html}"
+    );
     assert!(html.contains("read plot left out: no row measured read_mib_per_token"));
 
     // --require that a point meets picks it; one that none meets names the closest.
@@ -353,7 +448,7 @@ fn refused(p: &Project, args: &[&str], want: &[&str]) {
     all.extend_from_slice(&["-o", "out.html"]);
     let o = p.bmoe(&all);
     let t = text(&o);
-    assert!(!o.status.success(), "{t}");
+    assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(!t.contains("panicked"), "{t}");
     for w in want {
         assert!(t.contains(w), "{w}: {t}");
@@ -382,6 +477,21 @@ fn bad_input_is_refused_clearly() {
         ],
     );
     refused(&p, &["missing.csv"], &["missing.csv"]);
+    // The cause once, not `No such file ... (os error 2): No such file ... (os error 2)`.
+    let o = p.bmoe(&["report", "missing.csv"]);
+    assert_eq!(text(&o).matches("(os error 2)").count(), 1, "{}", text(&o));
+    // A cell that is not a number refuses the file, naming line, column and value (finding 19).
+    let mut lines: Vec<String> = p.read("a.csv").lines().map(String::from).collect();
+    let mut cells: Vec<&str> = lines[3].split(',').collect();
+    assert!(HEAD_V1.split(',').nth(7) == Some("prefill_s"));
+    cells[7] = "banana";
+    lines[3] = cells.join(",");
+    p.write("bad.csv", &(lines.join("\n") + "\n"));
+    refused(
+        &p,
+        &["bad.csv"],
+        &["bad.csv:4: column prefill_s: \"banana\" is not a number"],
+    );
     refused(&p, &["header-only.csv"], &["header but no rows"]);
     refused(
         &p,
@@ -393,6 +503,14 @@ fn bad_input_is_refused_clearly() {
         &["a.csv", "--objective", "speed"],
         &["--objective speed: no such metric or column", "prefill_tps"],
     );
+    // A near miss gets a suggestion, not every name there is.
+    refused(
+        &p,
+        &["a.csv", "--objective", "prefill_tp"],
+        &["--objective prefill_tp: no such metric or column in these CSVs; did you mean prefill_tps"],
+    );
+    let o = p.bmoe(&["report", "a.csv", "--objective", "prefill_tp"]);
+    assert!(!text(&o).contains("n_prompt"), "{}", text(&o));
     refused(
         &p,
         &["a.csv", "b.csv", "--require", "peak_rss_mib<=4000"],
@@ -449,4 +567,155 @@ fn bad_input_is_refused_clearly() {
         text(&o)
     );
     assert!(!p.path("o.toml").exists());
+}
+
+/// The sweep run once (no repeats), its CSV returned.
+fn one_sweep(p: &Project) -> String {
+    let o = p.bmoe(&["run", "jobs/sweep-cache.toml", "--quiet", "--run-id", "r1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    p.read("runs/sweep-cache.csv")
+}
+
+/// `csv`'s rows again, with `run_id` set to `run` and `col` set to `value`.
+fn rows_again(csv: &str, run: &str, col: &str, value: &str) -> String {
+    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
+    let h: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
+    let (ir, ic) = (
+        h.iter().position(|c| c == "run_id").unwrap(),
+        h.iter().position(|c| c == col).unwrap(),
+    );
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(Vec::new());
+    for r in rdr.records() {
+        let mut cells: Vec<String> = r.unwrap().iter().map(String::from).collect();
+        cells[ir] = run.to_string();
+        cells[ic] = value.to_string();
+        w.write_record(&cells).unwrap();
+    }
+    String::from_utf8(w.into_inner().unwrap()).unwrap()
+}
+
+#[test]
+fn an_objective_nothing_measures_is_named_before_the_requirements() {
+    let p = sweep_project(0, 1);
+    one_sweep(&p);
+    // Decide rows never decode: say so, not "no point meets peak_rss_mib<=6000".
+    let o = p.bmoe(&[
+        "report",
+        "runs/sweep-cache.csv",
+        "--best",
+        "--objective",
+        "decode_tps",
+        "--require",
+        "peak_rss_mib<=6000",
+        "--write-overrides",
+        "best.toml",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("--objective decode_tps: no row of job sweep-cache on profile host-cpu decodes (a decide job); try prefill_tps or read_mib_per_token"),
+        "{}",
+        text(&o)
+    );
+    assert!(!p.path("best.toml").exists());
+    // The README's tuning example works on the job it ships with.
+    let readme = std::fs::read_to_string(common::repo_root().join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("bmoe report runs/sweep-cache.csv --best"))
+        .unwrap();
+    assert!(line.contains("--objective read_mib_per_token"), "{line}");
+    let o = p.bmoe(&[
+        "report",
+        "runs/sweep-cache.csv",
+        "--best",
+        "--objective",
+        "read_mib_per_token",
+        "--require",
+        "peak_rss_mib<=6000",
+        "--write-overrides",
+        "best.toml",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(p.read("best.toml").contains("cache_mb = 2"));
+}
+
+#[test]
+fn unlike_rows_of_a_point_are_split_and_duplicates_counted_once() {
+    let p = sweep_project(0, 1);
+    let csv = one_sweep(&p);
+    let n = common::data_lines(&csv).len();
+    let json = |p: &Project, file: &str| -> serde_json::Value {
+        let o = p.bmoe(&["report", file, "--format", "json"]);
+        assert!(o.status.success(), "{}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+
+    // The same sweep again with --set threads=97: its rows make groups of their own.
+    p.write(
+        "threads.csv",
+        &(csv.clone() + &rows_again(&csv, "r2", "threads", "97")),
+    );
+    let j = json(&p, "threads.csv");
+    let groups = j["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 6, "{j}");
+    let labels: Vec<&str> = groups
+        .iter()
+        .map(|g| g["label"].as_str().unwrap())
+        .collect();
+    assert!(labels.contains(&"cache_mb=0 [threads=97]"), "{labels:?}");
+    for g in groups {
+        assert_eq!(g["rows"].as_u64().unwrap() as usize, n / 3, "{g}");
+        assert_eq!(g["runs"].as_array().unwrap().len(), 1, "{g}");
+    }
+    assert!(
+        j["notes"]
+            .to_string()
+            .contains("point cache_mb=0 is split into 2 groups: its rows differ in threads"),
+        "{}",
+        j["notes"]
+    );
+    let o = p.bmoe(&["report", "threads.csv"]);
+    assert!(
+        text(&o).contains("| cache_mb=0 [threads=97]"),
+        "{}",
+        text(&o)
+    );
+
+    // Another host: split by host, and the provenance header lists both.
+    p.write(
+        "hosts.csv",
+        &(csv.clone() + &rows_again(&csv, "r3", "host", "phone-lab-7")),
+    );
+    let j = json(&p, "hosts.csv");
+    assert_eq!(j["groups"].as_array().unwrap().len(), 6, "{j}");
+    assert!(j["groups"]
+        .to_string()
+        .contains("cache_mb=2 [host=phone-lab-7]"));
+    let prov = &j["provenance"];
+    assert_eq!(prov["hosts"].as_array().unwrap().len(), 2, "{prov}");
+    assert_eq!(prov["runs"], serde_json::json!(["r1", "r3"]));
+    assert!(prov["from"].is_string() && prov["models"][0].to_string().contains("sha256"));
+
+    // The same rows twice (a file given twice, or two runs appending at once): a warning, a
+    // note, and each key counted once.
+    let o = p.bmoe(&[
+        "report",
+        "runs/sweep-cache.csv",
+        "runs/sweep-cache.csv",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("warning: runs/sweep-cache.csv: {n} row(s) repeat an earlier row's (run, job, profile, point, item, repeat) and are counted once")),
+        "{err}"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["notes"].to_string().contains("counted once"));
+    for g in j["groups"].as_array().unwrap() {
+        assert_eq!(g["rows"].as_u64().unwrap() as usize, n / 3, "{g}");
+    }
 }

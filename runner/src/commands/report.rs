@@ -60,8 +60,8 @@ pub fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let rep = report::build(&opts)?;
-    for n in rep.notes.iter().filter(|n| n.starts_with("left out:")) {
-        eprintln!("warning: {n}");
+    for w in &rep.warnings {
+        eprintln!("warning: {w}");
     }
     let format = match (a.format, &a.out) {
         (Some(f), _) => f,

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::input::Data;
-use super::stats::{known_name, known_names, lower_is_better, scalar, Group};
+use super::stats::{known_name, lower_is_better, scalar, unknown_name_hint, Group, METRICS};
 use super::ReportError;
 
 /// A comparison in a `--require`.
@@ -141,6 +141,7 @@ pub struct Best {
     /// Winning point label.
     pub point: String,
     /// Its swept values (what `--write-overrides` writes).
+    #[serde(serialize_with = "super::stats::typed_params")]
     pub params: std::collections::BTreeMap<String, String>,
     /// Objective name.
     pub objective: String,
@@ -160,7 +161,7 @@ pub fn validate(d: &Data, spec: &BestSpec) -> Result<(), ReportError> {
         return Err(ReportError::UnknownName {
             flag: "--objective",
             name: spec.objective.clone(),
-            known: known_names(d),
+            known: unknown_name_hint(d, &spec.objective),
         });
     }
     for r in &spec.requires {
@@ -168,11 +169,63 @@ pub fn validate(d: &Data, spec: &BestSpec) -> Result<(), ReportError> {
             return Err(ReportError::UnknownName {
                 flag: "--require",
                 name: r.name.clone(),
-                known: known_names(d),
+                known: unknown_name_hint(d, &r.name),
             });
         }
     }
     Ok(())
+}
+
+/// Refuses an objective that no point of a (job, profile) measures, before any requirement is
+/// judged: every point would lose with "not measured", which hides the real cause.
+fn objective_measured(d: &Data, gs: &[&Group], objective: &str) -> Result<(), ReportError> {
+    if gs.iter().any(|g| scalar(d, g, objective).is_some()) {
+        return Ok(());
+    }
+    let rows = || {
+        gs.iter()
+            .flat_map(|g| g.members.iter().map(|&i| &d.recs[i]))
+    };
+    let kind = if rows().any(|r| r.best.is_some()) {
+        " (a decide job)"
+    } else if rows().any(|r| d.num(r, "ppl").is_some()) {
+        " (a perplexity job)"
+    } else {
+        ""
+    };
+    let why = match objective {
+        "decode_tps" | "decode_tps_p10" | "decode_tps_p90" => format!("decodes{kind}"),
+        "read_mib_per_token" => "streams experts (moe_stream off)".into(),
+        "cache_hit_pct" => "looked up the expert cache (moe_stream off)".into(),
+        "dev_wait_share" => "ran prefill on a device".into(),
+        "accuracy" => "carries `correct` or `expected`".into(),
+        "agreement" => "has a `best` its reference point also has".into(),
+        _ => "measures it".into(),
+    };
+    let measured = |m: &str| gs.iter().any(|g| g.metrics.contains_key(m));
+    let mut try_: Vec<&str> = ["prefill_tps", "decode_tps", "read_mib_per_token"]
+        .into_iter()
+        .filter(|m| measured(m))
+        .collect();
+    if try_.is_empty() {
+        try_ = METRICS
+            .iter()
+            .map(|(m, _, _)| *m)
+            .filter(|m| measured(m))
+            .collect();
+    }
+    let try_instead = match try_.split_last() {
+        None => "another column (none of the report's metrics was measured)".into(),
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    };
+    Err(ReportError::ObjectiveUnmeasured {
+        objective: objective.to_string(),
+        job: gs.first().map(|g| g.job.clone()).unwrap_or_default(),
+        profile: gs.first().map(|g| g.profile.clone()).unwrap_or_default(),
+        why,
+        try_instead,
+    })
 }
 
 /// The default direction for an objective name.
@@ -210,6 +263,7 @@ pub fn choose(d: &Data, groups: &[Group], spec: &BestSpec) -> Result<Vec<Best>, 
             .iter()
             .filter(|g| g.job == job && g.profile == profile)
             .collect();
+        objective_measured(d, &gs, &spec.objective)?;
         // Per point: objective value, failed requirements (text), total relative shortfall.
         let mut judged = Vec::new();
         for g in &gs {
@@ -250,7 +304,7 @@ pub fn choose(d: &Data, groups: &[Group], spec: &BestSpec) -> Result<Vec<Best>, 
             let closest = judged
                 .iter()
                 .min_by(|a, b| a.3.total_cmp(&b.3))
-                .map(|(g, _, fails, _)| format!("{} ({})", g.point, fails.join("; ")))
+                .map(|(g, _, fails, _)| format!("{} ({})", g.label, fails.join("; ")))
                 .unwrap_or_default();
             return Err(ReportError::NoPointMeets {
                 job,
@@ -300,7 +354,7 @@ pub fn choose(d: &Data, groups: &[Group], spec: &BestSpec) -> Result<Vec<Best>, 
                 Loser {
                     job: g.job.clone(),
                     profile: g.profile.clone(),
-                    point: g.point.clone(),
+                    point: g.label.clone(),
                     objective: *obj,
                     reason,
                 }
@@ -309,7 +363,7 @@ pub fn choose(d: &Data, groups: &[Group], spec: &BestSpec) -> Result<Vec<Best>, 
         out.push(Best {
             job: wg.job.clone(),
             profile: wg.profile.clone(),
-            point: wg.point.clone(),
+            point: wg.label.clone(),
             params: wg.params.clone(),
             objective: spec.objective.clone(),
             direction: if spec.minimize { "min" } else { "max" },

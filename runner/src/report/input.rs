@@ -1,13 +1,57 @@
 //! Reading telemetry CSVs by column name: any header that has the identity columns is accepted,
 //! metric columns it lacks are simply absent, and files with different headers (older or newer
 //! builds, other schema versions) are read side by side.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::ReportError;
 
 /// Columns a file must have to be grouped at all.
 pub const REQUIRED: &[&str] = &["job", "profile", "point", "item"];
+
+/// Columns whose values must agree for rows to be pooled in one group: the resolved settings
+/// (not the per-item outcomes such as `prefill_device` or `reuse`), the machine, the build and
+/// the model. Rows of one point that differ in any of them are split into separate groups.
+pub const SPLIT: &[&str] = &[
+    "threads",
+    "threads_setting",
+    "context",
+    "moe_stream",
+    "cache_mb",
+    "io_threads",
+    "dense_weights",
+    "prefetch",
+    "prefill_device_plan",
+    "prefill_device_requested",
+    "device_ubatch",
+    "cpu_ubatch",
+    "min_tokens",
+    "loaders",
+    "routed",
+    "routed_full",
+    "n_expert_used",
+    "scoring",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "n_predict",
+    "chat",
+    "host",
+    "git_commit",
+    "model_sha256",
+];
+
+/// Text columns the provenance header summarises (besides `run_id`).
+pub const PROVENANCE: &[&str] = &[
+    "host",
+    "cpu_model",
+    "cpu_cores",
+    "git_commit",
+    "model",
+    "model_sha256",
+    "time",
+];
 
 /// All rows of all inputs, with one column registry shared by every file.
 #[derive(Debug, Default)]
@@ -20,6 +64,8 @@ pub struct Data {
     pub index: HashMap<String, usize>,
     /// The rows.
     pub recs: Vec<Rec>,
+    /// Keys already read, to count a duplicated row once.
+    seen: HashSet<(String, String, String, String, String, Option<u32>)>,
 }
 
 /// One input file as read.
@@ -35,6 +81,8 @@ pub struct FileInfo {
     pub skipped: usize,
     /// Distinct `schema_version` values, when the file has that column.
     pub schema_versions: Vec<String>,
+    /// Rows left out because an earlier row (in this or an earlier file) has the same key.
+    pub duplicates: Duplicates,
 }
 
 /// One row, reduced to what the report uses.
@@ -62,6 +110,19 @@ pub struct Rec {
     pub failed: bool,
     /// Every cell that parses as a number, by index into [`Data::columns`].
     pub nums: Vec<Option<f64>>,
+    /// The [`SPLIT`] cells, in that order (empty where the file lacks the column).
+    pub split: Vec<String>,
+    /// The [`PROVENANCE`] cells, in that order (empty where the file lacks the column).
+    pub prov: Vec<String>,
+}
+
+/// Rows that repeat an earlier row's (run, job, profile, point, item, repeat): counted once.
+#[derive(Debug, Clone, Default)]
+pub struct Duplicates {
+    /// Rows dropped.
+    pub rows: usize,
+    /// The first repeated key, for the message.
+    pub example: Option<String>,
 }
 
 impl Data {
@@ -94,12 +155,13 @@ impl Data {
         self.columns.len() - 1
     }
 
-    /// Reads one file and adds its rows.
+    /// Reads one file and adds its rows; a cell of a numeric column that is not a number refuses
+    /// the whole file (its numbers cannot be trusted), as `compare` and `merge` do.
     pub fn add_file(&mut self, path: &Path) -> Result<(), ReportError> {
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| ReportError::Io {
+        let bytes = std::fs::read(path).map_err(|cause| ReportError::Io {
             path: shown.clone(),
-            source,
+            cause,
         })?;
         if bytes.iter().all(|b| b.is_ascii_whitespace()) {
             return Err(ReportError::Empty { path: shown });
@@ -108,59 +170,23 @@ impl Data {
             .has_headers(true)
             .flexible(true)
             .from_reader(bytes.as_slice());
-        let header: Vec<String> = rdr
-            .headers()
-            .map_err(|e| ReportError::NotTelemetry {
-                path: shown.clone(),
-                detail: format!("its first line is not a CSV header ({e})"),
-            })?
-            .iter()
-            // A spreadsheet's UTF-8 byte order mark would hide the first column's name.
-            .map(|c| c.trim().trim_start_matches('\u{feff}').to_string())
-            .collect();
-        let missing: Vec<&str> = REQUIRED
-            .iter()
-            .copied()
-            .filter(|c| !header.iter().any(|h| h == c))
-            .collect();
-        if !missing.is_empty() {
-            let mut shown_header = header.iter().take(8).cloned().collect::<Vec<_>>().join(",");
-            if header.len() > 8 {
-                shown_header.push_str(",...");
-            }
-            return Err(ReportError::NotTelemetry {
-                path: shown,
-                detail: format!(
-                    "no column {} (expected the bmoe columns {}; its header is `{shown_header}`)",
-                    missing.join(", "),
-                    REQUIRED.join(", ")
-                ),
-            });
-        }
+        let header = read_header(&mut rdr, &shown)?;
         let cols: Vec<usize> = header.iter().map(|h| self.col(h)).collect();
-        let at = |name: &str| header.iter().position(|h| h == name);
-        let (i_job, i_prof, i_point, i_item) = (at("job"), at("profile"), at("point"), at("item"));
-        let (i_run, i_rep, i_best, i_corr, i_exp, i_err, i_ver) = (
-            at("run_id"),
-            at("repeat"),
-            at("best"),
-            at("correct"),
-            at("expected"),
-            at("error"),
-            at("schema_version"),
-        );
-        let i_stream = at("moe_stream");
         let mut info = FileInfo {
             path: path.to_path_buf(),
             columns: header.clone(),
             rows: 0,
             skipped: 0,
             schema_versions: Vec::new(),
+            duplicates: Duplicates::default(),
         };
+        let at = Positions::of(&header);
+        let numeric = numeric_columns();
         for (n, rec) in rdr.records().enumerate() {
+            let line = n as u64 + 2;
             let rec = rec.map_err(|e| ReportError::BadRow {
                 path: shown.clone(),
-                line: n as u64 + 2,
+                line,
                 reason: e.to_string(),
             })?;
             // A row with another field count is a torn last write or a hand edit: it cannot be
@@ -169,49 +195,190 @@ impl Data {
                 info.skipped += 1;
                 continue;
             }
-            let cell = |i: Option<usize>| i.and_then(|i| rec.get(i)).unwrap_or("").trim();
             let mut nums = vec![None; self.columns.len()];
             for (k, &c) in cols.iter().enumerate() {
-                nums[c] = rec
-                    .get(k)
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-                    .filter(|v| v.is_finite());
+                let v = rec.get(k).unwrap_or("").trim();
+                let parsed = v.parse::<f64>().ok();
+                if parsed.is_none() && !v.is_empty() && numeric.contains(header[k].as_str()) {
+                    return Err(ReportError::BadCell {
+                        path: shown,
+                        line,
+                        column: header[k].clone(),
+                        value: v.to_string(),
+                    });
+                }
+                nums[c] = parsed.filter(|v| v.is_finite());
             }
-            let best = cell(i_best).parse::<i64>().ok();
-            let correct = match cell(i_corr) {
-                "true" | "1" => Some(true),
-                "false" | "0" => Some(false),
-                _ => match (best, cell(i_exp).parse::<i64>().ok()) {
-                    (Some(b), Some(e)) => Some(b == e),
-                    _ => None,
-                },
-            };
-            let ver = cell(i_ver);
-            if i_ver.is_some() && !ver.is_empty() && !info.schema_versions.iter().any(|v| v == ver)
-            {
+            let r = at.rec(&rec, nums);
+            let ver = at.cell(&rec, at.version);
+            if !ver.is_empty() && !info.schema_versions.iter().any(|v| v == ver) {
                 info.schema_versions.push(ver.to_string());
             }
-            self.recs.push(Rec {
-                run_id: cell(i_run).to_string(),
-                job: cell(i_job).to_string(),
-                profile: cell(i_prof).to_string(),
-                point: cell(i_point).to_string(),
-                item: cell(i_item).to_string(),
-                repeat: cell(i_rep).parse().ok(),
-                best,
-                correct,
-                moe_stream: match cell(i_stream) {
-                    "true" | "1" => Some(true),
-                    "false" | "0" => Some(false),
-                    _ => None,
-                },
-                failed: !cell(i_err).is_empty(),
-                nums,
-            });
             info.rows += 1;
+            let key = (
+                r.run_id.clone(),
+                r.job.clone(),
+                r.profile.clone(),
+                r.point.clone(),
+                r.item.clone(),
+                r.repeat,
+            );
+            // Without a run id two rows cannot be told to be the same run's: both count.
+            if !r.run_id.is_empty() && !self.seen.insert(key) {
+                info.duplicates.rows += 1;
+                info.duplicates.example.get_or_insert_with(|| {
+                    format!(
+                        "line {line}: run {}, job {}, profile {}, point {}, item {}, repeat {}",
+                        r.run_id,
+                        r.job,
+                        r.profile,
+                        r.point,
+                        r.item,
+                        r.repeat.map(|x| x.to_string()).unwrap_or("-".into())
+                    )
+                });
+                continue;
+            }
+            self.recs.push(r);
         }
         self.files.push(info);
         Ok(())
+    }
+}
+
+/// The header, refused when it lacks the identity columns.
+fn read_header(rdr: &mut csv::Reader<&[u8]>, shown: &str) -> Result<Vec<String>, ReportError> {
+    let header: Vec<String> = rdr
+        .headers()
+        .map_err(|e| ReportError::NotTelemetry {
+            path: shown.to_string(),
+            detail: format!("its first line is not a CSV header ({e})"),
+        })?
+        .iter()
+        // A spreadsheet's UTF-8 byte order mark would hide the first column's name.
+        .map(|c| c.trim().trim_start_matches('\u{feff}').to_string())
+        .collect();
+    let missing: Vec<&str> = REQUIRED
+        .iter()
+        .copied()
+        .filter(|c| !header.iter().any(|h| h == c))
+        .collect();
+    if missing.is_empty() {
+        return Ok(header);
+    }
+    let mut shown_header = header.iter().take(8).cloned().collect::<Vec<_>>().join(",");
+    if header.len() > 8 {
+        shown_header.push_str(",...");
+    }
+    Err(ReportError::NotTelemetry {
+        path: shown.to_string(),
+        detail: format!(
+            "no column {} (expected the bmoe columns {}; its header is `{shown_header}`)",
+            missing.join(", "),
+            REQUIRED.join(", ")
+        ),
+    })
+}
+
+/// The telemetry columns typed as numbers (integer or number) in the row schema.
+fn numeric_columns() -> &'static HashSet<String> {
+    static NUMERIC: std::sync::OnceLock<HashSet<String>> = std::sync::OnceLock::new();
+    NUMERIC.get_or_init(|| {
+        let schema = crate::schema::telemetry_schema();
+        let mut out = HashSet::new();
+        if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+            for (name, v) in props {
+                if matches!(
+                    v.get("type").and_then(|t| t.as_str()),
+                    Some("integer" | "number")
+                ) {
+                    out.insert(name.clone());
+                }
+            }
+        }
+        out
+    })
+}
+
+/// Where the columns the report reads by name sit in one file's header.
+struct Positions {
+    job: Option<usize>,
+    profile: Option<usize>,
+    point: Option<usize>,
+    item: Option<usize>,
+    run: Option<usize>,
+    repeat: Option<usize>,
+    best: Option<usize>,
+    correct: Option<usize>,
+    expected: Option<usize>,
+    error: Option<usize>,
+    version: Option<usize>,
+    stream: Option<usize>,
+    split: Vec<Option<usize>>,
+    prov: Vec<Option<usize>>,
+}
+
+impl Positions {
+    fn of(header: &[String]) -> Positions {
+        let at = |name: &str| header.iter().position(|h| h == name);
+        Positions {
+            job: at("job"),
+            profile: at("profile"),
+            point: at("point"),
+            item: at("item"),
+            run: at("run_id"),
+            repeat: at("repeat"),
+            best: at("best"),
+            correct: at("correct"),
+            expected: at("expected"),
+            error: at("error"),
+            version: at("schema_version"),
+            stream: at("moe_stream"),
+            split: SPLIT.iter().map(|c| at(c)).collect(),
+            prov: PROVENANCE.iter().map(|c| at(c)).collect(),
+        }
+    }
+
+    fn cell<'a>(&self, rec: &'a csv::StringRecord, i: Option<usize>) -> &'a str {
+        i.and_then(|i| rec.get(i)).unwrap_or("").trim()
+    }
+
+    fn flag(&self, rec: &csv::StringRecord, i: Option<usize>) -> Option<bool> {
+        match self.cell(rec, i) {
+            "true" | "1" => Some(true),
+            "false" | "0" => Some(false),
+            _ => None,
+        }
+    }
+
+    fn rec(&self, rec: &csv::StringRecord, nums: Vec<Option<f64>>) -> Rec {
+        let best = self.cell(rec, self.best).parse::<i64>().ok();
+        let correct = self.flag(rec, self.correct).or_else(|| {
+            match (best, self.cell(rec, self.expected).parse::<i64>().ok()) {
+                (Some(b), Some(e)) => Some(b == e),
+                _ => None,
+            }
+        });
+        let texts = |cols: &[Option<usize>]| {
+            cols.iter()
+                .map(|&i| self.cell(rec, i).to_string())
+                .collect()
+        };
+        Rec {
+            run_id: self.cell(rec, self.run).to_string(),
+            job: self.cell(rec, self.job).to_string(),
+            profile: self.cell(rec, self.profile).to_string(),
+            point: self.cell(rec, self.point).to_string(),
+            item: self.cell(rec, self.item).to_string(),
+            repeat: self.cell(rec, self.repeat).parse().ok(),
+            best,
+            correct,
+            moe_stream: self.flag(rec, self.stream),
+            failed: !self.cell(rec, self.error).is_empty(),
+            nums,
+            split: texts(&self.split),
+            prov: texts(&self.prov),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod best;
 pub mod input;
 pub mod plots;
+pub mod provenance;
 pub mod render;
 pub mod stats;
 
@@ -13,19 +14,20 @@ use std::path::PathBuf;
 use best::{Best, BestSpec};
 use input::Data;
 use plots::Plot;
+use provenance::Provenance;
 use stats::Group;
 
 /// Everything that can stop a report.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     /// The file could not be read.
-    #[error("{path}: {source}")]
+    // The cause is shown here and not chained as a `source`, so `{:#}` prints it once.
+    #[error("{path}: {cause}")]
     Io {
         /// The file.
         path: String,
         /// The cause.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Zero bytes (or only blanks).
     #[error("{path}: empty file, expected a bmoe telemetry CSV (a header line, then rows)")]
@@ -50,6 +52,18 @@ pub enum ReportError {
         line: u64,
         /// Why.
         reason: String,
+    },
+    /// A cell of a numeric column that is not a number: the file's numbers cannot be trusted.
+    #[error("{path}:{line}: column {column}: {value:?} is not a number; fix or remove the row (the file is left out)")]
+    BadCell {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: u64,
+        /// The column's name.
+        column: String,
+        /// The cell.
+        value: String,
     },
     /// No input could be read.
     #[error("nothing to report: {problems}")]
@@ -84,7 +98,7 @@ pub enum ReportError {
         detail: String,
     },
     /// `--objective` or `--require` names nothing the inputs have.
-    #[error("{flag} {name}: no such metric or column in these CSVs; expected one of {known}")]
+    #[error("{flag} {name}: no such metric or column in these CSVs; {known}")]
     UnknownName {
         /// The flag.
         flag: &'static str,
@@ -92,6 +106,20 @@ pub enum ReportError {
         name: String,
         /// What would have been accepted.
         known: String,
+    },
+    /// No row of a (job, profile) measures the objective: no point could win.
+    #[error("--objective {objective}: no row of job {job} on profile {profile} {why}; try {try_instead}")]
+    ObjectiveUnmeasured {
+        /// The objective.
+        objective: String,
+        /// Job.
+        job: String,
+        /// Profile.
+        profile: String,
+        /// What the rows lack (`decodes (a decide job)`).
+        why: String,
+        /// What the rows do measure.
+        try_instead: String,
     },
     /// No point meets every requirement.
     #[error("job {job} on profile {profile}: no point meets {requires}; the closest is {closest}")]
@@ -157,6 +185,8 @@ pub struct InputSummary {
     pub columns: usize,
     /// `schema_version` values found.
     pub schema_versions: Vec<String>,
+    /// Rows left out as duplicates of an earlier row's key.
+    pub duplicates: usize,
 }
 
 /// A finished report, ready to render.
@@ -166,6 +196,10 @@ pub struct Report {
     pub inputs: Vec<InputSummary>,
     /// Inputs that could not be read, and what was left out and why.
     pub notes: Vec<String>,
+    /// The notes that are also printed as `warning:` on stderr.
+    pub warnings: Vec<String>,
+    /// Where the rows came from.
+    pub provenance: Provenance,
     /// The groups.
     pub groups: Vec<Group>,
     /// The plots.
@@ -200,9 +234,7 @@ pub fn build(opts: &Options) -> Result<Report, ReportError> {
                 .join("; "),
         });
     }
-    for e in &problems {
-        notes.push(format!("left out: {e}"));
-    }
+    let mut warnings: Vec<String> = problems.iter().map(|e| format!("left out: {e}")).collect();
     if data.recs.is_empty() {
         return Err(ReportError::NoRows {
             what: format!(
@@ -216,6 +248,8 @@ pub fn build(opts: &Options) -> Result<Report, ReportError> {
         });
     }
     filter(&mut data, opts)?;
+    warnings.extend(duplicate_warnings(&data));
+    notes.extend(warnings.iter().cloned());
     describe_inputs(&data, &mut notes);
 
     let ram = profile_ram(&data, &opts.ram);
@@ -248,12 +282,13 @@ pub fn build(opts: &Options) -> Result<Report, ReportError> {
             ));
         }
     }
-    let (plots, plot_notes) = plots::plots(&data, &groups, &ram)?;
-    notes.extend(plot_notes);
+    split_notes(&groups, &mut notes);
     let best = match &opts.best {
         Some(spec) => best::choose(&data, &groups, spec)?,
         None => Vec::new(),
     };
+    let (plots, plot_notes) = plots::plots(&data, &groups, &ram, &best)?;
+    notes.extend(plot_notes);
     Ok(Report {
         inputs: data
             .files
@@ -264,14 +299,70 @@ pub fn build(opts: &Options) -> Result<Report, ReportError> {
                 skipped: f.skipped,
                 columns: f.columns.len(),
                 schema_versions: f.schema_versions.clone(),
+                duplicates: f.duplicates.rows,
             })
             .collect(),
+        provenance: Provenance::of(&data),
         notes,
+        warnings,
         groups,
         plots,
         best,
         ram,
     })
+}
+
+/// One warning per input that repeated an earlier row's key (two runs appending to one CSV at
+/// once, or a file given twice): the repeated rows are counted once.
+fn duplicate_warnings(data: &Data) -> Vec<String> {
+    data.files
+        .iter()
+        .filter(|f| f.duplicates.rows > 0)
+        .map(|f| {
+            format!(
+                "{}: {} row(s) repeat an earlier row's (run, job, profile, point, item, repeat) and are counted once (first: {})",
+                f.path.display(),
+                f.duplicates.rows,
+                f.duplicates.example.as_deref().unwrap_or("-")
+            )
+        })
+        .collect()
+}
+
+/// A note per point whose rows were split because they differ in settings, host, commit or model.
+fn split_notes(groups: &[Group], notes: &mut Vec<String>) {
+    let mut seen: Vec<(&str, &str, &str)> = Vec::new();
+    for g in groups.iter().filter(|g| !g.differs.is_empty()) {
+        let k = (g.job.as_str(), g.profile.as_str(), g.point.as_str());
+        if seen.contains(&k) {
+            continue;
+        }
+        seen.push(k);
+        let parts: Vec<&Group> = groups
+            .iter()
+            .filter(|o| (o.job.as_str(), o.profile.as_str(), o.point.as_str()) == k)
+            .collect();
+        let cols: Vec<&String> = g.differs.keys().collect();
+        let values: Vec<String> = cols
+            .iter()
+            .map(|c| {
+                let vs: Vec<&str> = parts
+                    .iter()
+                    .filter_map(|p| p.differs.get(*c))
+                    .map(String::as_str)
+                    .collect();
+                format!("{c} ({})", vs.join(", "))
+            })
+            .collect();
+        notes.push(format!(
+            "job {} on profile {}: point {} is split into {} groups: its rows differ in {}; rows are pooled only when their settings, host, commit and model agree",
+            g.job,
+            g.profile,
+            g.point,
+            parts.len(),
+            values.join(", ")
+        ));
+    }
 }
 
 /// Applies `--job`, `--profile` and `--run-id`, refusing a filter that leaves nothing.

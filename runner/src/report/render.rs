@@ -65,49 +65,98 @@ fn tables(r: &Report) -> Vec<((String, String), Vec<&Group>)> {
     out
 }
 
+/// The rows cell: `24 (8 items x 3 repeats)`, so repeats are not read as more rows.
+fn rows_cell(g: &Group) -> String {
+    let mut t = format!("{}", g.rows);
+    match g.repeats {
+        Some(n) if n > 1 && g.items * n as usize == g.rows => {
+            let _ = write!(t, " ({} items x {n} repeats)", g.items);
+        }
+        Some(n) if n > 1 => {
+            let _ = write!(t, " ({} items, up to {n} repeats)", g.items);
+        }
+        _ => {}
+    }
+    if g.errors > 0 {
+        let _ = write!(t, ", {} refused", g.errors);
+    }
+    t
+}
+
+/// `0.750 ± 0.164 (n=8 items)`.
+fn accuracy_cell(g: &Group) -> String {
+    match &g.accuracy {
+        Some(a) => match a.stderr {
+            Some(se) => format!("{:.3} ± {:.3} (n={} items)", a.value, se, a.n),
+            None => format!("{:.3} (n={} item)", a.value, a.n),
+        },
+        None => "-".into(),
+    }
+}
+
+/// Whether `g` is the `--best` winner of its (job, profile).
+pub fn is_best(r: &Report, g: &Group) -> bool {
+    r.best
+        .iter()
+        .any(|b| b.job == g.job && b.profile == g.profile && b.point == g.label)
+}
+
 /// Header and cells of one (job, profile) table: metric columns no group measured are left out.
-fn table_rows(gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
+fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
     let metrics: Vec<&(&str, &str, &str)> = METRICS
         .iter()
         .filter(|(m, _, _)| gs.iter().any(|g| g.metrics.contains_key(*m)))
         .collect();
     let acc = gs.iter().any(|g| g.accuracy.is_some());
-    let agr = gs.iter().any(|g| g.agreement.is_some());
+    let agr = gs.iter().find_map(|g| g.agreement.as_ref());
+    let spd = gs.iter().find_map(|g| g.speedup.as_ref());
+    let headroom = gs
+        .iter()
+        .any(|g| g.metrics.contains_key("peak_rss_mib") && r.ram.contains_key(&g.profile));
     let mut head = vec!["point".to_string(), "rows".to_string()];
     head.extend(metrics.iter().map(|(_, h, _)| h.to_string()));
+    if let Some(s) = spd {
+        let what = s.metric.trim_end_matches("_tps");
+        head.push(format!("{what} speed-up vs {}", s.reference));
+    }
+    if headroom {
+        head.push("RAM headroom MiB".into());
+    }
     if acc {
         head.push("accuracy".into());
     }
-    if agr {
-        head.push(format!(
-            "agreement vs {}",
-            gs.iter()
-                .find_map(|g| g.agreement.as_ref().map(|a| a.reference.clone()))
-                .unwrap_or_default()
-        ));
+    if let Some(a) = agr {
+        head.push(format!("agreement vs {}", a.reference));
     }
     let mut rows = Vec::new();
     for g in gs {
-        let mut rowtxt = format!("{}", g.rows);
-        if g.errors > 0 {
-            let _ = write!(rowtxt, " ({} refused)", g.errors);
-        }
-        if let Some(n) = g.repeats {
-            if n > 1 {
-                let _ = write!(rowtxt, " x{n} repeats");
-            }
-        }
-        let mut cells = vec![g.point.clone(), rowtxt];
+        let label = if is_best(r, g) {
+            format!("{} (best)", g.label)
+        } else {
+            g.label.clone()
+        };
+        let mut cells = vec![label, rows_cell(g)];
         cells.extend(metrics.iter().map(|(m, _, _)| stat_cell(g.metrics.get(*m))));
-        if acc {
+        if spd.is_some() {
             cells.push(
-                g.accuracy
+                g.speedup
                     .as_ref()
-                    .map(|a| format!("{:.3} (n={})", a.value, a.n))
+                    .map(|s| format!("{:.2}x", s.value))
                     .unwrap_or("-".into()),
             );
         }
-        if agr {
+        if headroom {
+            let h = g
+                .metrics
+                .get("peak_rss_mib")
+                .zip(r.ram.get(&g.profile))
+                .map(|(s, ram)| num(ram - s.median));
+            cells.push(h.unwrap_or("-".into()));
+        }
+        if acc {
+            cells.push(accuracy_cell(g));
+        }
+        if agr.is_some() {
             cells.push(
                 g.agreement
                     .as_ref()
@@ -125,10 +174,13 @@ fn markdown(r: &Report) -> String {
     for i in &r.inputs {
         let _ = writeln!(s, "- input `{}`: {} rows", i.path, i.rows);
     }
-    s.push_str("\nCells: median (p10..p90) over the group's rows; `-` = not measured.\n");
+    for (k, v) in r.provenance.lines() {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    s.push_str("\nCells: median (p10..p90) over the group's rows; `-` = not measured; accuracy: mean over items of each item's repeats, ± lm-eval's standard error.\n");
     for ((job, profile), gs) in tables(r) {
         let _ = writeln!(s, "\n## job {job} on profile {profile}\n");
-        let (head, rows) = table_rows(&gs);
+        let (head, rows) = table_rows(r, &gs);
         let mut t = Table::new();
         t.load_style(ASCII_MARKDOWN).set_header(head);
         for row in rows {
@@ -191,6 +243,7 @@ fn html(r: &Report) -> String {
     s.push_str("table{border-collapse:collapse;margin:.5em 0 1.5em}\n");
     s.push_str("th,td{border:1px solid #bbb;padding:3px 8px;text-align:right;font-size:14px}\n");
     s.push_str("th{background:#eee}td:first-child{text-align:left}\n");
+    s.push_str("tr.best td{background:#fff3c4;font-weight:bold}\n");
     s.push_str("figure{margin:1em 0}figcaption{font-size:14px;color:#555}\n");
     s.push_str("pre{background:#f6f6f6;padding:.6em}\n</style>\n</head>\n<body>\n");
     s.push_str("<h1>bmoe report</h1>\n<ul>\n");
@@ -202,17 +255,24 @@ fn html(r: &Report) -> String {
             i.rows
         );
     }
+    for (k, v) in r.provenance.lines() {
+        let _ = writeln!(s, "<li>{}: {}</li>", esc(k), esc(&v));
+    }
     s.push_str("</ul>\n<p>Cells: median (p10..p90) over the group's rows; - = not measured.</p>\n");
     for ((job, profile), gs) in tables(r) {
         let _ = writeln!(s, "<h2>job {} on profile {}</h2>", esc(&job), esc(&profile));
-        let (head, rows) = table_rows(&gs);
+        let (head, rows) = table_rows(r, &gs);
         s.push_str("<table>\n<tr>");
         for h in head {
             let _ = write!(s, "<th>{}</th>", esc(&h));
         }
         s.push_str("</tr>\n");
-        for row in rows {
-            s.push_str("<tr>");
+        for (g, row) in gs.iter().zip(rows) {
+            s.push_str(if is_best(r, g) {
+                "<tr class=\"best\">"
+            } else {
+                "<tr>"
+            });
             for c in row {
                 let _ = write!(s, "<td>{}</td>", esc(&c));
             }
@@ -268,8 +328,10 @@ fn html(r: &Report) -> String {
 fn json_text(r: &Report) -> String {
     let v = json!({
         "format": "bmoe-report",
-        "version": 1,
+        // 2: `params` typed, `provenance`, split groups (`label`, `differs`), accuracy per item.
+        "version": 2,
         "inputs": r.inputs,
+        "provenance": r.provenance,
         "notes": r.notes,
         "metrics": METRICS.iter().map(|(m, h, what)| json!({"name": m, "heading": h, "meaning": what})).collect::<Vec<_>>(),
         "groups": r.groups,

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::input::{point_params, Data, Rec};
+use super::input::{point_params, Data, Rec, SPLIT};
 use super::ReportError;
 
 /// The per-row metrics the report summarises, in table order: (name, heading, what it is).
@@ -90,13 +90,48 @@ impl Stat {
     }
 }
 
-/// A fraction with what it was computed over.
+/// Accuracy over items: each item's repeats are averaged first, so an item counts once however
+/// often it ran, and the standard error is lm-eval's `mean_stderr` over the per-item scores
+/// (`sample_stddev / sqrt(n)`, which is `sqrt(p(1-p)/(n-1))` when every item scores 0 or 1).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fraction {
     /// The share, 0..=1.
     pub value: f64,
-    /// Rows it was computed over.
+    /// Items it was computed over.
     pub n: usize,
+    /// Standard error of the mean over items; absent with one item.
+    pub stderr: Option<f64>,
+}
+
+impl Fraction {
+    /// The mean and lm-eval's standard error of per-item scores; `None` when there are none.
+    pub fn of_items(scores: &[f64]) -> Option<Fraction> {
+        if scores.is_empty() {
+            return None;
+        }
+        let n = scores.len() as f64;
+        let mean = scores.iter().sum::<f64>() / n;
+        let stderr = (scores.len() > 1).then(|| {
+            let var = scores.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+            (var / n).sqrt()
+        });
+        Some(Fraction {
+            value: mean,
+            n: scores.len(),
+            stderr,
+        })
+    }
+}
+
+/// A speed against the reference point's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Speedup {
+    /// The metric compared (`decode_tps` where the pair decodes, else `prefill_tps`).
+    pub metric: String,
+    /// The reference point's label.
+    pub reference: String,
+    /// This group's median over the reference's.
+    pub value: f64,
 }
 
 /// Agreement on `best` with the reference point.
@@ -119,10 +154,19 @@ pub struct Group {
     pub profile: String,
     /// Sweep point label.
     pub point: String,
-    /// The point's swept values.
+    /// The group's label: the point, with what sets it apart from the point's other groups
+    /// (`cache_mb=0 [threads=1]`) when the point's rows differ in settings, host, commit or model.
+    pub label: String,
+    /// The settings, host, commit or model that differ between this point's groups, with this
+    /// group's values (empty when the point is one group).
+    pub differs: BTreeMap<String, String>,
+    /// The point's swept values (numbers and booleans typed in JSON).
+    #[serde(serialize_with = "typed_params")]
     pub params: BTreeMap<String, String>,
-    /// Rows in the group.
+    /// Rows in the group (a duplicated row counted once).
     pub rows: usize,
+    /// Distinct items.
+    pub items: usize,
     /// Rows whose item the engine refused (left out of the metrics).
     pub errors: usize,
     /// Distinct run ids.
@@ -137,6 +181,8 @@ pub struct Group {
     pub accuracy: Option<Fraction>,
     /// Agreement on `best` with the reference point.
     pub agreement: Option<Agreement>,
+    /// Speed against the reference point.
+    pub speedup: Option<Speedup>,
     /// Row indices into [`Data::recs`] (not serialized).
     #[serde(skip)]
     pub members: Vec<usize>,
@@ -177,8 +223,144 @@ pub fn row_metric(d: &Data, r: &Rec, name: &str) -> Option<f64> {
     }
 }
 
-/// Groups the rows in first-seen order and summarises each; `reference` picks the agreement
-/// reference point (default: each (job, profile)'s first point, which is the sweep's first).
+/// Serializes swept values as JSON numbers and booleans where they read as such.
+pub fn typed_params<S: serde::Serializer>(
+    params: &BTreeMap<String, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(params.len()))?;
+    for (k, v) in params {
+        match serde_json::from_str::<serde_json::Value>(v) {
+            Ok(x @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
+                m.serialize_entry(k, &x)?
+            }
+            _ => m.serialize_entry(k, v)?,
+        }
+    }
+    m.end()
+}
+
+/// A value as a group label shows it: a model hash shortened to 12 digits.
+fn shown_value(col: &str, v: &str) -> String {
+    match (col, v) {
+        (_, "") => "?".into(),
+        ("model_sha256", v) => v.chars().take(12).collect(),
+        _ => v.to_string(),
+    }
+}
+
+/// Splits one point's rows by the [`SPLIT`] columns whose values differ among them; each part
+/// comes with the differing columns and its values (none when the point is one part).
+fn split_point(d: &Data, members: &[usize]) -> Vec<(BTreeMap<String, String>, Vec<usize>)> {
+    let differing: Vec<usize> = (0..SPLIT.len())
+        .filter(|&c| {
+            let mut vals = members.iter().map(|&i| d.recs[i].split[c].as_str());
+            let first = vals.next();
+            vals.any(|v| Some(v) != first)
+        })
+        .collect();
+    let mut parts: Vec<(Vec<&str>, Vec<usize>)> = Vec::new();
+    for &i in members {
+        let key: Vec<&str> = differing
+            .iter()
+            .map(|&c| d.recs[i].split[c].as_str())
+            .collect();
+        match parts.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(i),
+            None => parts.push((key, vec![i])),
+        }
+    }
+    parts
+        .into_iter()
+        .map(|(key, rows)| {
+            let differs = differing
+                .iter()
+                .zip(key)
+                .map(|(&c, v)| (SPLIT[c].to_string(), shown_value(SPLIT[c], v)))
+                .collect();
+            (differs, rows)
+        })
+        .collect()
+}
+
+/// Summarises one group's rows.
+fn summarise(
+    d: &Data,
+    (job, profile, point): &(String, String, String),
+    differs: BTreeMap<String, String>,
+    members: Vec<usize>,
+) -> Group {
+    let ok: Vec<&Rec> = members
+        .iter()
+        .map(|&i| &d.recs[i])
+        .filter(|r| !r.failed)
+        .collect();
+    let mut metrics = BTreeMap::new();
+    for (name, _, _) in METRICS {
+        let v: Vec<f64> = ok.iter().filter_map(|r| row_metric(d, r, name)).collect();
+        if let Some(s) = Stat::of(v) {
+            metrics.insert(name.to_string(), s);
+        }
+    }
+    // Per item: the mean of its repeats' verdicts, in first-seen item order.
+    let mut per_item: Vec<(&str, f64, f64)> = Vec::new();
+    for r in &ok {
+        let Some(c) = r.correct else { continue };
+        match per_item.iter_mut().find(|(i, _, _)| *i == r.item) {
+            Some(e) => {
+                e.1 += f64::from(u8::from(c));
+                e.2 += 1.0;
+            }
+            None => per_item.push((r.item.as_str(), f64::from(u8::from(c)), 1.0)),
+        }
+    }
+    let scores: Vec<f64> = per_item.iter().map(|(_, s, n)| s / n).collect();
+    let mut runs: Vec<String> = Vec::new();
+    let mut items: Vec<&str> = Vec::new();
+    for r in members.iter().map(|&i| &d.recs[i]) {
+        if !runs.contains(&r.run_id) {
+            runs.push(r.run_id.clone());
+        }
+        if !items.contains(&r.item.as_str()) {
+            items.push(r.item.as_str());
+        }
+    }
+    let cache = Stat::of(ok.iter().filter_map(|r| d.num(r, "cache_mb")).collect());
+    let label = if differs.is_empty() {
+        point.clone()
+    } else {
+        let what: Vec<String> = differs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("{point} [{}]", what.join(", "))
+    };
+    Group {
+        job: job.clone(),
+        profile: profile.clone(),
+        point: point.clone(),
+        label,
+        differs,
+        params: point_params(point).into_iter().collect(),
+        rows: members.len(),
+        items: items.len(),
+        errors: members.len() - ok.len(),
+        runs,
+        repeats: members
+            .iter()
+            .filter_map(|&i| d.recs[i].repeat)
+            .max()
+            .map(|m| m + 1),
+        cache_mb: cache.map(|s| s.median),
+        metrics,
+        accuracy: Fraction::of_items(&scores),
+        agreement: None,
+        speedup: None,
+        members,
+    }
+}
+
+/// Groups the rows in first-seen order and summarises each; `reference` picks the reference
+/// point for agreement and speed-up (default: each (job, profile)'s first point, which is the
+/// sweep's first).
 pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportError> {
     let mut order: Vec<(String, String, String)> = Vec::new();
     let mut by_key: HashMap<(String, String, String), Vec<usize>> = HashMap::new();
@@ -195,51 +377,10 @@ pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportErr
     let mut out = Vec::new();
     for k in &order {
         let members = by_key.get(k).cloned().unwrap_or_default();
-        let ok: Vec<&Rec> = members
-            .iter()
-            .map(|&i| &d.recs[i])
-            .filter(|r| !r.failed)
-            .collect();
-        let mut metrics = BTreeMap::new();
-        for (name, _, _) in METRICS {
-            let v: Vec<f64> = ok.iter().filter_map(|r| row_metric(d, r, name)).collect();
-            if let Some(s) = Stat::of(v) {
-                metrics.insert(name.to_string(), s);
-            }
+        for (differs, part) in split_point(d, &members) {
+            out.push(summarise(d, k, differs, part));
         }
-        let judged: Vec<bool> = ok.iter().filter_map(|r| r.correct).collect();
-        let accuracy = (!judged.is_empty()).then(|| Fraction {
-            value: judged.iter().filter(|c| **c).count() as f64 / judged.len() as f64,
-            n: judged.len(),
-        });
-        let mut runs: Vec<String> = Vec::new();
-        for r in members.iter().map(|&i| &d.recs[i]) {
-            if !runs.contains(&r.run_id) {
-                runs.push(r.run_id.clone());
-            }
-        }
-        let cache = Stat::of(ok.iter().filter_map(|r| d.num(r, "cache_mb")).collect());
-        out.push(Group {
-            job: k.0.clone(),
-            profile: k.1.clone(),
-            point: k.2.clone(),
-            params: point_params(&k.2).into_iter().collect(),
-            rows: members.len(),
-            errors: members.len() - ok.len(),
-            runs,
-            repeats: members
-                .iter()
-                .filter_map(|&i| d.recs[i].repeat)
-                .max()
-                .map(|m| m + 1),
-            cache_mb: cache.map(|s| s.median),
-            metrics,
-            accuracy,
-            agreement: None,
-            members,
-        });
     }
-    // Agreement against the reference point of the same (job, profile).
     let mut pairs: Vec<(String, String)> = Vec::new();
     for g in &out {
         let p = (g.job.clone(), g.profile.clone());
@@ -253,7 +394,11 @@ pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportErr
             .collect();
         let ref_i = match reference {
             None => idx.first().copied(),
-            Some(label) => idx.iter().copied().find(|&i| out[i].point == label),
+            Some(label) => idx
+                .iter()
+                .copied()
+                .find(|&i| out[i].label == label)
+                .or_else(|| idx.iter().copied().find(|&i| out[i].point == label)),
         };
         let Some(ref_i) = ref_i else {
             // Only reached with an explicit --reference: say which points exist.
@@ -263,46 +408,77 @@ pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportErr
                 profile,
                 points: idx
                     .iter()
-                    .map(|&i| out[i].point.clone())
+                    .map(|&i| out[i].label.clone())
                     .collect::<Vec<_>>()
                     .join(", "),
             });
         };
-        // The reference's answer per item: its lowest repeat's `best`.
-        let mut answer: HashMap<&str, (u32, i64)> = HashMap::new();
-        for &m in &out[ref_i].members {
-            let r = &d.recs[m];
-            if let (false, Some(b)) = (r.failed, r.best) {
-                let rep = r.repeat.unwrap_or(0);
-                let e = answer.entry(r.item.as_str()).or_insert((rep, b));
-                if rep < e.0 {
-                    *e = (rep, b);
-                }
-            }
-        }
-        let ref_label = out[ref_i].point.clone();
-        for &gi in &idx {
-            let (mut same, mut n) = (0usize, 0usize);
-            for &m in &out[gi].members {
-                let r = &d.recs[m];
-                if r.failed {
-                    continue;
-                }
-                if let (Some(b), Some((_, a))) = (r.best, answer.get(r.item.as_str())) {
-                    n += 1;
-                    same += usize::from(b == *a);
-                }
-            }
-            if n > 0 {
-                out[gi].agreement = Some(Agreement {
-                    reference: ref_label.clone(),
-                    value: same as f64 / n as f64,
-                    n,
-                });
+        agreement(d, &mut out, &idx, ref_i);
+        speedup(&mut out, &idx, ref_i);
+    }
+    Ok(out)
+}
+
+/// Agreement on `best` of each group in `idx` with the group `ref_i`.
+fn agreement(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
+    // The reference's answer per item: its lowest repeat's `best`.
+    let mut answer: HashMap<&str, (u32, i64)> = HashMap::new();
+    for &m in &out[ref_i].members {
+        let r = &d.recs[m];
+        if let (false, Some(b)) = (r.failed, r.best) {
+            let rep = r.repeat.unwrap_or(0);
+            let e = answer.entry(r.item.as_str()).or_insert((rep, b));
+            if rep < e.0 {
+                *e = (rep, b);
             }
         }
     }
-    Ok(out)
+    let ref_label = out[ref_i].label.clone();
+    for &gi in idx {
+        let (mut same, mut n) = (0usize, 0usize);
+        for &m in &out[gi].members {
+            let r = &d.recs[m];
+            if r.failed {
+                continue;
+            }
+            if let (Some(b), Some((_, a))) = (r.best, answer.get(r.item.as_str())) {
+                n += 1;
+                same += usize::from(b == *a);
+            }
+        }
+        if n > 0 {
+            out[gi].agreement = Some(Agreement {
+                reference: ref_label.clone(),
+                value: same as f64 / n as f64,
+                n,
+            });
+        }
+    }
+}
+
+/// Each group's median speed over the reference group's: decode where the pair decodes, else
+/// prefill.
+fn speedup(out: &mut [Group], idx: &[usize], ref_i: usize) {
+    let metric = ["decode_tps", "prefill_tps"]
+        .into_iter()
+        .find(|m| idx.iter().any(|&i| out[i].metrics.contains_key(*m)));
+    let Some(metric) = metric else { return };
+    let Some(base) = out[ref_i].metrics.get(metric).map(|s| s.median) else {
+        return;
+    };
+    if base <= 0.0 {
+        return;
+    }
+    let reference = out[ref_i].label.clone();
+    for &gi in idx {
+        if let Some(s) = out[gi].metrics.get(metric) {
+            out[gi].speedup = Some(Speedup {
+                metric: metric.to_string(),
+                reference: reference.clone(),
+                value: s.median / base,
+            });
+        }
+    }
 }
 
 /// The scalar a `--objective` or `--require` name means for a group: a metric's median (or
@@ -349,21 +525,51 @@ pub fn known_name(d: &Data, name: &str) -> bool {
         || d.has(name)
 }
 
-/// The names [`scalar`] takes, for error messages.
-pub fn known_names(d: &Data) -> String {
-    let mut v: Vec<String> = METRICS.iter().map(|(m, _, _)| m.to_string()).collect();
-    v.extend(["accuracy", "agreement", "rows", "errors"].map(String::from));
-    let numeric: Vec<String> = d
-        .columns
+/// What to say about a name [`scalar`] does not know: the nearest names (edit distance at most
+/// 2, as clap and cargo suggest), else the metrics and where the full list is.
+pub fn unknown_name_hint(d: &Data, name: &str) -> String {
+    let mut names: Vec<String> = METRICS.iter().map(|(m, _, _)| m.to_string()).collect();
+    for (m, _, _) in METRICS {
+        names.push(format!("{m}_p10"));
+        names.push(format!("{m}_p90"));
+    }
+    names.extend(["accuracy", "agreement", "rows", "errors"].map(String::from));
+    names.extend(
+        d.columns
+            .iter()
+            .filter(|c| d.recs.iter().any(|r| d.num(r, c).is_some()))
+            .cloned(),
+    );
+    let mut near: Vec<(usize, &String)> = names
         .iter()
-        .filter(|c| d.recs.iter().any(|r| d.num(r, c).is_some()))
-        .cloned()
+        .map(|n| (edit_distance(name, n), n))
+        .filter(|(dist, _)| *dist <= 2)
         .collect();
+    near.sort();
+    near.dedup_by(|a, b| a.1 == b.1);
+    if !near.is_empty() {
+        let shown: Vec<&str> = near.iter().take(3).map(|(_, n)| n.as_str()).collect();
+        return format!("did you mean {}?", shown.join(" or "));
+    }
     format!(
-        "{} (or a metric with _p10/_p90), or a numeric column: {}",
-        v.join(", "),
-        numeric.join(", ")
+        "expected a metric ({}; a metric with _p10/_p90 for a quantile), accuracy, agreement, rows, errors, or a numeric column of the CSVs (docs/report.md lists them)",
+        METRICS.iter().map(|(m, _, _)| *m).collect::<Vec<_>>().join(", ")
     )
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 #[cfg(test)]
@@ -378,6 +584,23 @@ mod tests {
         assert!((s.p90 - 3.7).abs() < 1e-12);
         assert_eq!(Stat::of(vec![7.0]).unwrap().p90, 7.0);
         assert!(Stat::of(vec![]).is_none());
+    }
+
+    #[test]
+    fn accuracy_stderr_is_lm_evals() {
+        // Eight items, six right: sqrt(p(1-p)/(n-1)) = sqrt(0.75 * 0.25 / 7).
+        let f = Fraction::of_items(&[1., 1., 1., 0., 1., 1., 0., 1.]).unwrap();
+        assert_eq!(f.value, 0.75);
+        assert_eq!(f.n, 8);
+        assert!((f.stderr.unwrap() - (0.75f64 * 0.25 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!(Fraction::of_items(&[1.0]).unwrap().stderr, None);
+    }
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("decode_tp", "decode_tps"), 1);
+        assert_eq!(edit_distance("", "ab"), 2);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]
