@@ -41,26 +41,64 @@ pub enum Format {
 pub enum Command {
     /// Check job and profile files (schema, then semantics, then placement), then load each model
     /// once in a child process (the probe; --no-probe skips it).
+    #[command(after_long_help = "Examples:
+  bmoe check jobs/agent-replay.toml --profile profiles/oneplus-13.toml
+  bmoe check jobs/*.toml --format json          # {\"ok\": false, \"errors\": [...]} on a broken job
+  bmoe check jobs/demo.toml --set cache_mb=0,1  # a sweep from the command line, checked")]
     Check(CheckArgs),
     /// Print each resolved value and where it came from, the placement and the memory budget.
+    #[command(after_long_help = "Examples:
+  bmoe plan jobs/agent-replay.toml --profile profiles/oneplus-13.toml
+  bmoe plan jobs/demo.toml --set cache_mb=auto --overrides best.toml
+  bmoe plan jobs/demo.toml --format json | jq '.units[0].budget'")]
     Plan(FormattedTarget),
     /// Run jobs: one CSV row per decision, prompt or text.
+    #[command(after_long_help = "Examples:
+  bmoe run jobs/agent-replay.toml --profile profiles/oneplus-13.toml
+  bmoe run jobs/agent-replay.toml --limit 5 --items 'mail-*' --csv runs/smoke.csv
+  bmoe run jobs/agent-replay.toml --shard 0/4 --run-id night-1 --csv 'runs/night-1/shard-{shard}.csv'
+  bmoe run jobs/agent-replay.toml --resume --run-id night-1     # continue a stopped run
+  bmoe run jobs/sweep-cache.toml --repeat 3 --warmup 1          # repeats for the report's spread")]
     Run(RunArgs),
     /// Compare two telemetry CSVs (one run of each), for nightly regression checks.
+    #[command(after_long_help = "Examples:
+  bmoe compare runs/monday.csv runs/tuesday.csv               # 0 same, 1 differ, 2 nothing in common
+  bmoe compare runs/monday.csv runs/tuesday.csv --max-slowdown 1.10
+  bmoe compare runs/all.csv runs/all.csv --run-a night-1 --run-b night-2 --format json")]
     Compare(CompareArgs),
     /// Merge the CSVs of a sharded run into one (checked, de-duplicated, written atomically).
+    #[command(after_long_help = "Examples:
+  bmoe merge runs/night-1/shard-*.csv -o runs/night-1/all.csv
+  bmoe merge runs/night-1/shard-*.csv --expect-shards 4 -o runs/night-1/all.csv
+  bmoe merge runs/night-1/shard-0.csv runs/night-1/shard-1.csv --allow-partial -o partial.csv")]
     Merge(MergeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_long_help = "Examples:
+  bmoe completions bash > ~/.local/share/bash-completion/completions/bmoe
+  bmoe completions zsh > ~/.zfunc/_bmoe")]
     Completions(CompletionsArgs),
     /// Print the man page (roff), or write one page per command into a folder.
+    #[command(after_long_help = "Examples:
+  bmoe man | man -l -
+  bmoe man -o man/                                            # bmoe.1, bmoe-run.1, ...")]
     Man(ManArgs),
     /// Summarise telemetry CSVs per (job, profile, sweep point): tables, plots, the best point.
     Report(ReportArgs),
     /// Write the JSON Schemas (profile, job, telemetry) generated from the code.
+    #[command(after_long_help = "Examples:
+  bmoe schema                  # writes schemas/*.schema.json
+  bmoe schema --check          # exit 1 when the files differ from the code")]
     Schema(SchemaArgs),
     /// List the ggml backends and devices of this build.
+    #[command(after_long_help = "Examples:
+  bmoe devices
+  bmoe devices --format json")]
     Devices(direct::DevicesArgs),
     /// Write a synthetic MoE GGUF.
+    #[command(after_long_help = "Examples:
+  bmoe synth --preset tiny -o models/tiny.gguf
+  bmoe synth --preset small --arch gemma4 -o models/gemma4-small.gguf
+  bmoe synth --preset bench --expert-type q4_0 -o models/bench.gguf")]
     Synth(direct::SynthArgs),
     /// List the model architectures this build writes and checks (coverage: docs/architectures.md).
     Archs(direct::ArchsArgs),
@@ -69,6 +107,9 @@ pub enum Command {
     /// Score choices after a prompt (one prefill, no decode).
     Decide(direct::DecideArgs),
     /// Perplexity of a text file.
+    #[command(after_long_help = "Examples:
+  bmoe ppl -m models/tiny.gguf text.txt
+  bmoe ppl -m models/tiny.gguf text.txt --moe-stream --cache-mb 1 --format json")]
     Ppl(direct::PplArgs),
 }
 
@@ -134,6 +175,7 @@ impl Target {
     }
 }
 
+/// `bmoe run`: the target, the run id, selections, sharding and output.
 #[derive(Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -175,6 +217,7 @@ pub struct RunArgs {
     pub no_probe: bool,
 }
 
+/// `bmoe compare`: two CSVs, the runs to take from each, tolerances and gates.
 #[derive(Args)]
 pub struct CompareArgs {
     /// The baseline CSV.
@@ -211,6 +254,7 @@ fn slowdown_ratio(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `bmoe merge`: the shard CSVs, the output, and how complete the set must be.
 #[derive(Args)]
 pub struct MergeArgs {
     /// The CSVs to merge (the shards of one run).
@@ -234,16 +278,18 @@ pub struct MergeArgs {
     pub format: Format,
 }
 
+/// `bmoe completions`: the shell.
 #[derive(Args)]
 pub struct CompletionsArgs {
     /// The shell.
     pub shell: clap_complete::Shell,
 }
 
+/// `bmoe man`: print, or write one page per command.
 #[derive(Args)]
 pub struct ManArgs {
     /// Write bmoe.1 and one bmoe-<command>.1 per command into this folder instead of printing.
-    #[arg(long)]
+    #[arg(short = 'o', long = "output", alias = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
@@ -270,7 +316,7 @@ pub struct ReportArgs {
     #[arg(required = true)]
     pub csvs: Vec<PathBuf>,
     /// Write the report here (atomically) instead of stdout.
-    #[arg(long, short = 'o', value_name = "FILE")]
+    #[arg(short = 'o', long = "output", alias = "out", value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Output format (default: from the -o extension, else md).
     #[arg(long, value_enum)]
@@ -311,10 +357,17 @@ pub struct ReportArgs {
     pub write_overrides: Option<PathBuf>,
 }
 
+/// `bmoe schema`: where the schemas go, or check them.
 #[derive(Args)]
 pub struct SchemaArgs {
     /// Folder to write into.
-    #[arg(long, default_value = "schemas")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        alias = "out",
+        value_name = "DIR",
+        default_value = "schemas"
+    )]
     pub out: PathBuf,
     /// Write nothing; exit 1 when the files in --out differ from the code.
     #[arg(long)]

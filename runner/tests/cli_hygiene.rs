@@ -188,3 +188,76 @@ fn errors_are_coloured_on_a_terminal_unless_no_color() {
     let o = p.bmoe(&["check", "jobs/bad.toml"]);
     assert!(!text(&o).contains('\x1b'), "{}", text(&o));
 }
+
+#[test]
+fn one_spelling_for_output_and_format_with_the_old_ones_as_aliases() {
+    let p = Project::new();
+    for args in [
+        &["devices", "--format", "json"][..],
+        &["devices", "--json"][..],
+        &["archs", "--format", "json"][..],
+    ] {
+        let o = p.bmoe(args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        assert!(v.is_object() || v.is_array(), "{args:?}");
+    }
+    let o = p.bmoe(&[
+        "generate",
+        "-m",
+        "models/tiny.gguf",
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("a JSON record");
+    for (flag, dir) in [("-o", "m1"), ("--output", "m2"), ("--out", "m3")] {
+        let o = p.bmoe(&["man", flag, dir]);
+        assert!(o.status.success(), "{flag}: {}", text(&o));
+        assert!(p.path(&format!("{dir}/bmoe.1")).exists(), "{flag}");
+    }
+    for (flag, dir) in [("--output", "s1"), ("--out", "s2")] {
+        let o = p.bmoe(&["schema", flag, dir]);
+        assert!(o.status.success(), "{flag}: {}", text(&o));
+        assert!(p.path(&format!("{dir}/job.schema.json")).exists(), "{flag}");
+    }
+}
+
+#[test]
+fn every_batch_command_shows_examples_in_its_help() {
+    for cmd in [
+        "check", "plan", "run", "compare", "merge", "report", "generate", "decide", "ppl", "synth",
+    ] {
+        let o = common::bmoe_command()
+            .args([cmd, "--help"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd}");
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(help.contains("Examples:\n  bmoe "), "{cmd}: {help}");
+    }
+}
+
+#[test]
+fn a_single_choice_is_named_as_no_decision() {
+    let p = Project::new();
+    let o = p.bmoe(&[
+        "decide",
+        "-m",
+        "models/tiny.gguf",
+        "--prefix",
+        "Go?",
+        "--choice",
+        "yes",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("bmoe: one choice is always the best"),
+        "{}",
+        text(&o)
+    );
+}

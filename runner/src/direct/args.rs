@@ -78,20 +78,36 @@ fn top_p_arg(s: &str) -> Result<f32, String> {
     float_in(s, &limits::TOP_P).map(|v| v as f32)
 }
 
+/// `--format text|json`, the spelling every command shares, with `--json` kept for old scripts.
+#[derive(Debug, Args)]
+pub struct FormatFlag {
+    /// Output format.
+    #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+    format: String,
+    /// The same as --format json (the older spelling).
+    #[arg(long, hide = true)]
+    json: bool,
+}
+
+impl FormatFlag {
+    /// Whether JSON was asked for, in either spelling.
+    pub fn json(&self) -> bool {
+        self.json || self.format == "json"
+    }
+}
+
 /// `bmoe devices`.
 #[derive(Debug, Args)]
 pub struct DevicesArgs {
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: FormatFlag,
 }
 
 /// `bmoe archs`.
 #[derive(Debug, Args)]
 pub struct ArchsArgs {
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: FormatFlag,
 }
 
 /// `bmoe synth`: write a synthetic MoE GGUF.
@@ -237,9 +253,8 @@ pub struct EngineArgs {
     /// instead of being an error.
     #[arg(long, help_heading = "Prefill device")]
     pub allow_cpu_fallback: bool,
-    /// Print the record as JSON.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub out: FormatFlag,
 }
 
 /// What a one-shot command runs with: the resolved values and the engine options they give.

@@ -4,7 +4,7 @@ use super::args::DevicesArgs;
 /// Lists the backends compiled in and every device they expose.
 pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     let devices = bmoe_engine::devices();
-    if args.json {
+    if args.out.json() {
         let v = serde_json::json!({
             "backends": bmoe_engine::backend_names(),
             "devices": devices,

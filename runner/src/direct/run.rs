@@ -162,7 +162,7 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     // Ctrl-C stops at the next token; the partial text is still printed.
     let _ = ctrlc::set_handler(move || c.cancel());
     let rec = s.generate(&a.prompt, &opts, &cancel)?;
-    if a.engine.json {
+    if a.engine.out.json() {
         println!("{}", serde_json::to_string(&rec)?);
     } else {
         let mut out = std::io::stdout().lock();
@@ -207,6 +207,9 @@ pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    if a.choices.len() == 1 {
+        eprintln!("bmoe: one choice is always the best: give two or more to score a decision");
+    }
     let (model, session) = load(&a.engine)?;
     if !a.raw && model.chat_template().is_none() {
         eprintln!("bmoe: the model has no chat template: the prompt goes in raw (as with --raw)");
@@ -220,7 +223,7 @@ pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
         raw: a.raw,
     })?;
     let correct = expected.map(|e| e == rec.best);
-    if a.engine.json {
+    if a.engine.out.json() {
         let mut v = serde_json::to_value(&rec)?;
         if let (Some(obj), Some(e)) = (v.as_object_mut(), expected) {
             obj.insert("expected".into(), serde_json::json!(e));
@@ -265,7 +268,7 @@ pub fn run_ppl(a: PplArgs) -> anyhow::Result<()> {
     let (model, session) = load(&a.engine)?;
     let mut s = model.session(&session)?;
     let rec = s.perplexity(&text)?;
-    if a.engine.json {
+    if a.engine.out.json() {
         println!("{}", serde_json::to_string(&rec)?);
     } else {
         println!(

@@ -70,7 +70,7 @@ pub fn run_archs(a: super::ArchsArgs) -> anyhow::Result<()> {
         .iter()
         .filter_map(|n| SynthArch::parse(n))
         .collect();
-    if a.json {
+    if a.out.json() {
         let v: Vec<serde_json::Value> = archs
             .iter()
             .map(|x| serde_json::json!({"arch": x.name(), "about": x.about()}))
