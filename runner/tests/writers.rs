@@ -173,7 +173,8 @@ fn three_shards(p: &Project) {
         let rows = usize::from(k < 2);
         assert!(
             out.contains(&format!(
-                "run e shard {k}/3: {rows} rows appended to runs/shard-{k}.csv"
+                "run e shard {k}/3: {rows} {} appended to runs/shard-{k}.csv",
+                if rows == 1 { "row" } else { "rows" }
             )),
             "{out}"
         );

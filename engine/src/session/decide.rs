@@ -145,6 +145,9 @@ pub(crate) fn tokenize_choice(
     Ok(whole)
 }
 
+/// Each continuation row's (choice, log-probability), in the order the scoring adds them.
+type ContinuationRows = Vec<(usize, f64)>;
+
 /// A decision's prompt in its forms: the user message, the rendered text, its tokens.
 struct Prompt<'a> {
     user: &'a str,
@@ -271,7 +274,7 @@ impl Session<'_> {
         choices: &[Choice],
         work: &[(usize, usize)],
         exec: &mut ExecGuard<'_>,
-    ) -> Result<(f64, Option<Vec<(usize, f64)>>)> {
+    ) -> Result<(f64, Option<ContinuationRows>)> {
         let tokens = p.tokens;
         let mut prefill_s = 0.0;
         let mut with_prompt = None;
