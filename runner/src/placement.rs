@@ -291,6 +291,45 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
     } else {
         u64::from(s.context)
     };
+    let mut budget = state_lines(&dims, n_ctx);
+    budget.extend(compute_lines(&dims, s, n_ctx, prefill.device.is_some()));
+    budget.extend(weight_lines(&dims, s));
+    let ram_mib = profile.ram_mb as f64;
+    let floor_mib = s.cache_floor_mb as f64;
+    let available_mib = ram_mib - floor_mib;
+    let fixed: f64 = budget.iter().filter(|l| l.counted).map(|l| l.mib).sum();
+    let (cache_mb, note) = expert_cache(&dims, s, available_mib - fixed);
+    budget.push(BudgetLine {
+        what: "expert cache",
+        mib: cache_mb as f64,
+        counted: true,
+        note,
+    });
+    let threads = bmoe_engine::limits::ThreadChoice::resolve(
+        s.threads.explicit(),
+        bmoe_engine::limits::usable_cores(),
+    );
+    let mut p = Placement {
+        prefill,
+        dims,
+        n_ctx,
+        threads,
+        cache_mb,
+        budget,
+        available_mib,
+        ram_mib,
+        floor_mib,
+    };
+    let total = fixed + cache_mb as f64;
+    if total > available_mib || available_mib <= 0.0 {
+        return Err(over_budget(profile, s, &p, fixed, total));
+    }
+    p.budget.shrink_to_fit();
+    Ok(p)
+}
+
+/// The session's state: the KV cache, and a recurrent model's conv and state.
+fn state_lines(dims: &ModelDims, n_ctx: u64) -> Vec<BudgetLine> {
     let mut budget = Vec::new();
     let kv = n_ctx as f64 * dims.kv_bytes_per_token as f64;
     budget.push(BudgetLine {
@@ -313,6 +352,11 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
             ),
         });
     }
+    budget
+}
+
+/// The process and its compute buffers, on the CPU and (with a prefill device) on the device.
+fn compute_lines(dims: &ModelDims, s: &Settings, n_ctx: u64, device: bool) -> Vec<BudgetLine> {
     // llama.cpp picks flash attention on the CPU (flash_attn = auto): no attention-score matrix,
     // only the f16 mask; the MoE intermediates dominate.
     let compute = |ubatch: u64| -> f64 {
@@ -320,12 +364,12 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
         let act = 8 * dims.n_embd + 3 * dims.n_ff_exp * dims.n_expert_used.max(1);
         (4 * ubatch * act + 2 * ubatch * n_ctx + 4 * outputs * dims.n_vocab_max) as f64
     };
-    budget.push(BudgetLine {
+    let mut budget = vec![BudgetLine {
         what: "bmoe itself",
         mib: RUNTIME_MIB,
         counted: true,
         note: "code, libraries, heap (measured: 15-19 MiB with the tiny model)".into(),
-    });
+    }];
     let ub_cpu = u64::from(s.cpu_ubatch).min(n_ctx);
     budget.push(BudgetLine {
         what: "compute buffers (CPU)",
@@ -335,7 +379,7 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
             "estimate: ubatch {ub_cpu} x activations (f32) + attention mask (f16) + logits"
         ),
     });
-    if prefill.device.is_some() {
+    if device {
         let ub_dev = u64::from(s.device_ubatch).min(n_ctx);
         budget.push(BudgetLine {
             what: "compute buffers (device)",
@@ -352,6 +396,13 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
             note: "2 x the largest layer (layer k on slot k mod 2)".into(),
         });
     }
+    budget
+}
+
+/// The weights held apart from the expert cache: dense weights (or the whole mapping when
+/// experts do not stream), the expert slots of a cacheless stream, the prefetch staging.
+fn weight_lines(dims: &ModelDims, s: &Settings) -> Vec<BudgetLine> {
+    let mut budget = Vec::new();
     let dense = dims.file_bytes.saturating_sub(dims.expert_bytes) as f64 / MIB;
     if s.moe_stream {
         budget.push(BudgetLine {
@@ -385,13 +436,14 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
             note: "one layer's predicted experts in flight".into(),
         });
     }
-    let ram_mib = profile.ram_mb as f64;
-    let floor_mib = s.cache_floor_mb as f64;
-    let available_mib = ram_mib - floor_mib;
-    let fixed: f64 = budget.iter().filter(|l| l.counted).map(|l| l.mib).sum();
+    budget
+}
+
+/// The expert cache in MiB and how it was chosen; `auto` takes what the other lines leave
+/// (`left`), at most every expert.
+fn expert_cache(dims: &ModelDims, s: &Settings, left: f64) -> (u64, String) {
     let all_experts = dims.expert_bytes as f64 / MIB;
-    let left = available_mib - fixed;
-    let (cache_mb, note) = match (s.moe_stream, s.cache_mb) {
+    match (s.moe_stream, s.cache_mb) {
         (false, _) => (0u64, "moe_stream is off: no expert cache".to_string()),
         (true, CacheMb::Mib(n)) => (n, "cache_mb".to_string()),
         (true, CacheMb::Auto) => {
@@ -401,48 +453,35 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
                 format!("auto: what is left, at most every expert ({all_experts:.1} MiB)"),
             )
         }
-    };
-    budget.push(BudgetLine {
-        what: "expert cache",
-        mib: cache_mb as f64,
-        counted: true,
-        note,
-    });
-    let threads = bmoe_engine::limits::ThreadChoice::resolve(
-        s.threads.explicit(),
-        bmoe_engine::limits::usable_cores(),
-    );
-    let mut p = Placement {
-        prefill,
-        dims,
-        n_ctx,
-        threads,
-        cache_mb,
-        budget,
-        available_mib,
-        ram_mib,
-        floor_mib,
-    };
-    let total = fixed + cache_mb as f64;
-    if total > available_mib || available_mib <= 0.0 {
-        let detail = format!(
-            "needs {total:.1} MiB ({}) but RAM {ram_mib:.0} MiB minus floor {floor_mib:.0} MiB leaves {available_mib:.1} MiB",
-            p.budget
-                .iter()
-                .filter(|l| l.counted)
-                .map(|l| format!("{} {:.1}", l.what, l.mib))
-                .collect::<Vec<_>>()
-                .join(" + ")
-        );
-        return Err(PlacementError::Budget {
-            profile: profile.name.clone(),
-            detail,
-            table: p.table(),
-            help: budget_help(s, fixed, available_mib),
-        });
     }
-    p.budget.shrink_to_fit();
-    Ok(p)
+}
+
+/// The refusal of a placement that does not fit: every counted line, the table, and what would.
+fn over_budget(
+    profile: &Profile,
+    s: &Settings,
+    p: &Placement,
+    fixed: f64,
+    total: f64,
+) -> PlacementError {
+    let detail = format!(
+        "needs {total:.1} MiB ({}) but RAM {:.0} MiB minus floor {:.0} MiB leaves {:.1} MiB",
+        p.budget
+            .iter()
+            .filter(|l| l.counted)
+            .map(|l| format!("{} {:.1}", l.what, l.mib))
+            .collect::<Vec<_>>()
+            .join(" + "),
+        p.ram_mib,
+        p.floor_mib,
+        p.available_mib
+    );
+    PlacementError::Budget {
+        profile: profile.name.clone(),
+        detail,
+        table: p.table(),
+        help: budget_help(s, fixed, p.available_mib),
+    }
 }
 
 /// What would fit a budget that does not: the largest explicit expert cache the other counted

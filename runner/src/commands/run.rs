@@ -1,5 +1,6 @@
 //! `bmoe run`: the jobs' items selected, executed, and one CSV row each; the run's summary.
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -10,7 +11,7 @@ use crate::cli::{Format, RunArgs};
 use crate::config::job::Kind;
 use crate::probe;
 use crate::run;
-use crate::run::prepare::{prepare, shown};
+use crate::run::prepare::{prepare, shown, Prepared};
 
 /// `--csv PATH`: every job's rows go there, `{shard}` replaced by the shard index. Checked before
 /// anything runs: a template without a shard, or a path not ending `.csv`, is refused.
@@ -50,6 +51,42 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             j.csv = c.clone();
         }
     }
+    check_selection(&filter, &p, a.allow_empty)?;
+    print_warnings(&p);
+    let probed = probe_decide_models(&p, a.no_probe)?;
+    let skip = |m: &Path| matches!(probed.get(m), Some(Some(_)));
+    if let Err(e) = run::choices::check(&p.jobs, &skip, false) {
+        return super::output::fail(e.into(), a.format);
+    }
+    let stop = run::signals::Stop::install();
+    let opts = run::exec::RunOptions {
+        probed,
+        run_id: a.run_id.clone(),
+        resume: a.resume,
+        machine: a.machine,
+        quiet,
+        filter,
+        probe: !a.no_probe,
+    };
+    let s = run::exec::execute(&p, &opts, &stop)?;
+    print_summary(&s, a.format, opts.machine)?;
+    if s.interrupted {
+        eprintln!("{}", resume_hint(&a, &s));
+        return Ok(ExitCode::from(EXIT_STOPPED));
+    }
+    if s.failed > 0 {
+        return Ok(ExitCode::from(EXIT_DIFF));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses a selection (shard, `--items`, `--limit`) that takes no item, unless `--allow-empty`
+/// says so, and then only says it.
+fn check_selection(
+    filter: &run::select::Filter,
+    p: &Prepared,
+    allow_empty: bool,
+) -> anyhow::Result<()> {
     let jobs: Vec<(&str, Vec<&str>)> = p
         .jobs
         .iter()
@@ -59,17 +96,23 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         })
         .collect();
     if let Err(e) = filter.refuse_empty(&jobs) {
-        if !a.allow_empty {
+        if !allow_empty {
             return Err(e.into());
         }
         eprintln!("bmoe: {} (--allow-empty)", e.selection_line());
     }
-    print_warnings(&p);
-    // Decision choices are checked against the tokenizer before anything is written; the models
-    // of decide jobs are probed first, so a model that aborts llama.cpp kills the probe's child,
-    // not this process. The run keeps the verdicts.
-    let mut probed = std::collections::HashMap::new();
-    if !a.no_probe {
+    Ok(())
+}
+
+/// Decision choices are checked against the tokenizer before anything is written; the models of
+/// decide jobs are probed first, so a model that aborts llama.cpp kills the probe's child, not
+/// this process. The run keeps the verdicts (model -> the probe's error).
+fn probe_decide_models(
+    p: &Prepared,
+    no_probe: bool,
+) -> anyhow::Result<HashMap<PathBuf, Option<String>>> {
+    let mut probed = HashMap::new();
+    if !no_probe {
         for j in p.jobs.iter().filter(|j| j.job.kind == Kind::Decide) {
             if !probed.contains_key(&j.model) {
                 let r = probe::probe(&j.model)?;
@@ -77,62 +120,50 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let skip = |m: &std::path::Path| matches!(probed.get(m), Some(Some(_)));
-    if let Err(e) = run::choices::check(&p.jobs, &skip, false) {
-        return super::output::fail(e.into(), a.format);
-    }
-    let stop = run::signals::Stop::install();
-    let opts = run::exec::RunOptions {
-        probed,
-        run_id: a.run_id,
-        resume: a.resume,
-        machine: a.machine,
-        quiet,
-        filter,
-        probe: !a.no_probe,
-    };
-    let s = run::exec::execute(&p, &opts, &stop)?;
-    // With --machine, stdout belongs to the row lines.
-    if a.format == Format::Json {
-        let json = serde_json::to_string_pretty(&s).context("writing the summary as JSON")?;
-        if opts.machine {
+    Ok(probed)
+}
+
+/// Prints the run's summary; with --machine, stdout belongs to the row lines, so it goes to
+/// stderr.
+fn print_summary(s: &run::exec::Summary, format: Format, machine: bool) -> anyhow::Result<()> {
+    if format == Format::Json {
+        let json = serde_json::to_string_pretty(s).context("writing the summary as JSON")?;
+        if machine {
             eprintln!("{json}");
         } else {
             println!("{json}");
         }
     } else {
-        let out = summary_text(&s);
-        if opts.machine {
+        let out = summary_text(s);
+        if machine {
             eprint!("{out}");
         } else {
             print!("{out}");
         }
     }
-    if s.interrupted {
-        eprintln!(
-            "bmoe: interrupted; continue with: bmoe run {} --resume --run-id {}{}{}",
-            a.target
-                .jobs
-                .iter()
-                .map(|j| shown(j))
-                .collect::<Vec<_>>()
-                .join(" "),
-            s.run_id,
-            s.shard
-                .as_ref()
-                .map(|k| format!(" --shard {k}"))
-                .unwrap_or_default(),
-            a.csv
-                .as_ref()
-                .map(|c| format!(" --csv '{c}'"))
-                .unwrap_or_default()
-        );
-        return Ok(ExitCode::from(EXIT_STOPPED));
-    }
-    if s.failed > 0 {
-        return Ok(ExitCode::from(EXIT_DIFF));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+/// The command that continues an interrupted run.
+fn resume_hint(a: &RunArgs, s: &run::exec::Summary) -> String {
+    format!(
+        "bmoe: interrupted; continue with: bmoe run {} --resume --run-id {}{}{}",
+        a.target
+            .jobs
+            .iter()
+            .map(|j| shown(j))
+            .collect::<Vec<_>>()
+            .join(" "),
+        s.run_id,
+        s.shard
+            .as_ref()
+            .map(|k| format!(" --shard {k}"))
+            .unwrap_or_default(),
+        a.csv
+            .as_ref()
+            .map(|c| format!(" --csv '{c}'"))
+            .unwrap_or_default()
+    )
 }
 
 /// `n thing` or `n things`.

@@ -340,9 +340,55 @@ pub struct LoadedJob {
 
 /// Reads, validates and semantically checks a job file, loading its JSONL items.
 pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
-    let (job, src): (Job, SourceFile) = load(path, "job", &crate::schema::job_schema())?;
+    let (job, src): (Job, SourceFile) = load(path, "job", &super::schema::job_schema())?;
     let mut errs: Vec<Diagnostic> = Vec::new();
+    let (model, csv, profile) = job_paths(path, &job, &src, &mut errs);
+    let keys = ItemKeys::of(job.kind);
+    for k in keys.other {
+        if src.doc.value.get(k).is_some() {
+            errs.push(src.diag(
+                &format!("/{k}"),
+                true,
+                format!(
+                    "a {} job takes `{}` or `{}`, not `{k}`",
+                    job.kind, keys.inline, keys.file
+                ),
+            ));
+        }
+    }
+    let (mut items, items_file) = job_items(path, &job, &src, &keys, &mut errs);
+    // The job's scoring and chat apply to every decision, inline or from JSONL.
+    for it in &mut items {
+        if let Payload::Decide(d) = &mut it.payload {
+            d.req.scoring = job.scoring.engine();
+            d.req.raw = !job.chat;
+        }
+    }
+    // A JSONL file's duplicates are reported at their lines as it is read.
+    if src.doc.value.get(keys.inline).is_some() {
+        check_unique_ids(&src, &items, keys.inline, &mut errs);
+    }
+    if !errs.is_empty() {
+        return Err(ConfigErrors(errs));
+    }
+    Ok(LoadedJob {
+        job,
+        src,
+        model,
+        csv,
+        profile,
+        items,
+        items_file,
+    })
+}
 
+/// The job's model, CSV and profile paths, resolved against the job file, each checked.
+fn job_paths(
+    path: &Path,
+    job: &Job,
+    src: &SourceFile,
+    errs: &mut Vec<Diagnostic>,
+) -> (PathBuf, PathBuf, Option<PathBuf>) {
     let model = relative_to(path, &job.model);
     if let Err(e) = bmoe_engine::gguf::check_gguf_file(&model) {
         errs.push(src.diag("/model", false, format!("{e}")));
@@ -365,27 +411,46 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
             ));
         }
     }
+    (model, csv, profile)
+}
 
-    let (inline_key, file_key, other) = match job.kind {
-        Kind::Decide => ("decisions", "decisions_file", ["prompts", "prompts_file"]),
-        _ => ("prompts", "prompts_file", ["decisions", "decisions_file"]),
-    };
-    for k in other {
-        if src.doc.value.get(k).is_some() {
-            errs.push(src.diag(
-                &format!("/{k}"),
-                true,
-                format!(
-                    "a {} job takes `{inline_key}` or `{file_key}`, not `{k}`",
-                    job.kind
-                ),
-            ));
+/// The keys a job of one kind takes its items from, and the other kind's keys it must not have.
+struct ItemKeys {
+    inline: &'static str,
+    file: &'static str,
+    other: [&'static str; 2],
+}
+
+impl ItemKeys {
+    /// The keys of a job of `kind`.
+    fn of(kind: Kind) -> Self {
+        match kind {
+            Kind::Decide => ItemKeys {
+                inline: "decisions",
+                file: "decisions_file",
+                other: ["prompts", "prompts_file"],
+            },
+            _ => ItemKeys {
+                inline: "prompts",
+                file: "prompts_file",
+                other: ["decisions", "decisions_file"],
+            },
         }
     }
+}
+
+/// The job's items, inline or from its JSONL file (resolved, returned beside them); exactly one
+/// of the two must be given.
+fn job_items(
+    path: &Path,
+    job: &Job,
+    src: &SourceFile,
+    keys: &ItemKeys,
+    errs: &mut Vec<Diagnostic>,
+) -> (Vec<Item>, Option<PathBuf>) {
+    let (inline_key, file_key) = (keys.inline, keys.file);
     let has_inline = src.doc.value.get(inline_key).is_some();
     let has_file = src.doc.value.get(file_key).is_some();
-    let mut items = Vec::new();
-    let mut items_file = None;
     match (has_inline, has_file) {
         (true, true) => errs.push(src.diag(
             &format!("/{file_key}"),
@@ -400,8 +465,8 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
                 job.kind
             ),
         )),
-        (true, false) => match inline_items(&job) {
-            Ok(v) => items = v,
+        (true, false) => match inline_items(job) {
+            Ok(v) => return (v, None),
             Err(bad) => errs.extend(
                 bad.into_iter()
                     .map(|(i, msg)| src.diag(&format!("/decisions/{i}/expected"), false, msg)),
@@ -417,9 +482,8 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
             let f = relative_to(path, rel);
             match super::jsonl::read_items(&f, job.kind) {
                 Ok(v) => {
-                    items = v.items;
                     errs.extend(v.errors);
-                    items_file = Some(f);
+                    return (v.items, Some(f));
                 }
                 Err(Some(mut e)) => errs.append(&mut e.0),
                 Err(None) => errs.push(src.diag(
@@ -430,20 +494,18 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
             }
         }
     }
-    // The job's scoring and chat apply to every decision, inline or from JSONL.
-    for it in &mut items {
-        if let Payload::Decide(d) = &mut it.payload {
-            d.req.scoring = job.scoring.engine();
-            d.req.raw = !job.chat;
-        }
-    }
-    // Rows are matched across runs by id, so ids must be unique within a job (a JSONL file's
-    // duplicates are reported at their lines as it is read).
+    (Vec::new(), None)
+}
+
+/// Rows are matched across runs by id, so the ids of inline items must be unique within a job.
+fn check_unique_ids(
+    src: &SourceFile,
+    items: &[Item],
+    inline_key: &str,
+    errs: &mut Vec<Diagnostic>,
+) {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, it) in items.iter().enumerate() {
-        if !has_inline {
-            break;
-        }
         if let Some(j) = seen.insert(it.id.as_str(), i) {
             errs.push(src.diag(
                 &format!("/{inline_key}/{i}"),
@@ -455,18 +517,6 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
             ));
         }
     }
-    if !errs.is_empty() {
-        return Err(ConfigErrors(errs));
-    }
-    Ok(LoadedJob {
-        job,
-        src,
-        model,
-        csv,
-        profile,
-        items,
-        items_file,
-    })
 }
 
 /// The inline items of a job, ids defaulting to positions; `Err` lists the decisions whose

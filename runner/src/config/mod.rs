@@ -8,6 +8,7 @@ pub mod jsonl;
 pub mod layers;
 pub mod load;
 pub mod profile;
+pub mod schema;
 pub mod settings;
 pub mod spanned;
 pub mod suggest;

@@ -81,5 +81,5 @@ pub struct Profile {
 
 /// Reads and checks a profile file.
 pub fn load_profile(path: &Path) -> Result<(Profile, SourceFile), ConfigErrors> {
-    load(path, "profile", &crate::schema::profile_schema())
+    load(path, "profile", &super::schema::profile_schema())
 }

@@ -204,59 +204,70 @@ pub fn describe(root: &Value, s: &Value) -> String {
         _ => return "a value matching the schema".into(),
     };
     match ty {
-        "integer" | "number" => {
-            let noun = if ty == "integer" {
-                "an integer"
-            } else {
-                "a number"
-            };
-            let min = s.get("minimum").and_then(Value::as_f64);
-            let xmin = s.get("exclusiveMinimum").and_then(Value::as_f64);
-            let max = s.get("maximum").and_then(Value::as_f64);
-            let xmax = s.get("exclusiveMaximum").and_then(Value::as_f64);
-            let n = |x: f64| {
-                if x.fract() == 0.0 && x.abs() < 1e15 {
-                    format!("{}", x as i64)
-                } else {
-                    format!("{x}")
-                }
-            };
-            match (min, xmin, max, xmax) {
-                (Some(a), None, Some(b), None) => format!("{noun} between {} and {}", n(a), n(b)),
-                (None, Some(a), Some(b), None) => format!("{noun} in ({}, {}]", n(a), n(b)),
-                (Some(a), None, None, None) if a == 0.0 && ty == "integer" => {
-                    "a non-negative integer".into()
-                }
-                (Some(a), None, None, None) => format!("{noun} >= {}", n(a)),
-                (None, Some(a), None, None) => format!("{noun} > {}", n(a)),
-                (None, None, Some(b), None) => format!("{noun} <= {}", n(b)),
-                _ => noun.into(),
-            }
-        }
-        "string" => {
-            if let Some(p) = s.get("pattern").and_then(|v| v.as_str()) {
-                format!("a string matching {p}")
-            } else if s.get("minLength").and_then(Value::as_u64).unwrap_or(0) > 0 {
-                "a non-empty string".into()
-            } else {
-                "a string".into()
-            }
-        }
+        "integer" | "number" => describe_number(s, ty),
+        "string" => describe_string(s),
         "boolean" => "true or false".into(),
-        "array" => match s.get("items") {
-            Some(items) => {
-                let min = s.get("minItems").and_then(Value::as_u64).unwrap_or(0);
-                let what = describe(root, items);
-                if min > 0 {
-                    format!("a non-empty array of {}", plural(&what))
-                } else {
-                    format!("an array of {}", plural(&what))
-                }
-            }
-            None => "an array".into(),
-        },
+        "array" => describe_array(root, s),
         "object" => "a table".into(),
         other => other.to_string(),
+    }
+}
+
+/// An integer or number subschema in words, with its bounds.
+fn describe_number(s: &Value, ty: &str) -> String {
+    let noun = if ty == "integer" {
+        "an integer"
+    } else {
+        "a number"
+    };
+    let min = s.get("minimum").and_then(Value::as_f64);
+    let xmin = s.get("exclusiveMinimum").and_then(Value::as_f64);
+    let max = s.get("maximum").and_then(Value::as_f64);
+    let xmax = s.get("exclusiveMaximum").and_then(Value::as_f64);
+    let n = |x: f64| {
+        if x.fract() == 0.0 && x.abs() < 1e15 {
+            format!("{}", x as i64)
+        } else {
+            format!("{x}")
+        }
+    };
+    match (min, xmin, max, xmax) {
+        (Some(a), None, Some(b), None) => format!("{noun} between {} and {}", n(a), n(b)),
+        (None, Some(a), Some(b), None) => format!("{noun} in ({}, {}]", n(a), n(b)),
+        (Some(a), None, None, None) if a == 0.0 && ty == "integer" => {
+            "a non-negative integer".into()
+        }
+        (Some(a), None, None, None) => format!("{noun} >= {}", n(a)),
+        (None, Some(a), None, None) => format!("{noun} > {}", n(a)),
+        (None, None, Some(b), None) => format!("{noun} <= {}", n(b)),
+        _ => noun.into(),
+    }
+}
+
+/// A string subschema in words: its pattern, or whether it may be empty.
+fn describe_string(s: &Value) -> String {
+    if let Some(p) = s.get("pattern").and_then(|v| v.as_str()) {
+        format!("a string matching {p}")
+    } else if s.get("minLength").and_then(Value::as_u64).unwrap_or(0) > 0 {
+        "a non-empty string".into()
+    } else {
+        "a string".into()
+    }
+}
+
+/// An array subschema in words, naming what its items are.
+fn describe_array(root: &Value, s: &Value) -> String {
+    match s.get("items") {
+        Some(items) => {
+            let min = s.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+            let what = describe(root, items);
+            if min > 0 {
+                format!("a non-empty array of {}", plural(&what))
+            } else {
+                format!("an array of {}", plural(&what))
+            }
+        }
+        None => "an array".into(),
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use anyhow::{anyhow, bail, Context};
-use bmoe_engine::{EngineError, GenerateOptions, Model, Sampling};
+use bmoe_engine::{EngineError, GenerateOptions, Model, Sampling, Session};
 use sha2::{Digest, Sha256};
 
 use super::machine;
@@ -17,7 +17,7 @@ use super::progress::Progress;
 use super::select::{Filter, Shard};
 use super::signals::Stop;
 use crate::config::diag::display_path;
-use crate::config::job::{Decision, Kind, LoadedJob, Payload};
+use crate::config::job::{Decision, Item, Kind, LoadedJob, Payload};
 use crate::ident::{self, Machine};
 use crate::sink::csv::{resolve, CsvSink, Target};
 use crate::sink::lock::CsvLocks;
@@ -189,121 +189,110 @@ pub fn model_hash(path: &Path, data_start: u64) -> anyhow::Result<String> {
     Ok(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
-/// Runs every unit; returns what was done (an interrupted run is `Ok` with `interrupted`).
-pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Result<Summary> {
-    let machine_id = Machine::detect();
-    // Locked before the CSVs are read, so what a resume skips cannot change under it; held until
-    // this function returns (the kernel drops them if the process dies first).
-    let mut locks = CsvLocks::default();
-    for j in &prep.jobs {
-        locks.take(&j.csv, &machine_id.host)?;
-    }
-    let (run_id, done, targets) = existing_state(prep, opts)?;
-    for t in targets.values() {
-        locks.take(&t.write, &machine_id.host)?;
-    }
-    for t in targets.values() {
-        if let Some(n) = &t.note {
-            eprintln!("{n}");
-        }
-    }
-    let mut summary = Summary {
-        run_id: run_id.clone(),
-        shard: opts.filter.shard.map(|s| s.label()),
-        ..Summary::default()
-    };
-    // Hashed before the bars start, so the hash's own bar does not fight them for the terminal.
-    let mut model_sha: HashMap<PathBuf, String> = HashMap::new();
-    for j in &prep.jobs {
-        if !model_sha.contains_key(&j.model) {
-            model_sha.insert(j.model.clone(), ident::model_sha256(&j.model, opts.quiet)?);
-        }
-    }
-    let mut progress = Progress::new(prep.units.len() as u64, opts.quiet);
-    let mut sinks: HashMap<PathBuf, CsvSink> = HashMap::new();
-    let mut written: HashMap<PathBuf, u64> = HashMap::new();
-    // Model -> the probe's error, `None` when it passed.
-    let mut probed: HashMap<PathBuf, Option<String>> = opts.probed.clone();
-    let build = format!(
-        "bmoe {} (engine {})",
-        env!("CARGO_PKG_VERSION"),
-        bmoe_engine::VERSION
-    );
-    let rss = ident::RssPeaks::start();
-    // The model of the last unit, kept while the next units load it with the same options (sweep
-    // points and profiles that differ only in session settings): one load per model.
-    let mut held: Option<(bmoe_engine::LoadOptions, Model)> = None;
+/// What every unit of a run shares, fixed before the first unit.
+struct Ctx<'a> {
+    prep: &'a Prepared,
+    opts: &'a RunOptions,
+    stop: &'a Stop,
+    run_id: String,
+    /// The (job, point, item, repeat) keys the run already has.
+    done: HashSet<RowKey>,
+    targets: HashMap<PathBuf, Target>,
+    machine_id: Machine,
+    model_sha: HashMap<PathBuf, String>,
+    build: String,
+    rss: ident::RssPeaks,
+}
 
-    for unit in &prep.units {
-        let lj = &prep.jobs[unit.job];
-        let write_to = targets
-            .get(&lj.csv)
+impl Ctx<'_> {
+    /// The file a CSV's rows are written to (a rotated CSV's next file, or the CSV itself).
+    fn write_to(&self, csv: &Path) -> PathBuf {
+        self.targets
+            .get(csv)
             .map(|t| t.write.clone())
-            .unwrap_or_else(|| lj.csv.clone());
-        let chosen: HashSet<&str> = opts
-            .filter
-            .apply(lj.items.iter().map(|it| it.id.as_str()))
-            .into_iter()
-            .collect();
-        let taken: Vec<_> = lj
-            .items
-            .iter()
-            .filter(|it| chosen.contains(it.id.as_str()))
-            .collect();
-        // Repeat-major: the whole list once, then again, so a repeat never follows its own item
-        // (which would find the prompt already in the KV cache and the experts already read).
-        let mut pending = Vec::new();
-        for r in 0..lj.job.repeat.max(1) {
-            for &it in &taken {
-                let key = (lj.job.name.clone(), unit.point.clone(), it.id.clone(), r);
-                if done.contains(&key) {
-                    summary.skipped += 1;
-                } else {
-                    pending.push((it, r));
-                }
-            }
+            .unwrap_or_else(|| csv.to_path_buf())
+    }
+}
+
+/// What a run writes and counts as it goes.
+struct Out {
+    summary: Summary,
+    progress: Progress,
+    sinks: HashMap<PathBuf, CsvSink>,
+    written: HashMap<PathBuf, u64>,
+    /// Each row also goes to stdout as a JSON line.
+    machine: bool,
+}
+
+impl Out {
+    /// Writes one row to its CSV, and to stdout when the run is machine-read.
+    fn emit(&mut self, csv: &Path, row: &Row) -> anyhow::Result<()> {
+        append_row(&mut self.sinks, &mut self.written, csv, row)?;
+        if self.machine {
+            machine::emit(row)?;
         }
-        let label = format!("{} on {} [{}]", lj.job.name, unit.profile.name, unit.point);
-        if pending.is_empty() {
-            progress.end_unit();
-            continue;
+        Ok(())
+    }
+}
+
+/// The model kept between units, and the probe's verdicts per model.
+struct Models {
+    /// The model of the last unit, kept while the next units load it with the same options
+    /// (sweep points and profiles that differ only in session settings): one load per model.
+    held: Option<(bmoe_engine::LoadOptions, Model)>,
+    /// Model -> the probe's error, `None` when it passed.
+    probed: HashMap<PathBuf, Option<String>>,
+}
+
+/// How a unit's model came to be (or not): the load's outcome, its seconds, and whether the held
+/// model was reused.
+struct LoadOutcome {
+    result: Result<(), String>,
+    load_s: f64,
+    reused: bool,
+}
+
+impl Models {
+    /// The probe's verdict on `model` (run once per model, before its first load here; kept for
+    /// the model's other units); `None` when it passed or is not asked for.
+    fn probe_error(&mut self, opts: &RunOptions, model: &Path) -> anyhow::Result<Option<String>> {
+        if !opts.probe {
+            return Ok(None);
         }
-        if stop.requested() {
-            summary.interrupted = true;
-            break;
+        if !self.probed.contains_key(model) {
+            let r = crate::probe::probe(model)?;
+            self.probed
+                .insert(model.to_path_buf(), r.error().map(str::to_string));
         }
-        progress.start_unit(&label, pending.len() as u64);
-        let (load_opts, sess_opts) =
-            crate::placement::engine_options(&unit.placement, &unit.resolved.settings, &lj.model);
-        // The probe runs once per model, before its first load here; its verdict is kept for the
-        // model's other units.
-        let probe_error = if opts.probe {
-            if !probed.contains_key(&lj.model) {
-                let r = crate::probe::probe(&lj.model)?;
-                probed.insert(lj.model.clone(), r.error().map(str::to_string));
-            }
-            probed.get(&lj.model).cloned().flatten()
-        } else {
-            None
-        };
-        let reused = probe_error.is_none() && held.as_ref().is_some_and(|(o, _)| *o == load_opts);
+        Ok(self.probed.get(model).cloned().flatten())
+    }
+
+    /// Loads a unit's model, or keeps the held one when it was loaded with the same options.
+    fn load(
+        &mut self,
+        load_opts: &bmoe_engine::LoadOptions,
+        probe_error: Option<String>,
+        model: &Path,
+    ) -> LoadOutcome {
+        let reused =
+            probe_error.is_none() && self.held.as_ref().is_some_and(|(o, _)| o == load_opts);
         if !reused {
             // The previous model goes before the next one loads: two need not fit together.
-            held = None;
+            self.held = None;
         }
         let t0 = Instant::now();
-        let loaded: Result<(), String> = match probe_error {
+        let result: Result<(), String> = match probe_error {
             _ if reused => Ok(()),
             Some(why) => Err(why),
             // Most load errors name the file already; the others get it in front.
-            None => Model::load(&load_opts)
-                .map(|m| held = Some((load_opts.clone(), m)))
+            None => Model::load(load_opts)
+                .map(|m| self.held = Some((load_opts.clone(), m)))
                 .map_err(|e| {
                     let msg = e.to_string();
-                    if msg.contains(&lj.model.display().to_string()) {
+                    if msg.contains(&model.display().to_string()) {
                         msg
                     } else {
-                        format!("loading {}: {msg}", display_path(&lj.model))
+                        format!("loading {}: {msg}", display_path(model))
                     }
                 }),
         };
@@ -312,180 +301,391 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         } else {
             t0.elapsed().as_secs_f64()
         };
-        let loaded = match (loaded, held.as_ref()) {
+        LoadOutcome {
+            result,
+            load_s,
+            reused,
+        }
+    }
+
+    /// The held model after a load, or why there is none.
+    fn loaded(&self, result: Result<(), String>) -> Result<&Model, String> {
+        match (result, self.held.as_ref()) {
             (Ok(()), Some((_, m))) => Ok(m),
             (Ok(()), None) => Err("the model is not loaded".to_string()),
             (Err(why), _) => Err(why),
-        };
-        let mut base = base_row(
-            &run_id,
-            lj,
-            unit,
-            loaded.as_ref().ok().copied(),
-            load_s,
-            &build,
-        );
-        if let Ok(m) = &loaded {
-            let st = m.load_stats();
-            base.load_mode = st.mode.as_str().to_string();
-            base.load_read_mib = if reused {
-                Some(0.0)
-            } else {
-                st.read_bytes.map(mib)
-            };
         }
-        base.shard = opts.filter.shard.map(|s| s.label()).unwrap_or_default();
-        base.host = machine_id.host.clone();
-        base.cpu_model = machine_id.cpu_model.clone();
-        base.cpu_cores = machine_id.cpu_cores;
-        base.model_sha256 = model_sha.get(&lj.model).cloned().unwrap_or_default();
-        base.profile_hash = ident::file_hash16(&unit.profile_path)?;
-        let model = match loaded {
-            Ok(m) => m,
-            Err(why) => {
-                // The model cannot run: every pending item gets an error row, and the run goes on
-                // with the next unit.
-                progress.println(&format!("error: {why}"));
-                for (item, rep) in pending {
-                    let row = Row {
-                        item: item.id.clone(),
-                        repeat: rep,
-                        error: why.clone(),
-                        prefill_device: String::new(),
-                        peak_rss_mib: ident::peak_rss_mib(),
-                        time: chrono::Utc::now()
-                            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                        ..base.clone()
-                    };
-                    append_row(&mut sinks, &mut written, &write_to, &row)?;
-                    if opts.machine {
-                        machine::emit(&row)?;
-                    }
-                    summary.failed += 1;
-                    progress.item_done(0);
-                }
-                progress.end_unit();
-                continue;
-            }
-        };
-        if !reused {
-            for w in model.warnings() {
-                progress.println(&format!("bmoe: {w}"));
-            }
-        }
-        let mut session = model.session(&sess_opts).context("opening a session")?;
-        let gen_opts = generate_options(lj);
+    }
+}
 
-        // Warmup: `warmup` items run on the fresh session and are thrown away, so the measured rows
-        // start with a warm expert cache. They are taken cycling through the list so that the last
-        // one is the list's last item: the first measured item then follows what it follows in
-        // every later pass, never itself (whose prompt would already be in the KV cache).
-        let n_warm = if lj.items.is_empty() {
-            0
-        } else {
-            lj.job.warmup as usize
-        };
-        for i in 0..n_warm {
-            if stop.requested() {
-                summary.interrupted = true;
-                break;
-            }
-            let len = lj.items.len();
-            let item = &lj.items[(i + len - n_warm % len) % len];
-            let mut scratch = base.clone();
-            match run_item(
-                &mut session,
-                lj.job.kind,
-                &item.payload,
-                &gen_opts,
-                stop,
-                &mut scratch,
-            ) {
-                Ok(true) => {}
-                Ok(false) | Err(EngineError::Cancelled) => {
-                    summary.interrupted = true;
-                    break;
-                }
-                // A refused item is reported on its measured run; warmup only warms.
-                Err(_) => {}
-            }
-        }
-        if summary.interrupted {
-            progress.end_unit();
-            break;
-        }
-        // The profiling report covers the measured items only.
-        let _ = model.explain_prefill();
-
-        for (item, rep) in pending {
-            if stop.requested() {
-                summary.interrupted = true;
-                break;
-            }
-            let mut row = Row {
-                item: item.id.clone(),
-                repeat: rep,
-                ..base.clone()
-            };
-            let outcome = run_item(
-                &mut session,
-                lj.job.kind,
-                &item.payload,
-                &gen_opts,
-                stop,
-                &mut row,
-            );
-            match outcome {
-                Ok(true) => {}
-                // Abandoned by a second Ctrl-C: not complete, so not written.
-                Ok(false) => {
-                    summary.interrupted = true;
-                    break;
-                }
-                Err(EngineError::Cancelled) => {
-                    summary.interrupted = true;
-                    break;
-                }
-                Err(e) => {
-                    summary.failed += 1;
-                    row.error = e.to_string();
-                    progress.println(&format!("bmoe: {} item {}: {e}", lj.job.name, item.id));
-                }
-            }
-            row.time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-            // The device column says who ran prefill, not who was planned to.
-            if row.prefill_dev_tokens == 0 {
-                row.prefill_device.clear();
-            }
-            row.peak_rss_mib = ident::peak_rss_mib();
-            (row.peak_rss_anon_mib, row.peak_rss_file_mib) = rss.peaks_mib();
-            append_row(&mut sinks, &mut written, &write_to, &row)?;
-            if opts.machine {
-                machine::emit(&row)?;
-            }
-            if lj.job.kind == Kind::Decide && row.error.is_empty() {
-                summary.decisions += 1;
-                if let Some(ok) = row.correct {
-                    summary.with_expected += 1;
-                    summary.correct += u64::from(ok);
-                }
-            }
-            summary.add_outcome(&row);
-            summary.prefill_s += row.prefill_s;
-            // What was prefilled: a decision that reused a cached prefix prefilled only the rest.
-            let prefilled = row.n_prefilled.unwrap_or(row.n_prompt);
-            summary.prefill_tokens += u64::from(prefilled);
-            progress.item_done(u64::from(prefilled));
-        }
-        if let Some(r) = model.explain_prefill() {
-            report_explain(&progress, &write_to, &base, &r)?;
-        }
-        progress.end_unit();
-        if summary.interrupted {
+/// Runs every unit; returns what was done (an interrupted run is `Ok` with `interrupted`).
+pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Result<Summary> {
+    let machine_id = Machine::detect();
+    // Held until this function returns (the kernel drops them if the process dies first).
+    let (_locks, (run_id, done, targets)) = lock_and_read(prep, opts, &machine_id.host)?;
+    let summary = Summary {
+        run_id: run_id.clone(),
+        shard: opts.filter.shard.map(|s| s.label()),
+        ..Summary::default()
+    };
+    // Hashed before the bars start, so the hash's own bar does not fight them for the terminal.
+    let model_sha = hash_models(prep, opts.quiet)?;
+    let mut out = Out {
+        summary,
+        progress: Progress::new(prep.units.len() as u64, opts.quiet),
+        sinks: HashMap::new(),
+        written: HashMap::new(),
+        machine: opts.machine,
+    };
+    let ctx = Ctx {
+        prep,
+        opts,
+        stop,
+        run_id,
+        done,
+        targets,
+        machine_id,
+        model_sha,
+        build: format!(
+            "bmoe {} (engine {})",
+            env!("CARGO_PKG_VERSION"),
+            bmoe_engine::VERSION
+        ),
+        rss: ident::RssPeaks::start(),
+    };
+    let mut models = Models {
+        held: None,
+        probed: opts.probed.clone(),
+    };
+    for unit in &prep.units {
+        run_unit(&ctx, &mut out, &mut models, unit)?;
+        if out.summary.interrupted {
             break;
         }
     }
-    progress.finish();
+    out.progress.finish();
+    finish_totals(&mut out.summary);
+    out.summary.written = written_list(&ctx, &out.sinks, out.written)?;
+    Ok(out.summary)
+}
+
+/// Locks every CSV before it is read, so what a resume skips cannot change under it, then reads
+/// the run's state and locks the files the rows will go to.
+fn lock_and_read(
+    prep: &Prepared,
+    opts: &RunOptions,
+    host: &str,
+) -> anyhow::Result<(CsvLocks, State)> {
+    let mut locks = CsvLocks::default();
+    for j in &prep.jobs {
+        locks.take(&j.csv, host)?;
+    }
+    let state = existing_state(prep, opts)?;
+    for t in state.2.values() {
+        locks.take(&t.write, host)?;
+    }
+    for t in state.2.values() {
+        if let Some(n) = &t.note {
+            eprintln!("{n}");
+        }
+    }
+    Ok((locks, state))
+}
+
+/// Each job's model, hashed once (the `model_sha256` column).
+fn hash_models(prep: &Prepared, quiet: bool) -> anyhow::Result<HashMap<PathBuf, String>> {
+    let mut model_sha: HashMap<PathBuf, String> = HashMap::new();
+    for j in &prep.jobs {
+        if !model_sha.contains_key(&j.model) {
+            model_sha.insert(j.model.clone(), ident::model_sha256(&j.model, quiet)?);
+        }
+    }
+    Ok(model_sha)
+}
+
+/// The (item, repeat) pairs a unit still has to run, counting the ones the run already has as
+/// skipped.
+fn pending_items<'j>(
+    ctx: &Ctx,
+    lj: &'j LoadedJob,
+    unit: &Unit,
+    summary: &mut Summary,
+) -> Vec<(&'j Item, u32)> {
+    let chosen: HashSet<&str> = ctx
+        .opts
+        .filter
+        .apply(lj.items.iter().map(|it| it.id.as_str()))
+        .into_iter()
+        .collect();
+    let taken: Vec<_> = lj
+        .items
+        .iter()
+        .filter(|it| chosen.contains(it.id.as_str()))
+        .collect();
+    // Repeat-major: the whole list once, then again, so a repeat never follows its own item
+    // (which would find the prompt already in the KV cache and the experts already read).
+    let mut pending = Vec::new();
+    for r in 0..lj.job.repeat.max(1) {
+        for &it in &taken {
+            let key = (lj.job.name.clone(), unit.point.clone(), it.id.clone(), r);
+            if ctx.done.contains(&key) {
+                summary.skipped += 1;
+            } else {
+                pending.push((it, r));
+            }
+        }
+    }
+    pending
+}
+
+/// Runs one unit: its model loaded (or kept), warmed up, then every pending item measured. Sets
+/// `summary.interrupted` when the run must stop.
+fn run_unit(ctx: &Ctx, out: &mut Out, models: &mut Models, unit: &Unit) -> anyhow::Result<()> {
+    let lj = &ctx.prep.jobs[unit.job];
+    let write_to = ctx.write_to(&lj.csv);
+    let pending = pending_items(ctx, lj, unit, &mut out.summary);
+    let label = format!("{} on {} [{}]", lj.job.name, unit.profile.name, unit.point);
+    if pending.is_empty() {
+        out.progress.end_unit();
+        return Ok(());
+    }
+    if ctx.stop.requested() {
+        out.summary.interrupted = true;
+        return Ok(());
+    }
+    out.progress.start_unit(&label, pending.len() as u64);
+    let (load_opts, sess_opts) =
+        crate::placement::engine_options(&unit.placement, &unit.resolved.settings, &lj.model);
+    let probe_error = models.probe_error(ctx.opts, &lj.model)?;
+    let outcome = models.load(&load_opts, probe_error, &lj.model);
+    let reused = outcome.reused;
+    let loaded = models.loaded(outcome.result);
+    let base = unit_base_row(ctx, lj, unit, &loaded, outcome.load_s, reused)?;
+    let model = match loaded {
+        Ok(m) => m,
+        Err(why) => return refuse_unit(out, &write_to, pending, &base, &why),
+    };
+    if !reused {
+        for w in model.warnings() {
+            out.progress.println(&format!("bmoe: {w}"));
+        }
+    }
+    let mut session = model.session(&sess_opts).context("opening a session")?;
+    let gen_opts = generate_options(lj);
+    warm_up(ctx, &mut session, lj, &base, &gen_opts, &mut out.summary);
+    if out.summary.interrupted {
+        out.progress.end_unit();
+        return Ok(());
+    }
+    // The profiling report covers the measured items only.
+    let _ = model.explain_prefill();
+    let run = Measured {
+        lj,
+        base: &base,
+        write_to: &write_to,
+        gen_opts: &gen_opts,
+    };
+    measure_items(ctx, out, &mut session, &run, pending)?;
+    if let Some(r) = model.explain_prefill() {
+        report_explain(&out.progress, &write_to, &base, &r)?;
+    }
+    out.progress.end_unit();
+    Ok(())
+}
+
+/// The row every item of a unit starts from: the shared columns, the load's, the machine's.
+fn unit_base_row(
+    ctx: &Ctx,
+    lj: &LoadedJob,
+    unit: &Unit,
+    loaded: &Result<&Model, String>,
+    load_s: f64,
+    reused: bool,
+) -> anyhow::Result<Row> {
+    let mut base = base_row(
+        &ctx.run_id,
+        lj,
+        unit,
+        loaded.as_ref().ok().copied(),
+        load_s,
+        &ctx.build,
+    );
+    if let Ok(m) = loaded {
+        let st = m.load_stats();
+        base.load_mode = st.mode.as_str().to_string();
+        base.load_read_mib = if reused {
+            Some(0.0)
+        } else {
+            st.read_bytes.map(mib)
+        };
+    }
+    base.shard = ctx.opts.filter.shard.map(|s| s.label()).unwrap_or_default();
+    base.host = ctx.machine_id.host.clone();
+    base.cpu_model = ctx.machine_id.cpu_model.clone();
+    base.cpu_cores = ctx.machine_id.cpu_cores;
+    base.model_sha256 = ctx.model_sha.get(&lj.model).cloned().unwrap_or_default();
+    base.profile_hash = ident::file_hash16(&unit.profile_path)?;
+    Ok(base)
+}
+
+/// The model cannot run: every pending item gets an error row, and the run goes on with the
+/// next unit.
+fn refuse_unit(
+    out: &mut Out,
+    write_to: &Path,
+    pending: Vec<(&Item, u32)>,
+    base: &Row,
+    why: &str,
+) -> anyhow::Result<()> {
+    out.progress.println(&format!("error: {why}"));
+    for (item, rep) in pending {
+        let row = Row {
+            item: item.id.clone(),
+            repeat: rep,
+            error: why.to_string(),
+            prefill_device: String::new(),
+            peak_rss_mib: ident::peak_rss_mib(),
+            time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            ..base.clone()
+        };
+        out.emit(write_to, &row)?;
+        out.summary.failed += 1;
+        out.progress.item_done(0);
+    }
+    out.progress.end_unit();
+    Ok(())
+}
+
+/// Warmup: `warmup` items run on the fresh session and are thrown away, so the measured rows
+/// start with a warm expert cache. They are taken cycling through the list so that the last one
+/// is the list's last item: the first measured item then follows what it follows in every later
+/// pass, never itself (whose prompt would already be in the KV cache).
+fn warm_up(
+    ctx: &Ctx,
+    session: &mut Session<'_>,
+    lj: &LoadedJob,
+    base: &Row,
+    gen_opts: &GenerateOptions,
+    summary: &mut Summary,
+) {
+    let n_warm = if lj.items.is_empty() {
+        0
+    } else {
+        lj.job.warmup as usize
+    };
+    for i in 0..n_warm {
+        if ctx.stop.requested() {
+            summary.interrupted = true;
+            break;
+        }
+        let len = lj.items.len();
+        let item = &lj.items[(i + len - n_warm % len) % len];
+        let mut scratch = base.clone();
+        match run_item(
+            session,
+            lj.job.kind,
+            &item.payload,
+            gen_opts,
+            ctx.stop,
+            &mut scratch,
+        ) {
+            Ok(true) => {}
+            Ok(false) | Err(EngineError::Cancelled) => {
+                summary.interrupted = true;
+                break;
+            }
+            // A refused item is reported on its measured run; warmup only warms.
+            Err(_) => {}
+        }
+    }
+}
+
+/// What the measured items of a unit share.
+struct Measured<'a> {
+    lj: &'a LoadedJob,
+    base: &'a Row,
+    write_to: &'a Path,
+    gen_opts: &'a GenerateOptions,
+}
+
+/// Runs and writes every pending item of a unit, until the run is stopped.
+fn measure_items(
+    ctx: &Ctx,
+    out: &mut Out,
+    session: &mut Session<'_>,
+    m: &Measured,
+    pending: Vec<(&Item, u32)>,
+) -> anyhow::Result<()> {
+    for (item, rep) in pending {
+        if ctx.stop.requested() {
+            out.summary.interrupted = true;
+            break;
+        }
+        let mut row = Row {
+            item: item.id.clone(),
+            repeat: rep,
+            ..m.base.clone()
+        };
+        let outcome = run_item(
+            session,
+            m.lj.job.kind,
+            &item.payload,
+            m.gen_opts,
+            ctx.stop,
+            &mut row,
+        );
+        match outcome {
+            Ok(true) => {}
+            // Abandoned by a second Ctrl-C: not complete, so not written.
+            Ok(false) | Err(EngineError::Cancelled) => {
+                out.summary.interrupted = true;
+                break;
+            }
+            Err(e) => {
+                out.summary.failed += 1;
+                row.error = e.to_string();
+                out.progress
+                    .println(&format!("bmoe: {} item {}: {e}", m.lj.job.name, item.id));
+            }
+        }
+        finish_row(ctx, &mut row);
+        out.emit(m.write_to, &row)?;
+        count_row(&mut out.summary, m.lj.job.kind, &row);
+        // What was prefilled: a decision that reused a cached prefix prefilled only the rest.
+        let prefilled = row.n_prefilled.unwrap_or(row.n_prompt);
+        out.progress.item_done(u64::from(prefilled));
+    }
+    Ok(())
+}
+
+/// The columns a measured row gets once its item ran: the time, the device that did prefill,
+/// the memory peaks.
+fn finish_row(ctx: &Ctx, row: &mut Row) {
+    row.time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    // The device column says who ran prefill, not who was planned to.
+    if row.prefill_dev_tokens == 0 {
+        row.prefill_device.clear();
+    }
+    row.peak_rss_mib = ident::peak_rss_mib();
+    (row.peak_rss_anon_mib, row.peak_rss_file_mib) = ctx.rss.peaks_mib();
+}
+
+/// Adds a written row to the run's totals.
+fn count_row(summary: &mut Summary, kind: Kind, row: &Row) {
+    if kind == Kind::Decide && row.error.is_empty() {
+        summary.decisions += 1;
+        if let Some(ok) = row.correct {
+            summary.with_expected += 1;
+            summary.correct += u64::from(ok);
+        }
+    }
+    summary.add_outcome(row);
+    summary.prefill_s += row.prefill_s;
+    summary.prefill_tokens += u64::from(row.n_prefilled.unwrap_or(row.n_prompt));
+}
+
+/// The totals computed from the sums: accuracy, perplexity and its standard error.
+fn finish_totals(summary: &mut Summary) {
     summary.accuracy =
         (summary.with_expected > 0).then(|| summary.correct as f64 / summary.with_expected as f64);
     summary.ppl =
@@ -500,16 +700,20 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
             0.0
         }
     });
+}
+
+/// Rows written per CSV. Names every CSV a job points at, even one that got no new rows (all
+/// skipped, or a shard that drew no item); a CSV that does not exist yet gets its header, so
+/// "0 rows appended to" names a file and `shard-*.csv` finds an empty shard.
+fn written_list(
+    ctx: &Ctx,
+    sinks: &HashMap<PathBuf, CsvSink>,
+    written: HashMap<PathBuf, u64>,
+) -> anyhow::Result<Vec<Written>> {
     let mut w: Vec<(PathBuf, u64)> = written.into_iter().collect();
     w.sort();
-    // Name every CSV a job points at, even one that got no new rows (all skipped, or a shard
-    // that drew no item); a CSV that does not exist yet gets its header, so "0 rows appended to"
-    // names a file and `shard-*.csv` finds an empty shard.
-    for j in &prep.jobs {
-        let to = targets
-            .get(&j.csv)
-            .map(|t| t.write.clone())
-            .unwrap_or_else(|| j.csv.clone());
+    for j in &ctx.prep.jobs {
+        let to = ctx.write_to(&j.csv);
         if !w.iter().any(|(p, _)| p == &to) {
             if !sinks.contains_key(&to) && !to.exists() {
                 CsvSink::open(&to)?;
@@ -517,14 +721,12 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
             w.push((to, 0));
         }
     }
-    summary.written = w
-        .into_iter()
+    Ok(w.into_iter()
         .map(|(p, rows)| Written {
             csv: display_path(&p),
             rows,
         })
-        .collect();
-    Ok(summary)
+        .collect())
 }
 
 /// `[prefill] explain`: the unit's profiling report on stderr and as one JSON line in
@@ -685,7 +887,7 @@ fn plain_f64(x: f32) -> f64 {
 
 /// Runs one item into `row`; `Ok(false)` when it was abandoned (not complete).
 fn run_item(
-    session: &mut bmoe_engine::Session<'_>,
+    session: &mut Session<'_>,
     kind: Kind,
     payload: &Payload,
     gen: &GenerateOptions,

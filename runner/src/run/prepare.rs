@@ -154,7 +154,7 @@ fn command_line(sel: &Selection, diags: &mut Vec<Diagnostic>) -> CommandLine {
         match crate::config::load::load::<Overrides>(
             path,
             "overrides",
-            &crate::schema::item_schema::<Overrides>(),
+            &crate::config::schema::item_schema::<Overrides>(),
         ) {
             Ok((o, src)) => {
                 inputs.overlay = Some((format!("overrides {}", display_path(path)), o.0));

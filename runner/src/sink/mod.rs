@@ -2,3 +2,4 @@
 pub mod csv;
 pub mod lock;
 pub mod row;
+pub mod schema;

@@ -1,0 +1,18 @@
+//! The telemetry row's JSON Schema: the CSV columns as `bmoe schema` publishes them.
+use serde_json::Value;
+
+use super::row::Row;
+use crate::config::schema::generate;
+
+/// `schemas/telemetry.schema.json`: one CSV row as an object, columns in order under
+/// `x-columns`, each with its unit under `x-unit`.
+pub fn telemetry_schema() -> Value {
+    let mut v = generate::<Row>("telemetry.schema.json");
+    if let Value::Object(m) = &mut v {
+        m.insert(
+            "x-columns".into(),
+            Value::Array(Row::columns().into_iter().map(Value::String).collect()),
+        );
+    }
+    v
+}
