@@ -372,7 +372,7 @@ mod tests {
         let t = table("job,profile,point,item\nj,p,base,\"a\nb\"\nj,p,base,c\nj,p,ba").unwrap();
         let lines: Vec<u64> = t.records.iter().map(|r| r.line).collect();
         assert_eq!(lines, [2, 4]);
-        assert_eq!(t.torn_bytes(), 7);
+        assert_eq!(t.torn_bytes(), 6);
         let tail = t.tail_record().unwrap();
         assert_eq!((tail.line, tail.cells.len()), (5, 3));
     }
