@@ -397,11 +397,7 @@ fn lost_because(j: &Judged, wv: f64, objective: &str) -> String {
     } else if v == wv {
         format!("{objective} {} ties; the earlier point wins", fmt_num(v))
     } else {
-        format!(
-            "{objective} {} vs {} ({pct:+.1}%)",
-            fmt_num(v),
-            fmt_num(wv)
-        )
+        format!("{objective} {} vs {} ({pct:+.1}%)", fmt_num(v), fmt_num(wv))
     }
 }
 
