@@ -1,9 +1,5 @@
 //! `bmoe report`: tables, plots and the best point per (job, profile, sweep point).
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::ExitCode;
-
-use anyhow::Context;
 
 use super::output::write_atomic;
 use crate::cli::{ReportArgs, ReportFormat};
@@ -12,37 +8,12 @@ use crate::{config, report};
 
 /// Runs `bmoe report`.
 pub fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
-    let ram = profile_ram(&a)?;
-    let mut requires = Vec::new();
-    for r in &a.requires {
-        requires.extend(report::best::parse_requires(r)?);
-    }
-    let mut opts = report::Options {
-        csvs: a.csvs.clone(),
-        reference: a.reference.clone(),
-        job: a.job.clone(),
-        profile: a.profile.clone(),
-        run_ids: a.run_ids.clone(),
-        ram,
-        best: None,
-    };
-    let want_best =
-        a.best || a.objective.is_some() || !a.requires.is_empty() || a.write_overrides.is_some();
-    if want_best {
-        opts.best = Some(best_spec(&a, &opts, requires)?);
-    }
+    let opts = options(&a)?;
     let rep = report::build(&opts)?;
     for w in &rep.warnings {
         eprintln!("warning: {w}");
     }
-    let text = report::render::render(
-        &rep,
-        match report_format(&a) {
-            ReportFormat::Html => report::render::Format::Html,
-            ReportFormat::Md => report::render::Format::Md,
-            ReportFormat::Json => report::render::Format::Json,
-        },
-    );
+    let text = report::render::render(&rep, format_of(&a));
     // The overlay first: a report naming a winner whose overlay failed would mislead.
     if let Some(path) = &a.write_overrides {
         write_overrides(&a, &rep, path)?;
@@ -63,55 +34,62 @@ pub fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Each `--profile-file`'s RAM by profile name (the report's memory lines).
-fn profile_ram(a: &ReportArgs) -> anyhow::Result<BTreeMap<String, f64>> {
-    let mut ram = BTreeMap::new();
+/// The report's options from the command line, `--best`'s spec included when asked for.
+fn options(a: &ReportArgs) -> anyhow::Result<report::Options> {
+    let mut ram = std::collections::BTreeMap::new();
     for f in &a.profile_files {
         let (p, _) = config::profile::load_profile(f)?;
         ram.insert(p.name, p.ram_mb as f64);
     }
-    Ok(ram)
+    let want_best =
+        a.best || a.objective.is_some() || !a.requires.is_empty() || a.write_overrides.is_some();
+    let mut requires = Vec::new();
+    for r in &a.requires {
+        requires.extend(report::best::parse_requires(r)?);
+    }
+    let mut opts = report::Options {
+        csvs: a.csvs.clone(),
+        reference: a.reference.clone(),
+        job: a.job.clone(),
+        profile: a.profile.clone(),
+        run_ids: a.run_ids.clone(),
+        ram,
+        best: None,
+    };
+    if want_best {
+        let objective = match &a.objective {
+            Some(o) => o.clone(),
+            None => default_objective(&opts)?,
+        };
+        let minimize = if a.minimize {
+            true
+        } else if a.maximize {
+            false
+        } else {
+            report::best::default_minimize(&objective)
+        };
+        opts.best = Some(report::best::BestSpec {
+            objective,
+            minimize,
+            requires,
+        });
+    }
+    Ok(opts)
 }
 
-/// What `--best` optimizes: the objective asked for or the default one, and its direction.
-fn best_spec(
-    a: &ReportArgs,
-    opts: &report::Options,
-    requires: Vec<report::best::Require>,
-) -> anyhow::Result<report::best::BestSpec> {
-    let objective = match &a.objective {
-        Some(o) => o.clone(),
-        None => {
-            // Without --objective: decode speed where anything decoded, else prefill speed.
-            let probe = report::build(opts)?;
-            if probe
-                .groups
-                .iter()
-                .any(|g| g.metrics.contains_key("decode_tps"))
-            {
-                "decode_tps".to_string()
-            } else {
-                "prefill_tps".to_string()
-            }
-        }
-    };
-    let minimize = if a.minimize {
-        true
-    } else if a.maximize {
-        false
-    } else {
-        report::best::default_minimize(&objective)
-    };
-    Ok(report::best::BestSpec {
-        objective,
-        minimize,
-        requires,
-    })
+/// Without --objective: decode speed where anything decoded, else prefill speed.
+fn default_objective(opts: &report::Options) -> anyhow::Result<String> {
+    let probe = report::build(opts)?;
+    let decoded = probe
+        .groups
+        .iter()
+        .any(|g| g.metrics.contains_key("decode_tps"));
+    Ok(if decoded { "decode_tps" } else { "prefill_tps" }.to_string())
 }
 
-/// The format asked for, else the one `--out`'s extension names, else Markdown.
-fn report_format(a: &ReportArgs) -> ReportFormat {
-    match (a.format, &a.out) {
+/// `--format`, else the output's extension, else Markdown.
+fn format_of(a: &ReportArgs) -> report::render::Format {
+    let format = match (a.format, &a.out) {
         (Some(f), _) => f,
         (None, Some(p)) => match p.extension().and_then(|e| e.to_str()) {
             Some("md") => ReportFormat::Md,
@@ -119,12 +97,22 @@ fn report_format(a: &ReportArgs) -> ReportFormat {
             _ => ReportFormat::Html,
         },
         (None, None) => ReportFormat::Md,
+    };
+    match format {
+        ReportFormat::Html => report::render::Format::Html,
+        ReportFormat::Md => report::render::Format::Md,
+        ReportFormat::Json => report::render::Format::Json,
     }
 }
 
-/// `--write-overrides`: the one winner's point as an overrides file, checked as `--overrides`
-/// will check it before it is written.
-fn write_overrides(a: &ReportArgs, rep: &report::Report, path: &Path) -> anyhow::Result<()> {
+/// `--write-overrides`: the one winner's point as an overlay, checked as `--overrides` will
+/// read it, so a file that `bmoe check` would refuse is never written.
+fn write_overrides(
+    a: &ReportArgs,
+    rep: &report::Report,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
     let b = match rep.best.as_slice() {
         [one] => one,
         many => {
@@ -147,8 +135,6 @@ fn write_overrides(a: &ReportArgs, rep: &report::Report, path: &Path) -> anyhow:
             .collect::<String>()
     );
     let toml = report::best::overlay_toml(b, &how)?;
-    // The values come from a CSV's point label: check them as `--overrides` will, so a file
-    // that `bmoe check` would refuse is never written.
     let value = toml::from_str::<toml::Value>(&toml)
         .map_err(anyhow::Error::from)
         .and_then(|v| serde_json::to_value(v).map_err(anyhow::Error::from))

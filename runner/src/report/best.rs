@@ -264,119 +264,141 @@ pub fn choose(d: &Data, groups: &[Group], spec: &BestSpec) -> Result<Vec<Best>, 
             .filter(|g| g.job == job && g.profile == profile)
             .collect();
         objective_measured(d, &gs, &spec.objective)?;
-        // Per point: objective value, failed requirements (text), total relative shortfall.
-        let mut judged = Vec::new();
-        for g in &gs {
-            let obj = scalar(d, g, &spec.objective);
-            let mut fails = Vec::new();
-            let mut shortfall = 0.0;
-            for r in &spec.requires {
-                match scalar(d, g, &r.name) {
-                    Some(v) if r.op.holds(v, r.bound) => {}
-                    Some(v) => {
-                        fails.push(format!("{} is {} (needs {r})", r.name, fmt_num(v)));
-                        shortfall += (v - r.bound).abs() / r.bound.abs().max(1e-9);
-                    }
-                    None => {
-                        fails.push(format!("{} not measured (needs {r})", r.name));
-                        shortfall += f64::INFINITY;
-                    }
-                }
-            }
-            if obj.is_none() {
-                fails.push(format!("{} not measured", spec.objective));
-            }
-            judged.push((*g, obj, fails, shortfall));
-        }
-        let better = |a: f64, b: f64| if spec.minimize { a < b } else { a > b };
-        let mut win: Option<usize> = None;
-        for (i, (_, obj, fails, _)) in judged.iter().enumerate() {
-            let (Some(v), true) = (obj, fails.is_empty()) else {
-                continue;
-            };
-            match win {
-                Some(w) if !better(*v, judged[w].1.unwrap_or(f64::NAN)) => {}
-                _ => win = Some(i),
-            }
-        }
-        let Some(w) = win else {
-            // No point qualifies: name the one that came closest.
-            let closest = judged
-                .iter()
-                .min_by(|a, b| a.3.total_cmp(&b.3))
-                .map(|(g, _, fails, _)| format!("{} ({})", g.label, fails.join("; ")))
-                .unwrap_or_default();
-            return Err(ReportError::NoPointMeets {
-                job,
-                profile,
-                requires: spec
-                    .requires
-                    .iter()
-                    .map(|r| r.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                closest,
-            });
+        let judged: Vec<Judged> = gs.iter().map(|g| judge(d, g, spec)).collect();
+        let Some(w) = winner(&judged, spec.minimize) else {
+            return Err(none_meets(job, profile, &judged, spec));
         };
-        let (wg, wv, _, _) = &judged[w];
-        let wv = wv.unwrap_or(f64::NAN);
-        let others = judged
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != w)
-            .map(|(_, (g, obj, fails, _))| {
-                let reason = if !fails.is_empty() {
-                    fails.join("; ")
-                } else {
-                    let v = obj.unwrap_or(f64::NAN);
-                    let pct = if wv != 0.0 {
-                        (v - wv) / wv.abs() * 100.0
-                    } else {
-                        0.0
-                    };
-                    if wv == 0.0 && v != 0.0 {
-                        format!("{} {} vs {}", spec.objective, fmt_num(v), fmt_num(wv))
-                    } else if v == wv {
-                        format!(
-                            "{} {} ties; the earlier point wins",
-                            spec.objective,
-                            fmt_num(v)
-                        )
-                    } else {
-                        format!(
-                            "{} {} vs {} ({pct:+.1}%)",
-                            spec.objective,
-                            fmt_num(v),
-                            fmt_num(wv)
-                        )
-                    }
-                };
-                Loser {
-                    job: g.job.clone(),
-                    profile: g.profile.clone(),
-                    point: g.label.clone(),
-                    objective: *obj,
-                    reason,
-                }
-            })
-            .collect();
-        out.push(Best {
-            job: wg.job.clone(),
-            profile: wg.profile.clone(),
-            point: wg.label.clone(),
-            params: wg.params.clone(),
-            objective: spec.objective.clone(),
-            direction: if spec.minimize { "min" } else { "max" },
-            value: wv,
-            requires: spec
-                .requires
-                .iter()
-                .map(|r| (r.to_string(), scalar(d, wg, &r.name).unwrap_or(f64::NAN)))
-                .collect(),
-            others,
-        });
+        out.push(best_of(d, &judged, w, spec));
     }
     Ok(out)
+}
+
+/// One point judged: its objective value, the requirements it fails (as text) and its total
+/// relative shortfall (to name the closest when none qualifies).
+struct Judged<'a> {
+    group: &'a Group,
+    objective: Option<f64>,
+    fails: Vec<String>,
+    shortfall: f64,
+}
+
+/// Judges one point against the objective and every requirement.
+fn judge<'a>(d: &Data, g: &'a Group, spec: &BestSpec) -> Judged<'a> {
+    let objective = scalar(d, g, &spec.objective);
+    let mut fails = Vec::new();
+    let mut shortfall = 0.0;
+    for r in &spec.requires {
+        match scalar(d, g, &r.name) {
+            Some(v) if r.op.holds(v, r.bound) => {}
+            Some(v) => {
+                fails.push(format!("{} is {} (needs {r})", r.name, fmt_num(v)));
+                shortfall += (v - r.bound).abs() / r.bound.abs().max(1e-9);
+            }
+            None => {
+                fails.push(format!("{} not measured (needs {r})", r.name));
+                shortfall += f64::INFINITY;
+            }
+        }
+    }
+    if objective.is_none() {
+        fails.push(format!("{} not measured", spec.objective));
+    }
+    Judged {
+        group: g,
+        objective,
+        fails,
+        shortfall,
+    }
+}
+
+/// The index of the best qualifying point; of equals, the earlier.
+fn winner(judged: &[Judged], minimize: bool) -> Option<usize> {
+    let better = |a: f64, b: f64| if minimize { a < b } else { a > b };
+    let mut win: Option<usize> = None;
+    for (i, j) in judged.iter().enumerate() {
+        let (Some(v), true) = (j.objective, j.fails.is_empty()) else {
+            continue;
+        };
+        match win {
+            Some(w) if !better(v, judged[w].objective.unwrap_or(f64::NAN)) => {}
+            _ => win = Some(i),
+        }
+    }
+    win
+}
+
+/// No point qualifies: the error names the one that came closest.
+fn none_meets(job: String, profile: String, judged: &[Judged], spec: &BestSpec) -> ReportError {
+    let closest = judged
+        .iter()
+        .min_by(|a, b| a.shortfall.total_cmp(&b.shortfall))
+        .map(|j| format!("{} ({})", j.group.label, j.fails.join("; ")))
+        .unwrap_or_default();
+    ReportError::NoPointMeets {
+        job,
+        profile,
+        requires: spec
+            .requires
+            .iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        closest,
+    }
+}
+
+/// The winner `w` with every other point and why it lost.
+fn best_of(d: &Data, judged: &[Judged], w: usize, spec: &BestSpec) -> Best {
+    let wg = judged[w].group;
+    let wv = judged[w].objective.unwrap_or(f64::NAN);
+    let others = judged
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != w)
+        .map(|(_, j)| Loser {
+            job: j.group.job.clone(),
+            profile: j.group.profile.clone(),
+            point: j.group.label.clone(),
+            objective: j.objective,
+            reason: lost_because(j, wv, &spec.objective),
+        })
+        .collect();
+    Best {
+        job: wg.job.clone(),
+        profile: wg.profile.clone(),
+        point: wg.label.clone(),
+        params: wg.params.clone(),
+        objective: spec.objective.clone(),
+        direction: if spec.minimize { "min" } else { "max" },
+        value: wv,
+        requires: spec
+            .requires
+            .iter()
+            .map(|r| (r.to_string(), scalar(d, wg, &r.name).unwrap_or(f64::NAN)))
+            .collect(),
+        others,
+    }
+}
+
+/// Why a point lost to the winner's value `wv`: its failed requirements, else its objective
+/// against the winner's.
+fn lost_because(j: &Judged, wv: f64, objective: &str) -> String {
+    if !j.fails.is_empty() {
+        return j.fails.join("; ");
+    }
+    let v = j.objective.unwrap_or(f64::NAN);
+    let pct = if wv != 0.0 {
+        (v - wv) / wv.abs() * 100.0
+    } else {
+        0.0
+    };
+    if wv == 0.0 && v != 0.0 {
+        format!("{objective} {} vs {}", fmt_num(v), fmt_num(wv))
+    } else if v == wv {
+        format!("{objective} {} ties; the earlier point wins", fmt_num(v))
+    } else {
+        format!("{objective} {} vs {} ({pct:+.1}%)", fmt_num(v), fmt_num(wv))
+    }
 }
 
 /// The winners as text for the terminal.

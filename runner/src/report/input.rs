@@ -1,13 +1,12 @@
-//! Reading telemetry CSVs by column name: any header that has the identity columns is accepted,
-//! metric columns it lacks are simply absent, and files with different headers (older or newer
-//! builds, other schema versions) are read side by side.
+//! The report's rows, read through the shared reader (`sink::read`) by column name: any header
+//! that has the identity columns is accepted, metric columns it lacks are simply absent, and
+//! files with different headers (older or newer builds, other schema versions) are read side by
+//! side. The report's policy: a ragged or torn row is left out and counted.
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::ReportError;
-
-/// Columns a file must have to be grouped at all.
-pub const REQUIRED: &[&str] = &["job", "profile", "point", "item"];
+use crate::sink::read::{self, ReadError};
 
 /// Columns whose values must agree for rows to be pooled in one group: the resolved settings
 /// (not the per-item outcomes such as `prefill_device` or `reuse`), the machine, the build and
@@ -155,22 +154,22 @@ impl Data {
         self.columns.len() - 1
     }
 
-    /// Reads one file and adds its rows; a cell of a numeric column that is not a number refuses
-    /// the whole file (its numbers cannot be trusted), as `compare` and `merge` do.
+    /// Reads one file through the shared reader (`sink::read`) and adds its rows; a cell of a
+    /// numeric column that is not a number refuses the whole file (its numbers cannot be
+    /// trusted), as `compare` and `merge` do.
     pub fn add_file(&mut self, path: &Path) -> Result<(), ReportError> {
-        let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|cause| ReportError::Io {
-            path: shown.clone(),
-            cause,
-        })?;
-        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
-            return Err(ReportError::Empty { path: shown });
+        let table = read::read(path).map_err(from_read)?;
+        if table.blank {
+            return Err(ReportError::Empty {
+                path: path.display().to_string(),
+            });
         }
-        let mut rdr = csv::ReaderBuilder::new()
-            .has_headers(true)
-            .flexible(true)
-            .from_reader(bytes.as_slice());
-        let header = read_header(&mut rdr, &shown)?;
+        let header = if table.header.is_empty() {
+            // One line without its newline: a header written by hand, no rows.
+            read::header_of(path, &table.tail).map_err(from_read)?
+        } else {
+            table.header.clone()
+        };
         let cols: Vec<usize> = header.iter().map(|h| self.col(h)).collect();
         let mut info = FileInfo {
             path: path.to_path_buf(),
@@ -181,123 +180,83 @@ impl Data {
             duplicates: Duplicates::default(),
         };
         let at = Positions::of(&header);
-        let numeric = numeric_columns();
-        for (n, rec) in rdr.records().enumerate() {
-            let line = n as u64 + 2;
-            let rec = rec.map_err(|e| ReportError::BadRow {
-                path: shown.clone(),
-                line,
-                reason: e.to_string(),
-            })?;
-            // A row with another field count is a torn last write or a hand edit: it cannot be
+        let tail = table.tail_record();
+        let mut recs = Vec::new();
+        for rec in table.records.iter().chain(tail.iter()) {
+            // A row with another cell count is a torn last write or a hand edit: it cannot be
             // matched to the header, so it is left out (and counted in the report).
-            if rec.len() != header.len() {
+            if rec.cells.len() != header.len() {
                 info.skipped += 1;
                 continue;
             }
             let mut nums = vec![None; self.columns.len()];
-            for (k, &c) in cols.iter().enumerate() {
-                let v = rec.get(k).unwrap_or("").trim();
-                let parsed = v.parse::<f64>().ok();
-                if parsed.is_none() && !v.is_empty() && numeric.contains(header[k].as_str()) {
-                    return Err(ReportError::BadCell {
-                        path: shown,
-                        line,
-                        column: header[k].clone(),
-                        value: v.to_string(),
-                    });
-                }
-                nums[c] = parsed.filter(|v| v.is_finite());
+            for (&c, v) in cols.iter().zip(table.numbers(rec).map_err(from_read)?) {
+                nums[c] = v;
             }
-            let r = at.rec(&rec, nums);
-            let ver = at.cell(&rec, at.version);
+            let ver = at.cell(&rec.cells, at.version);
             if !ver.is_empty() && !info.schema_versions.iter().any(|v| v == ver) {
                 info.schema_versions.push(ver.to_string());
             }
             info.rows += 1;
-            let key = (
-                r.run_id.clone(),
-                r.job.clone(),
-                r.profile.clone(),
-                r.point.clone(),
-                r.item.clone(),
-                r.repeat,
-            );
-            // Without a run id two rows cannot be told to be the same run's: both count.
-            if !r.run_id.is_empty() && !self.seen.insert(key) {
-                info.duplicates.rows += 1;
-                info.duplicates.example.get_or_insert_with(|| {
-                    format!(
-                        "line {line}: run {}, job {}, profile {}, point {}, item {}, repeat {}",
-                        r.run_id,
-                        r.job,
-                        r.profile,
-                        r.point,
-                        r.item,
-                        r.repeat.map(|x| x.to_string()).unwrap_or("-".into())
-                    )
-                });
-                continue;
-            }
-            self.recs.push(r);
+            recs.push((rec.line, at.rec(&rec.cells, nums)));
+        }
+        for (line, r) in recs {
+            self.keep_unless_duplicate(r, line, &mut info.duplicates);
         }
         self.files.push(info);
         Ok(())
     }
-}
 
-/// The header, refused when it lacks the identity columns.
-fn read_header(rdr: &mut csv::Reader<&[u8]>, shown: &str) -> Result<Vec<String>, ReportError> {
-    let header: Vec<String> = rdr
-        .headers()
-        .map_err(|e| ReportError::NotTelemetry {
-            path: shown.to_string(),
-            detail: format!("its first line is not a CSV header ({e})"),
-        })?
-        .iter()
-        // A spreadsheet's UTF-8 byte order mark would hide the first column's name.
-        .map(|c| c.trim().trim_start_matches('\u{feff}').to_string())
-        .collect();
-    let missing: Vec<&str> = REQUIRED
-        .iter()
-        .copied()
-        .filter(|c| !header.iter().any(|h| h == c))
-        .collect();
-    if missing.is_empty() {
-        return Ok(header);
-    }
-    let mut shown_header = header.iter().take(8).cloned().collect::<Vec<_>>().join(",");
-    if header.len() > 8 {
-        shown_header.push_str(",...");
-    }
-    Err(ReportError::NotTelemetry {
-        path: shown.to_string(),
-        detail: format!(
-            "no column {} (expected the bmoe columns {}; its header is `{shown_header}`)",
-            missing.join(", "),
-            REQUIRED.join(", ")
-        ),
-    })
-}
-
-/// The telemetry columns typed as numbers (integer or number) in the row schema.
-fn numeric_columns() -> &'static HashSet<String> {
-    static NUMERIC: std::sync::OnceLock<HashSet<String>> = std::sync::OnceLock::new();
-    NUMERIC.get_or_init(|| {
-        let schema = crate::schema::telemetry_schema();
-        let mut out = HashSet::new();
-        if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
-            for (name, v) in props {
-                if matches!(
-                    v.get("type").and_then(|t| t.as_str()),
-                    Some("integer" | "number")
-                ) {
-                    out.insert(name.clone());
-                }
-            }
+    /// Keeps `r` unless an earlier row (in this or an earlier file) has its key; a duplicate is
+    /// counted once, the first one kept as the message's example.
+    fn keep_unless_duplicate(&mut self, r: Rec, line: u64, dup: &mut Duplicates) {
+        let key = (
+            r.run_id.clone(),
+            r.job.clone(),
+            r.profile.clone(),
+            r.point.clone(),
+            r.item.clone(),
+            r.repeat,
+        );
+        // Without a run id two rows cannot be told to be the same run's: both count.
+        if !r.run_id.is_empty() && !self.seen.insert(key) {
+            dup.rows += 1;
+            dup.example.get_or_insert_with(|| {
+                format!(
+                    "line {line}: run {}, job {}, profile {}, point {}, item {}, repeat {}",
+                    r.run_id,
+                    r.job,
+                    r.profile,
+                    r.point,
+                    r.item,
+                    r.repeat.map(|x| x.to_string()).unwrap_or("-".into())
+                )
+            });
+            return;
         }
-        out
-    })
+        self.recs.push(r);
+    }
+}
+
+/// The shared reader's error in the report's words (a bad file is left out, so it says so).
+fn from_read(e: ReadError) -> ReportError {
+    match e {
+        ReadError::Io { path, cause } => ReportError::Io { path, cause },
+        ReadError::NotTelemetry { path, detail } => ReportError::NotTelemetry { path, detail },
+        ReadError::BadRow { path, line, reason } => ReportError::BadRow { path, line, reason },
+        ReadError::BadCell {
+            path,
+            line,
+            column,
+            value,
+            ..
+        } => ReportError::BadCell {
+            path,
+            line,
+            column,
+            value,
+        },
+    }
 }
 
 /// Where the columns the report reads by name sit in one file's header.

@@ -254,34 +254,7 @@ pub fn build(opts: &Options) -> Result<Report, ReportError> {
 
     let ram = profile_ram(&data, &opts.ram);
     let groups = stats::groups(&data, opts.reference.as_deref())?;
-    for (m, h, _) in stats::METRICS {
-        if *m != "peak_rss_mib" && groups.iter().all(|g| !g.metrics.contains_key(*m)) {
-            let why = match *m {
-                "decode_tps" => {
-                    "no row generated tokens (decide and perplexity rows do not decode)"
-                }
-                "dev_wait_share" => "no row ran prefill on a device",
-                "cache_hit_pct" => "no row looked up the expert cache (moe_stream off)",
-                "read_mib_per_token" => "no row streamed experts (moe_stream off)",
-                _ => "no row measured it",
-            };
-            notes.push(format!("{h}: {why}, so the column is left out"));
-        }
-    }
-    if groups.iter().all(|g| g.accuracy.is_none()) {
-        notes.push(
-            "accuracy: no row carries `correct` or `expected`, so accuracy is left out".into(),
-        );
-    }
-    if let Some(g) = groups.iter().find(|g| g.agreement.is_some()) {
-        if let Some(a) = &g.agreement {
-            notes.push(format!(
-                "agreement: share of rows whose `best` equals the reference point's for the same item (reference: {}{})",
-                a.reference,
-                if opts.reference.is_some() { "" } else { ", the first point of each job and profile" }
-            ));
-        }
-    }
+    metric_notes(&groups, opts, &mut notes);
     split_notes(&groups, &mut notes);
     let best = match &opts.best {
         Some(spec) => best::choose(&data, &groups, spec)?,
@@ -327,6 +300,39 @@ fn duplicate_warnings(data: &Data) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Notes on what the tables leave out: metrics no row measured, accuracy without `correct` or
+/// `expected`, and which reference agreement is measured against.
+fn metric_notes(groups: &[Group], opts: &Options, notes: &mut Vec<String>) {
+    for (m, h, _) in stats::METRICS {
+        if *m != "peak_rss_mib" && groups.iter().all(|g| !g.metrics.contains_key(*m)) {
+            let why = match *m {
+                "decode_tps" => {
+                    "no row generated tokens (decide and perplexity rows do not decode)"
+                }
+                "dev_wait_share" => "no row ran prefill on a device",
+                "cache_hit_pct" => "no row looked up the expert cache (moe_stream off)",
+                "read_mib_per_token" => "no row streamed experts (moe_stream off)",
+                _ => "no row measured it",
+            };
+            notes.push(format!("{h}: {why}, so the column is left out"));
+        }
+    }
+    if groups.iter().all(|g| g.accuracy.is_none()) {
+        notes.push(
+            "accuracy: no row carries `correct` or `expected`, so accuracy is left out".into(),
+        );
+    }
+    if let Some(g) = groups.iter().find(|g| g.agreement.is_some()) {
+        if let Some(a) = &g.agreement {
+            notes.push(format!(
+                "agreement: share of rows whose `best` equals the reference point's for the same item (reference: {}{})",
+                a.reference,
+                if opts.reference.is_some() { "" } else { ", the first point of each job and profile" }
+            ));
+        }
+    }
 }
 
 /// A note per point whose rows were split because they differ in settings, host, commit or model.

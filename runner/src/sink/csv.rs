@@ -1,15 +1,14 @@
 //! The append-only CSV sink: header written once, each row one `write` then flush and fsync, a torn
-//! last line (a kill mid-write) detected and cut before appending. Files are read by column name:
+//! last line (a kill mid-write) detected and cut before appending. Files are read by column name
+//! through the shared reader (`sink::read`):
 //! an older build's file (its header a prefix of ours) stays readable, and appending to it starts
 //! a new file next to it (`<stem>.v<schema>.csv`) rather than mixing two headers in one file.
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use super::read::{self, ReadError, IDENTITY};
 use super::row::{Row, SCHEMA_VERSION};
-
-/// The columns every readable file must have: what identifies a row.
-pub const KEY_COLUMNS: &[&str] = &["run_id", "job", "point", "item"];
 
 /// What can go wrong with the CSV file.
 #[derive(Debug, thiserror::Error)]
@@ -22,28 +21,9 @@ pub enum SinkError {
         /// What is wrong and what to do.
         detail: String,
     },
-    /// A cell that does not hold its column's type (edited by hand?).
-    #[error("{path} line {line}, column {column}: {detail}")]
-    BadCell {
-        /// The file.
-        path: String,
-        /// 1-based line of the file.
-        line: u64,
-        /// The column's name.
-        column: String,
-        /// The value and what was expected: `"banana" is not a number`.
-        detail: String,
-    },
-    /// A complete row that does not parse (edited by hand?).
-    #[error("{path} line {line}: {reason}")]
-    BadRow {
-        /// The file.
-        path: String,
-        /// 1-based line.
-        line: u64,
-        /// Why.
-        reason: String,
-    },
+    /// The file does not read as a bmoe telemetry CSV (foreign header, bad row or cell).
+    #[error(transparent)]
+    Read(#[from] ReadError),
     /// Filesystem trouble.
     #[error("{path}: {source}")]
     Io {
@@ -88,7 +68,7 @@ pub fn classify(header: &[String]) -> Option<HeaderKind> {
     if header.len() > ours.len() && header.starts_with(&ours) {
         return Some(HeaderKind::Newer);
     }
-    KEY_COLUMNS
+    IDENTITY
         .iter()
         .all(|k| header.iter().any(|h| h == k))
         .then_some(HeaderKind::Other)
@@ -129,24 +109,19 @@ impl Existing {
     }
 }
 
-/// Reads `path` without changing it: header, complete rows (by column name), torn tail. An absent
-/// file is empty; a file without the key columns is refused.
+/// Reads `path` without changing it, through the shared reader: header, complete rows (by
+/// column name), torn tail. An absent file is empty; a file without the identity columns, a
+/// ragged row or a bad cell is refused.
 pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Existing::default()),
-        Err(e) => return Err(io(path)(e)),
+    let table = match read::read(path) {
+        Ok(t) => t,
+        Err(e) if e.is_not_found() => return Ok(Existing::default()),
+        Err(e) => return Err(e.into()),
     };
-    let good_len = bytes
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map(|i| i + 1)
-        .unwrap_or(0);
-    let torn_bytes = (bytes.len() - good_len) as u64;
-    let good = &bytes[..good_len];
-    if good.is_empty() {
+    let torn_bytes = table.torn_bytes();
+    if table.header.is_empty() {
         // Only a torn header (or nothing): it must be a prefix of ours to be cut safely.
-        if !Row::header_line().as_bytes().starts_with(&bytes) {
+        if table.good_len > 0 || !Row::header_line().as_bytes().starts_with(&table.tail) {
             return Err(SinkError::HeaderMismatch {
                 path: path.display().to_string(),
                 detail: "its first line is not a bmoe header".into(),
@@ -157,156 +132,14 @@ pub fn inspect(path: &Path) -> Result<Existing, SinkError> {
             ..Existing::default()
         });
     }
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .from_reader(good);
-    let header: Vec<String> = rdr
-        .headers()
-        .map_err(|e| SinkError::BadRow {
-            path: path.display().to_string(),
-            line: 1,
-            reason: e.to_string(),
-        })?
-        .iter()
-        .map(str::to_string)
-        .collect();
-    let Some(kind) = classify(&header) else {
-        let missing: Vec<&str> = KEY_COLUMNS
-            .iter()
-            .copied()
-            .filter(|k| !header.iter().any(|h| h == k))
-            .collect();
-        return Err(SinkError::HeaderMismatch {
-            path: path.display().to_string(),
-            detail: format!(
-                "not a bmoe telemetry CSV: its header has no column {} (expected the columns of docs/telemetry.md, starting `run_id,time,job`)",
-                missing
-                    .iter()
-                    .map(|m| format!("`{m}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        });
-    };
-    let rows = read_rows(path, good, &mut rdr)?;
+    let rows = table.rows()?;
     Ok(Existing {
-        header,
-        kind: Some(kind),
+        kind: classify(&table.header),
+        header: table.header,
         rows,
         torn_bytes,
-        good_len: good_len as u64,
+        good_len: table.good_len,
     })
-}
-
-/// The complete rows, by column name; a row that does not parse is named by its 1-based line in
-/// the file (counted here: csv's own line number is that of the record before), a bad cell by its
-/// column name and value.
-fn read_rows(
-    path: &Path,
-    good: &[u8],
-    rdr: &mut csv::Reader<&[u8]>,
-) -> Result<Vec<Row>, SinkError> {
-    let header = rdr.headers().cloned().unwrap_or_default();
-    let mut lines = LineOf::new(good);
-    let mut rows = Vec::new();
-    for rec in rdr.records() {
-        let rec = rec.map_err(|e| {
-            let line = lines.at(e.position().map(|p| p.byte()).unwrap_or(0));
-            bad_record(path, line, &e)
-        })?;
-        let line = lines.at(rec.position().map(|p| p.byte()).unwrap_or(0));
-        match rec.deserialize::<Row>(Some(&header)) {
-            Ok(row) => rows.push(row),
-            Err(e) => return Err(bad_cell(path, line, &header, &rec, &e)),
-        }
-    }
-    Ok(rows)
-}
-
-/// 1-based line numbers of byte offsets, counted forward once (offsets come in file order).
-struct LineOf<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-    line: u64,
-}
-
-impl<'a> LineOf<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Self {
-            bytes,
-            pos: 0,
-            line: 1,
-        }
-    }
-
-    /// The line holding byte `offset`.
-    fn at(&mut self, offset: u64) -> u64 {
-        let end = (offset as usize).min(self.bytes.len());
-        if end < self.pos {
-            return self.line;
-        }
-        self.line += self.bytes[self.pos..end]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count() as u64;
-        self.pos = end;
-        self.line
-    }
-}
-
-/// A row csv cannot split (another number of cells than the header, bad UTF-8).
-fn bad_record(path: &Path, line: u64, e: &csv::Error) -> SinkError {
-    let reason = match e.kind() {
-        csv::ErrorKind::UnequalLengths {
-            expected_len, len, ..
-        } => format!("{len} cells, but the header has {expected_len} columns"),
-        _ => e.to_string(),
-    };
-    SinkError::BadRow {
-        path: path.display().to_string(),
-        line,
-        reason,
-    }
-}
-
-/// A cell that does not parse as its column's type: its column by name and its value.
-fn bad_cell(
-    path: &Path,
-    line: u64,
-    header: &csv::StringRecord,
-    rec: &csv::StringRecord,
-    e: &csv::Error,
-) -> SinkError {
-    let path = path.display().to_string();
-    let csv::ErrorKind::Deserialize { err, .. } = e.kind() else {
-        return SinkError::BadRow {
-            path,
-            line,
-            reason: e.to_string(),
-        };
-    };
-    let Some(i) = err.field().map(|f| f as usize) else {
-        // A message from the column's own parser (choice_logp), which names the column.
-        return SinkError::BadRow {
-            path,
-            line,
-            reason: err.kind().to_string(),
-        };
-    };
-    let value = rec.get(i).unwrap_or_default();
-    use csv::DeserializeErrorKind as K;
-    let detail = match err.kind() {
-        K::ParseFloat(_) => format!("{value:?} is not a number"),
-        K::ParseInt(_) => format!("{value:?} is not a whole number (0 or more)"),
-        K::ParseBool(_) => format!("{value:?} is not true or false"),
-        other => format!("{value:?}: {other}"),
-    };
-    SinkError::BadCell {
-        path,
-        line,
-        column: header.get(i).unwrap_or("?").to_string(),
-        detail,
-    }
 }
 
 /// Where the rows for a job's CSV go, and which files hold its earlier rows.
@@ -551,7 +384,7 @@ mod tests {
         let e = CsvSink::open(&p).err().unwrap();
         assert!(
             e.to_string()
-                .contains("not a bmoe telemetry CSV: its header has no column `run_id`"),
+                .contains("not a bmoe telemetry CSV: no column job, profile, point, item"),
             "{e}"
         );
         assert!(resolve(&p).is_err());
