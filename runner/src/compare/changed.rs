@@ -5,10 +5,10 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::sink::row::Row;
+use crate::sink::row::{Row, SETTING_COLUMNS};
 
-/// The columns compared, provenance first, then the settings as resolved.
-const COLUMNS: &[&str] = &[
+/// The provenance columns compared, before the settings ([`SETTING_COLUMNS`]).
+const PROVENANCE: &[&str] = &[
     "git_commit",
     "build",
     "llama_cpp",
@@ -22,33 +22,19 @@ const COLUMNS: &[&str] = &[
     "cpu_cores",
     "profile",
     "profile_hash",
-    "threads_setting",
-    "threads",
-    "context",
-    "moe_stream",
-    "cache_mb",
-    "io_threads",
-    "dense_weights",
-    "prefill_device_requested",
-    "prefill_device_plan",
-    "prefill_device",
-    "device_ubatch",
-    "cpu_ubatch",
-    "min_tokens",
-    "loaders",
-    "routed",
-    "routed_full",
-    "n_expert_used",
-    "prefetch",
-    "load_mode",
-    "scoring",
-    "temperature",
-    "top_k",
-    "top_p",
-    "seed",
-    "n_predict",
-    "chat",
 ];
+
+/// What a run did beside its settings: the device that ran prefill and how the model loaded.
+const OUTCOME: &[&str] = &["prefill_device", "load_mode"];
+
+/// The columns compared, provenance first, then the settings as resolved.
+fn columns() -> impl Iterator<Item = &'static str> {
+    PROVENANCE
+        .iter()
+        .chain(SETTING_COLUMNS)
+        .chain(OUTCOME)
+        .copied()
+}
 
 /// The name of the one setting not stored as a column: read from `reuse_reason` (`off` when
 /// prefix reuse was off) of decide rows.
@@ -90,7 +76,7 @@ pub fn changes<'a>(
     b: impl Iterator<Item = &'a Row>,
 ) -> Vec<Change> {
     let (ta, tb) = (table(a), table(b));
-    let mut names: Vec<&str> = COLUMNS.to_vec();
+    let mut names: Vec<&str> = columns().collect();
     names.push(PREFIX_REUSE);
     names
         .iter()
@@ -104,19 +90,20 @@ pub fn changes<'a>(
         .collect()
 }
 
-/// Per compared column (in [`COLUMNS`] order, then prefix_reuse), the distinct values of the rows.
+/// Per compared column (in [`columns`] order, then prefix_reuse), the distinct values of the rows.
 fn table<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<BTreeSet<String>> {
-    let mut t = vec![BTreeSet::new(); COLUMNS.len() + 1];
+    let n = columns().count();
+    let mut t = vec![BTreeSet::new(); n + 1];
     for r in rows {
         // By column name through serde: the names are the CSV's, so this list reads like the
         // CSV header and cannot drift from the fields.
         let v = serde_json::to_value(r).unwrap_or_default();
-        for (i, c) in COLUMNS.iter().enumerate() {
-            t[i].insert(cell(&v[*c]));
+        for (i, c) in columns().enumerate() {
+            t[i].insert(cell(&v[c]));
         }
         if r.kind == "decide" && !r.reuse.is_empty() {
             let on = if r.reuse_reason == "off" { "off" } else { "on" };
-            t[COLUMNS.len()].insert(on.to_string());
+            t[n].insert(on.to_string());
         }
     }
     t
@@ -139,7 +126,7 @@ mod tests {
     #[test]
     fn columns_exist() {
         let cols = Row::columns();
-        for c in COLUMNS {
+        for c in columns() {
             assert!(cols.iter().any(|x| x == c), "{c} is not a column");
         }
     }

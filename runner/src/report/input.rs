@@ -7,39 +7,18 @@ use std::path::{Path, PathBuf};
 
 use super::ReportError;
 use crate::sink::read::{self, ReadError};
+use crate::sink::row::SETTING_COLUMNS;
 
 /// Columns whose values must agree for rows to be pooled in one group: the resolved settings
 /// (not the per-item outcomes such as `prefill_device` or `reuse`), the machine, the build and
 /// the model. Rows of one point that differ in any of them are split into separate groups.
-pub const SPLIT: &[&str] = &[
-    "threads",
-    "threads_setting",
-    "context",
-    "moe_stream",
-    "cache_mb",
-    "io_threads",
-    "dense_weights",
-    "prefetch",
-    "prefill_device_plan",
-    "prefill_device_requested",
-    "device_ubatch",
-    "cpu_ubatch",
-    "min_tokens",
-    "loaders",
-    "routed",
-    "routed_full",
-    "n_expert_used",
-    "scoring",
-    "temperature",
-    "top_k",
-    "top_p",
-    "seed",
-    "n_predict",
-    "chat",
-    "host",
-    "git_commit",
-    "model_sha256",
-];
+pub static SPLIT: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    SETTING_COLUMNS
+        .iter()
+        .copied()
+        .chain(["host", "git_commit", "model_sha256"])
+        .collect()
+});
 
 /// Text columns the provenance header summarises (besides `run_id`).
 pub const PROVENANCE: &[&str] = &[

@@ -9,6 +9,36 @@ use serde::{Deserialize, Serialize};
 /// a column is appended; a file without the column was written by version 1.
 pub const SCHEMA_VERSION: u32 = 5;
 
+/// The columns that hold a resolved setting (what the configuration made of a run), in one list
+/// for every reader that asks whether two rows ran alike: `report` splits a point whose rows
+/// differ in them, `compare` lists those that changed between two runs.
+pub const SETTING_COLUMNS: &[&str] = &[
+    "threads_setting",
+    "threads",
+    "context",
+    "moe_stream",
+    "cache_mb",
+    "io_threads",
+    "dense_weights",
+    "prefill_device_requested",
+    "prefill_device_plan",
+    "device_ubatch",
+    "cpu_ubatch",
+    "min_tokens",
+    "loaders",
+    "routed",
+    "routed_full",
+    "n_expert_used",
+    "prefetch",
+    "scoring",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "n_predict",
+    "chat",
+];
+
 /// One row of the telemetry CSV (see docs/telemetry.md).
 ///
 /// No `deny_unknown_fields`: a newer build's extra columns are ignored when this build reads its
