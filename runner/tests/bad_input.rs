@@ -204,7 +204,7 @@ fn a_csv_with_another_header_is_refused_and_untouched() {
     let out = text(&o);
     assert_eq!(o.status.code(), Some(2), "{out}");
     assert!(
-        out.contains("runs/decide.csv: not a bmoe telemetry CSV: its header has no column `run_id`, `job`, `point`, `item`"),
+        out.contains("runs/decide.csv: not a bmoe telemetry CSV: no column job, profile, point, item (expected the bmoe columns job, profile, point, item of docs/telemetry.md; its header is `when,what`)"),
         "{out}"
     );
     assert_eq!(p.read("runs/decide.csv"), "when,what\n1,2\n");
