@@ -5,8 +5,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::config::schema::{job_schema, profile_schema};
-/// The telemetry row's schema, read by `report` through this module.
-pub use crate::sink::schema::telemetry_schema;
+use crate::sink::schema::telemetry_schema;
 
 /// The files `bmoe schema` writes, and what each holds.
 pub const FILES: &[&str] = &[

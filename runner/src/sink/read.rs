@@ -307,7 +307,7 @@ impl Table {
 fn numeric_columns() -> &'static HashSet<String> {
     static NUMERIC: std::sync::OnceLock<HashSet<String>> = std::sync::OnceLock::new();
     NUMERIC.get_or_init(|| {
-        let schema = crate::schema::telemetry_schema();
+        let schema = super::schema::telemetry_schema();
         let mut out = HashSet::new();
         if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
             for (name, v) in props {
