@@ -44,9 +44,12 @@ fn main() -> ExitCode {
             ))),
         };
     }
-    let matches = Cli::command()
-        .long_version(ident::long_version())
-        .get_matches_from(args);
+    let mut cmd = Cli::command();
+    // The backends and CPU features come from ggml's registry: asked for only when printed.
+    if args.iter().any(|a| a == "--version") {
+        cmd = cmd.long_version(ident::long_version());
+    }
+    let matches = cmd.get_matches_from(args);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),

@@ -279,7 +279,7 @@ fn write_atomic<'a>(path: &Path, rows: impl Iterator<Item = &'a Row>) -> anyhow:
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", display_path(dir)))?;
-    let mut tmp = temp_builder()
+    let mut tmp = crate::sink::temp_builder()
         .tempfile_in(dir)
         .with_context(|| format!("creating a file in {}", display_path(dir)))?;
     let w = |e: std::io::Error| anyhow!("writing {}: {e}", display_path(path));
@@ -291,18 +291,4 @@ fn write_atomic<'a>(path: &Path, rows: impl Iterator<Item = &'a Row>) -> anyhow:
     tmp.persist(path)
         .map_err(|e| anyhow!("writing {}: {}", display_path(path), e.error))?;
     Ok(())
-}
-
-/// A temporary file opened with mode 0666, which the kernel narrows by the umask.
-#[cfg(unix)]
-fn temp_builder() -> tempfile::Builder<'static, 'static> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut b = tempfile::Builder::new();
-    b.permissions(std::fs::Permissions::from_mode(0o666));
-    b
-}
-
-#[cfg(not(unix))]
-fn temp_builder() -> tempfile::Builder<'static, 'static> {
-    tempfile::Builder::new()
 }

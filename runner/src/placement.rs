@@ -126,21 +126,28 @@ pub struct PrefillPlace {
     pub device: Option<String>,
     /// Why, in words.
     pub reason: String,
+    /// Why the CPU runs prefill, when it does (the `reason` without its `CPU (...)` frame).
+    pub cpu_because: Option<String>,
+}
+
+impl PrefillPlace {
+    /// Prefill on the CPU, for this reason.
+    fn on_cpu(why: String) -> Self {
+        PrefillPlace {
+            device: None,
+            reason: format!("CPU ({why})"),
+            cpu_because: Some(why),
+        }
+    }
 }
 
 /// Decides the prefill device: named in the values, allowed by the profile's NPU generation, and
 /// present in this build's device registry.
 pub fn place_prefill(profile: &Profile, s: &Settings) -> PrefillPlace {
     let Some(name) = s.device_name() else {
-        return PrefillPlace {
-            device: None,
-            reason: "CPU (no prefill device configured)".into(),
-        };
+        return PrefillPlace::on_cpu("no prefill device configured".into());
     };
-    let cpu = |why: String| PrefillPlace {
-        device: None,
-        reason: format!("CPU ({why})"),
-    };
+    let cpu = PrefillPlace::on_cpu;
     // ggml names its Hexagon devices HTP<n>; the profile's generation decides whether they can run.
     if name.to_ascii_uppercase().starts_with("HTP") {
         if profile.hexagon == Hexagon::None {
@@ -164,23 +171,21 @@ pub fn place_prefill(profile: &Profile, s: &Settings) -> PrefillPlace {
 pub fn in_registry(name: &str) -> PrefillPlace {
     let devices = bmoe_engine::devices();
     match devices.iter().find(|d| d.name.eq_ignore_ascii_case(name)) {
-        None => PrefillPlace {
-            device: None,
-            reason: format!(
-                "CPU ({name} is not in this build's registry, which has: {})",
-                devices
-                    .iter()
-                    .map(|d| d.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        },
+        None => PrefillPlace::on_cpu(format!(
+            "{name} is not in this build's registry, which has: {}",
+            devices
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
         Some(d) => PrefillPlace {
             device: Some(d.name.clone()),
             reason: format!(
                 "{} ({}, {}); a device that fails to open leaves the run on the CPU",
                 d.name, d.description, d.backend
             ),
+            cpu_because: None,
         },
     }
 }
@@ -196,14 +201,7 @@ pub fn device_fallback(
     allow_cpu_fallback: bool,
 ) -> Option<Result<String, String>> {
     let name = asked?;
-    if place.device.is_some() {
-        return None;
-    }
-    let why = place
-        .reason
-        .strip_prefix("CPU (")
-        .and_then(|r| r.strip_suffix(')'))
-        .unwrap_or(&place.reason);
+    let why = place.cpu_because.as_deref()?;
     let from_command_line = origin == "--set" || origin == "command-line flags";
     if from_command_line && !allow_cpu_fallback {
         return Some(Err(format!(

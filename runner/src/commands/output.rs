@@ -49,35 +49,15 @@ pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     };
     // Like a job's CSV, an output's folder is created on first use.
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir)
+    // A report or overlay is an ordinary file: 0666 less the umask, as merge's output.
+    let mut tmp = crate::sink::temp_builder()
+        .tempfile_in(&dir)
         .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
     tmp.write_all(text.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
-    // A temporary file is private (0600); a report or overlay is an ordinary file, created as
-    // any other: 0666 less the umask.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = tmp
-            .as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o666 & !umask()));
-    }
     tmp.persist(path)
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
-}
-
-/// This process's umask, read from `/proc/self/status` (reading it through umask(2) would set it);
-/// 022 where the kernel does not say.
-pub fn umask() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        })
-        .unwrap_or(0o022)
 }
 
 /// A command that failed before it ran: with `--format json`, the errors as

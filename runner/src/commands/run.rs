@@ -171,6 +171,18 @@ fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// `what: N tokens in S s (R tok/s)`, or nothing when no token was counted.
+fn tokens_line(what: &str, tokens: u64, seconds: f64) -> String {
+    if tokens == 0 {
+        return String::new();
+    }
+    format!(
+        "{what}: {} in {seconds:.3} s ({})\n",
+        count(tokens, "token", "tokens"),
+        rate(tokens, seconds)
+    )
+}
+
 /// A rate with three significant digits, in the unit llama.cpp's tools print (`tok/s`).
 fn rate(tokens: u64, seconds: f64) -> String {
     if seconds <= 0.0 {
@@ -210,22 +222,8 @@ fn summary_text(s: &run::exec::Summary) -> String {
             s.failed
         ));
     }
-    if s.prefill_tokens > 0 {
-        out.push_str(&format!(
-            "prefill: {} in {:.3} s ({})\n",
-            count(s.prefill_tokens, "token", "tokens"),
-            s.prefill_s,
-            rate(s.prefill_tokens, s.prefill_s)
-        ));
-    }
-    if s.decode_tokens > 0 {
-        out.push_str(&format!(
-            "decode: {} in {:.3} s ({})\n",
-            count(s.decode_tokens, "token", "tokens"),
-            s.decode_s,
-            rate(s.decode_tokens, s.decode_s)
-        ));
-    }
+    out.push_str(&tokens_line("prefill", s.prefill_tokens, s.prefill_s));
+    out.push_str(&tokens_line("decode", s.decode_tokens, s.decode_s));
     if let Some(ppl) = s.ppl {
         out.push_str(&format!(
             "perplexity: {ppl:.4} +/- {:.4} over {} (mean NLL {:.4} nats)\n",
