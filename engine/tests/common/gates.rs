@@ -3,6 +3,7 @@
 //! loopback device == the CPU) and G28 (the KV cache and recurrent state moved out of llama.cpp's
 //! buffers), bit for bit.
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use bmoe_engine::test_support::start_loopback_server;
 use bmoe_engine::Device;
@@ -36,6 +37,17 @@ pub fn stream(cache_mb: u64, read_all: bool) -> Option<StreamOptions> {
     })
 }
 
+/// Compute threads of every gate session. One by default: the harness runs two tests at once on
+/// this 2-core machine, and four compute threads on two cores spin in ggml's barriers waiting for
+/// a core (docs/benchmarks.md, "The test suite, cold"). A binary whose one test runs alone sets 2
+/// (tests/two_threads.rs), so the gates also hold where the threads split each graph's work.
+static THREADS: AtomicU32 = AtomicU32::new(1);
+
+/// Sets the compute threads of every gate session in this test process.
+pub fn set_threads(n: u32) {
+    THREADS.store(n, Ordering::Relaxed);
+}
+
 /// Runs several generates, a perplexity and a decision in one session (S1 lives here).
 pub fn stream_run(path: &Path, stream: Option<StreamOptions>) -> (Outcome, StreamCounters) {
     let lean = stream.as_ref().is_some_and(|s| !s.llama_load);
@@ -49,10 +61,7 @@ pub fn stream_run(path: &Path, stream: Option<StreamOptions>) -> (Outcome, Strea
     assert_eq!(m.lean_load().is_some(), lean, "{:?}", m.warnings());
     let mut s = m
         .session(&SessionOptions {
-            // One compute thread: on a 2-core VM, direct-read interrupts make two threads spin in
-            // ggml's barriers for milliseconds per graph split (docs/streaming.md); results are the
-            // same, only slower.
-            threads: 1,
+            threads: THREADS.load(Ordering::Relaxed),
             // Narrow pieces: with many experts a piece routes to only some of them.
             n_ubatch: 8,
             ..super::session_opts()
