@@ -20,6 +20,7 @@ pub mod tokenizer;
 mod weights;
 
 pub use error::{EngineError, Result};
+pub use ffi::affinity::{current_thread_cpus, process_cpus};
 pub use ffi::error::FfiError;
 pub use ffi::log::set_verbose as set_log_verbose;
 pub use ffi::registry::{backend_names, devices, system_info, Device, DeviceInfo, DeviceKind};

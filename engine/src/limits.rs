@@ -261,10 +261,16 @@ pub fn auto_loaders() -> u32 {
 /// Kubernetes pod's CPU limit, a Slurm allocation) both count, as Rust's
 /// `available_parallelism` reads them. ggml's compute threads spin at barriers, so more threads
 /// than this crawl instead of helping.
+///
+/// Read once, at the first call: a session pinned to chosen CPUs pins its calling thread, which
+/// would then count only its own CPU.
 pub fn usable_cores() -> u32 {
-    std::thread::available_parallelism()
-        .map(|n| n.get() as u32)
-        .unwrap_or(1)
+    static CORES: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1)
+    })
 }
 
 /// Compute threads as asked and as used.

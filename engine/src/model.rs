@@ -100,6 +100,7 @@ fn capture_graph(raw: &LlamaModel) -> Result<Capture> {
             hook: Some(Box::new(CaptureHook(cap.clone()))),
             abort: Arc::new(AtomicBool::new(false)),
             persistent_threads: false,
+            cpus: Vec::new(),
             n_seq_max: 1,
         },
     )

@@ -56,6 +56,8 @@ pub struct StreamOptions {
     pub llama_load: bool,
     /// Read ahead the experts the next layer is predicted to route to.
     pub prefetch: Prefetch,
+    /// CPUs the read-ahead threads run on (off the compute threads' cores); empty = anywhere.
+    pub cpus: Vec<usize>,
 }
 
 impl Default for StreamOptions {
@@ -74,6 +76,7 @@ impl Default for StreamOptions {
             read_all_experts: false,
             llama_load: false,
             prefetch: Prefetch::Router,
+            cpus: Vec::new(),
         }
     }
 }
@@ -105,6 +108,8 @@ pub struct PrefillOptions {
     /// Profiling mode (`--explain-prefill`): every node of a device graph computed and timed
     /// alone, per op and backend, with why each op left on the CPU is there (slows the graph).
     pub explain: bool,
+    /// CPUs the loader threads run on (off the compute threads' cores); empty = anywhere.
+    pub cpus: Vec<usize>,
     /// Ways to break the arena on purpose, so a gate can be seen failing: only the engine's own
     /// tests set them (the `test-support` feature), never a user.
     #[cfg(feature = "test-support")]
@@ -178,6 +183,7 @@ impl Default for PrefillOptions {
             routed: true,
             routed_full: limits::ROUTED_FULL.default,
             explain: false,
+            cpus: Vec::new(),
             #[cfg(feature = "test-support")]
             gate: GateKnobs::default(),
         }
@@ -282,6 +288,9 @@ pub struct SessionOptions {
     pub n_outputs_max: u32,
     /// Reuse the KV cache's common prefix between decisions.
     pub prefix_reuse: PrefixReuse,
+    /// CPUs the compute threads run on, one thread per CPU in turn (the big cores of a phone);
+    /// empty = wherever the kernel puts them.
+    pub cpus: Vec<usize>,
 }
 
 impl Default for SessionOptions {
@@ -295,6 +304,7 @@ impl Default for SessionOptions {
             n_ubatch_device: limits::DEVICE_UBATCH.default_u32(),
             n_outputs_max: 128,
             prefix_reuse: PrefixReuse::Auto,
+            cpus: Vec::new(),
         }
     }
 }

@@ -28,6 +28,9 @@ pub enum PlacementError {
         /// What would fit (`cache_mb <= N fits, or cache_mb = "auto"`).
         help: String,
     },
+    /// `cpus` names cores this process cannot use.
+    #[error("{0}")]
+    Cpus(String),
 }
 
 impl PlacementError {
@@ -35,7 +38,7 @@ impl PlacementError {
     pub fn help(&self) -> Option<&str> {
         match self {
             PlacementError::Budget { help, .. } => Some(help),
-            PlacementError::Model(_) => None,
+            PlacementError::Model(_) | PlacementError::Cpus(_) => None,
         }
     }
 }
@@ -237,6 +240,8 @@ pub struct Placement {
     pub n_ctx: u64,
     /// Compute threads as configured and as they will run on this machine.
     pub threads: bmoe_engine::limits::ThreadChoice,
+    /// The cores compute threads and reader/loader threads run on, and why.
+    pub cores: crate::cores::CoreChoice,
     /// Expert cache in MiB after `auto`.
     pub cache_mb: u64,
     /// The budget lines.
@@ -303,15 +308,21 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
         counted: true,
         note,
     });
+    let cores = crate::cores::this_machine(&s.cpus).map_err(PlacementError::Cpus)?;
     let threads = bmoe_engine::limits::ThreadChoice::resolve(
         s.threads.explicit(),
-        bmoe_engine::limits::usable_cores(),
+        // Pinned, `auto` is one thread per chosen core, and more than those would share them.
+        match cores.compute.len() {
+            0 => bmoe_engine::limits::usable_cores(),
+            n => n as u32,
+        },
     );
     let mut p = Placement {
         prefill,
         dims,
         n_ctx,
         threads,
+        cores,
         cache_mb,
         budget,
         available_mib,
@@ -514,6 +525,7 @@ pub fn engine_options(
             read_all_experts: false,
             llama_load: false,
             prefetch: s.prefetch.engine(),
+            cpus: p.cores.helpers.clone(),
         }),
         prefill: p
             .prefill
@@ -526,6 +538,7 @@ pub fn engine_options(
                 routed: s.routed,
                 routed_full: s.routed_full,
                 explain: s.explain,
+                cpus: p.cores.helpers.clone(),
                 ..Default::default()
             }),
     };
@@ -540,6 +553,7 @@ pub fn engine_options(
             s.cpu_ubatch
         },
         prefix_reuse: s.prefix_reuse.engine(),
+        cpus: p.cores.compute.clone(),
         ..bmoe_engine::SessionOptions::default()
     };
     (load, session)

@@ -252,3 +252,49 @@ fn explain_without_a_prefill_device_is_a_warning_not_silence() {
         text(&o)
     );
 }
+
+#[test]
+fn plan_shows_the_cores_and_a_run_computes_on_them() {
+    let p = project_with_examples();
+    let first = first_allowed_cpu();
+    let o = p.bmoe(&["plan", "jobs/demo.toml", "--set", &format!("cpus={first}")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(
+        out.contains(&format!("cores: compute on {first}")) && out.contains("(as set)"),
+        "{out}"
+    );
+    // `auto` on a machine without cpufreq (or with equal cores) pins nothing, and says why.
+    let o = p.bmoe(&["plan", "jobs/demo.toml"]);
+    assert!(
+        text(&o).contains("cores: cpus = auto: not pinned"),
+        "{}",
+        text(&o)
+    );
+    // A CPU this process may not use is an error that names it, before anything runs.
+    let o = p.bmoe(&["run", "jobs/demo.toml", "--set", "cpus=1000"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("CPU 1000 is not one this process may use"),
+        "{}",
+        text(&o)
+    );
+    let o = p.bmoe(&["run", "jobs/demo.toml", "--set", &format!("cpus={first}")]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// The first CPU this process may use (`Cpus_allowed_list` of /proc/self/status).
+fn first_allowed_cpu() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap();
+    line["Cpus_allowed_list:".len()..]
+        .trim()
+        .split(['-', ','])
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}

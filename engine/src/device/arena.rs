@@ -317,6 +317,7 @@ impl Arena {
             lanes,
             max_read,
             Duration::from_millis(opts.gate().loader_delay_ms),
+            &opts.cpus,
         )?;
         Ok(Self {
             slots: [

@@ -90,6 +90,7 @@ impl Loaders {
         reader: Option<Lanes>,
         max_read: usize,
         delay: Duration,
+        cpus: &[usize],
     ) -> Result<Self, DeviceError> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
@@ -101,9 +102,14 @@ impl Loaders {
             let shared = shared.clone();
             let reader = reader.clone();
             let scratch = ViewScratch::new()?;
+            let cpus = cpus.to_vec();
             let h = std::thread::Builder::new()
                 .name(format!("bmoe-load-{lane}"))
-                .spawn(move || worker(&shared, reader.as_ref(), lane, max_read, scratch, delay))
+                .spawn(move || {
+                    // A failed pin leaves the loader where the kernel put it: slower, never wrong.
+                    let _ = crate::ffi::affinity::pin_current_thread(&cpus);
+                    worker(&shared, reader.as_ref(), lane, max_read, scratch, delay)
+                })
                 .map_err(|e| DeviceError::io("starting arena loaders", e))?;
             threads.push(h);
         }

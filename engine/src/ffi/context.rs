@@ -21,6 +21,22 @@ pub trait EvalHook: Send {
     fn observe(&mut self, t: &sys::ggml_tensor);
 }
 
+/// Pins a threadpool's threads to the set `cpus`, one thread per CPU (ggml's `strict_cpu`): workers
+/// 1.. on the set's CPUs in ascending order, the calling thread (worker 0) on the next one, wrapping
+/// around when there are more threads than CPUs. An empty set leaves the default (no mask).
+/// Returns whether anything was pinned.
+fn pin_pool(tp: &mut sys::ggml_threadpool_params, cpus: &[usize]) -> bool {
+    let mut any = false;
+    for &c in cpus {
+        if let Some(bit) = tp.cpumask.get_mut(c) {
+            *bit = true;
+            any = true;
+        }
+    }
+    tp.strict_cpu = any;
+    any
+}
+
 /// llama.cpp's limit on sequences per context (`LLAMA_MAX_SEQ`).
 pub const MAX_SEQ: u32 = 256;
 
@@ -42,6 +58,9 @@ pub struct ContextParams {
     pub abort: Arc<AtomicBool>,
     /// Keep one CPU threadpool for the context's life instead of one per compute call.
     pub persistent_threads: bool,
+    /// CPUs the persistent pool's threads run on, one thread per CPU (ggml's `strict_cpu`);
+    /// empty = wherever the kernel puts them.
+    pub cpus: Vec<usize>,
     /// Sequences the KV cache can hold at once (1 + the choices scored side by side). The cache
     /// stays unified, so sequences share the cells of a common prefix.
     pub n_seq_max: u32,
@@ -168,10 +187,16 @@ impl<'m> LlamaContext<'m> {
         let raw = NonNull::new(raw)
             .ok_or_else(|| FfiError::no_result("llama_init_from_model", "no reason was logged"))?;
         let threadpool = if p.persistent_threads {
-            // SAFETY: default params are plain data; a NULL pool (creation failed) leaves
-            // llama.cpp's per-call pools in place. Attached to a live context, freed after it.
+            // SAFETY: default params are plain data, and the mask is written inside its fixed-size
+            // array; a NULL pool (creation failed) leaves llama.cpp's per-call pools in place.
+            // Attached to a live context, freed after it.
             unsafe {
                 let mut tp = sys::ggml_threadpool_params_default(p.threads as i32);
+                if !pin_pool(&mut tp, &p.cpus) {
+                    // An earlier pinned pool left this thread on one CPU; an unpinned session
+                    // computes wherever the process may.
+                    let _ = super::affinity::pin_current_thread(super::affinity::process_cpus());
+                }
                 let pool = sys::ggml_threadpool_new(&mut tp);
                 if !pool.is_null() {
                     sys::llama_attach_threadpool(raw.as_ptr(), pool, pool);

@@ -1,5 +1,6 @@
 //! The thin unsafe layer: safe wrappers over llama.cpp and ggml. Every `unsafe` block in the
 //! engine lives under this folder and says why it is sound.
+pub mod affinity;
 pub mod batch;
 pub mod buffer;
 pub mod context;
@@ -28,6 +29,8 @@ static INIT: Once = Once::new();
 /// Initialises llama.cpp's backends and routes its log through the engine; idempotent.
 pub fn backend_init() {
     INIT.call_once(|| {
+        // Before any threadpool can pin this thread.
+        affinity::process_cpus();
         log::install();
         // SAFETY: called exactly once per process (guarded by `Once`) before any other llama call.
         unsafe { ggml_sys::llama_backend_init() };

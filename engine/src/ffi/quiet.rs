@@ -80,6 +80,7 @@ mod tests {
                 hook: None,
                 abort: Arc::new(AtomicBool::new(false)),
                 persistent_threads: false,
+                cpus: Vec::new(),
                 n_seq_max: 1,
             },
         )

@@ -194,6 +194,7 @@ impl<'m> Session<'m> {
                 // per routing node. Between graphs the workers poll briefly (ggml's default), so
                 // the next graph finds them awake.
                 persistent_threads: true,
+                cpus: opts.cpus.clone(),
                 n_seq_max: n_seq,
                 hook,
                 abort: abort.clone(),

@@ -259,7 +259,7 @@ fn start_readers(
     }
     let prefetcher = if predicts {
         Some(
-            prefetch::Prefetcher::new(reader.clone(), opts.io_threads, prefetch_lanes)
+            prefetch::Prefetcher::new(reader.clone(), opts.io_threads, prefetch_lanes, &opts.cpus)
                 .map_err(setup_err("starting prefetch threads"))?,
         )
     } else {
@@ -268,6 +268,14 @@ fn start_readers(
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.io_threads.max(1))
         .thread_name(|i| format!("bmoe-io-{i}"))
+        // Off the compute threads' cores where the caller named others; a failed pin leaves
+        // the thread where the kernel put it (slower at worst, never wrong).
+        .start_handler({
+            let cpus = opts.cpus.clone();
+            move |_| {
+                let _ = crate::ffi::affinity::pin_current_thread(&cpus);
+            }
+        })
         .build()
         .map_err(|e| setup_err("starting reader threads")(std::io::Error::other(e)))?;
     Ok((prefetcher, pool))

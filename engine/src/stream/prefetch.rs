@@ -170,8 +170,9 @@ impl Prefetcher {
         reader: Arc<DirectReader>,
         lane_base: usize,
         lanes: usize,
+        cpus: &[usize],
     ) -> std::io::Result<Prefetcher> {
-        let pool = super::read_threads::ReadThreads::new(lanes, "bmoe-prefetch")?;
+        let pool = super::read_threads::ReadThreads::new(lanes, "bmoe-prefetch", cpus)?;
         let (tx, rx) = channel();
         Ok(Prefetcher {
             reader,

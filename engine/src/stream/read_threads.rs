@@ -35,8 +35,8 @@ pub(crate) struct ReadThreads {
 }
 
 impl ReadThreads {
-    /// Starts `n` threads (at least one), named `<name>-<lane>`.
-    pub(crate) fn new(n: usize, name: &str) -> std::io::Result<ReadThreads> {
+    /// Starts `n` threads (at least one), named `<name>-<lane>`, each on `cpus` (empty = anywhere).
+    pub(crate) fn new(n: usize, name: &str, cpus: &[usize]) -> std::io::Result<ReadThreads> {
         let shared = Arc::new(Shared::default());
         let mut pool = ReadThreads {
             shared: shared.clone(),
@@ -44,11 +44,16 @@ impl ReadThreads {
         };
         for lane in 0..n.max(1) {
             let shared = shared.clone();
+            let cpus = cpus.to_vec();
             // On an error `pool` is dropped, which stops the threads already started.
             pool.threads.push(
                 std::thread::Builder::new()
                     .name(format!("{name}-{lane}"))
-                    .spawn(move || run(&shared, lane))?,
+                    .spawn(move || {
+                        // A failed pin leaves the thread where the kernel put it: slower, never wrong.
+                        let _ = crate::ffi::affinity::pin_current_thread(&cpus);
+                        run(&shared, lane)
+                    })?,
             );
         }
         Ok(pool)
@@ -99,7 +104,7 @@ mod tests {
     fn every_job_runs_once_on_a_lane_of_the_pool() {
         let (tx, rx) = channel();
         {
-            let pool = ReadThreads::new(3, "test-read").unwrap();
+            let pool = ReadThreads::new(3, "test-read", &[]).unwrap();
             for i in 0..100 {
                 let tx = tx.clone();
                 pool.spawn(move |lane| tx.send((i, lane)).unwrap());

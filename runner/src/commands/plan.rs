@@ -71,6 +71,7 @@ fn print_plan(p: &Prepared) {
                 t.used
             ),
         }
+        println!("  cores: {}", cores_line(&u.placement.cores));
         println!("  prefill: {}", u.placement.prefill.reason);
         let s = &u.resolved.settings;
         match &u.placement.prefill.device {
@@ -212,5 +213,24 @@ fn plan_report(p: &Prepared) -> PlanReport {
     PlanReport {
         units,
         warnings: p.warnings.clone(),
+    }
+}
+
+/// The cores line of a plan: where compute, readers and loaders run, and why.
+fn cores_line(c: &crate::cores::CoreChoice) -> String {
+    use crate::config::cpus::cpulist;
+    match (c.compute.is_empty(), c.helpers.is_empty()) {
+        (true, _) => c.why.clone(),
+        (false, true) => format!(
+            "compute on {}; readers and loaders anywhere; {}",
+            cpulist(&c.compute),
+            c.why
+        ),
+        (false, false) => format!(
+            "compute on {}, readers and loaders on {}; {}",
+            cpulist(&c.compute),
+            cpulist(&c.helpers),
+            c.why
+        ),
     }
 }

@@ -2,6 +2,7 @@
 //! errors, then layered into the values a run uses.
 #[cfg(test)]
 mod agreement;
+pub mod cpus;
 pub mod diag;
 pub mod job;
 pub mod jsonl;

@@ -7,6 +7,8 @@ use bmoe_engine::limits::{
     self, CACHE_FLOOR_MB, CONTEXT, CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS, N_EXPERT_USED,
 };
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+
+pub use super::cpus::Cpus;
 use serde::{Deserialize, Serialize};
 
 /// Expert cache size: a number of MiB, or `auto` (what the memory budget leaves).
@@ -359,6 +361,10 @@ pub struct EngineValues {
     /// Reuse the KV cache's common prefix between decisions: auto, on or off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix_reuse: Option<PrefixReuse>,
+    /// CPUs the compute threads run on: "auto" (the fast cores where some are slower), a list, or
+    /// a CPU list such as "4-7"; readers and loaders get the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Cpus>,
 }
 
 /// A profile's `[prefill]` table: the prefill device and prompt-piece widths.
@@ -455,6 +461,8 @@ pub struct Settings {
     /// Prefix reuse between decisions: auto (bit-identical to a fresh prefill), on (whole common
     /// prefix, fastest) or off.
     pub prefix_reuse: PrefixReuse,
+    /// CPUs the compute threads run on, or "auto".
+    pub cpus: Cpus,
 }
 
 impl Default for Settings {
@@ -481,6 +489,7 @@ impl Default for Settings {
             explain: false,
             n_expert_used: limits::N_EXPERT_USED.default_u32(),
             prefix_reuse: PrefixReuse::Auto,
+            cpus: Cpus::Auto,
         }
     }
 }
@@ -518,6 +527,7 @@ pub const KEYS: &[&str] = &[
     "explain",
     "n_expert_used",
     "prefix_reuse",
+    "cpus",
 ];
 
 /// The schema of one layered key (from [`Settings`]'s schema), for overrides, sweeps and `--set`.

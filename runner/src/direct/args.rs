@@ -8,7 +8,8 @@ use clap::Args;
 use crate::config::layers::{self, LayerInputs};
 use crate::config::profile::load_profile;
 use crate::config::settings::{
-    auto_loaders, CacheMb, Count, DenseWeights, Prefetch, PrefixReuse, Settings, AUTO_IO_THREADS,
+    auto_loaders, CacheMb, Count, Cpus, DenseWeights, Prefetch, PrefixReuse, Settings,
+    AUTO_IO_THREADS,
 };
 use crate::placement;
 
@@ -30,6 +31,10 @@ fn count_in(s: &str, r: &IntRange) -> Result<Count, String> {
 
 fn float_in(s: &str, r: &FloatRange) -> Result<f64, String> {
     r.parse(s).map_err(|e| e.to_string())
+}
+
+fn cpus_arg(s: &str) -> Result<Cpus, String> {
+    s.parse()
 }
 
 fn threads_arg(s: &str) -> Result<Count, String> {
@@ -185,6 +190,9 @@ pub struct EngineArgs {
     /// Compute threads, or `auto`: the cores this process may use (affinity, cgroup quota); more is capped to them.
     #[arg(short = 't', long, value_parser = threads_arg, help_heading = "Threads and memory")]
     pub threads: Option<Count>,
+    /// CPUs the compute threads run on: `auto` (the fast cores where some are slower) or a CPU list such as `4-7`.
+    #[arg(long, value_parser = cpus_arg, help_heading = "Threads and memory")]
+    pub cpus: Option<Cpus>,
     /// Context size in tokens (0 = the model's training context).
     #[arg(short = 'c', long, alias = "ctx", value_parser = ctx_arg, help_heading = "Threads and memory")]
     pub context: Option<u32>,
@@ -296,6 +304,7 @@ impl EngineArgs {
         put("routed_full", self.routed_full.map(|v| json!(v)));
         put("explain", self.explain.then_some(json!(true)));
         put("prefix_reuse", self.prefix_reuse.as_ref().map(to_json));
+        put("cpus", self.cpus.as_ref().map(to_json));
         m
     }
 
@@ -389,7 +398,7 @@ impl EngineArgs {
                 let (load, session) = placement::engine_options(&p, &s, &self.model);
                 (load, session, p.threads)
             }
-            None => machine_options(&s, &self.model),
+            None => machine_options(&s, &self.model)?,
         };
         if let Some(st) = load.stream.as_mut() {
             st.llama_load = self.llama_load;
@@ -406,8 +415,15 @@ impl EngineArgs {
 fn machine_options(
     s: &Settings,
     model: &std::path::Path,
-) -> (LoadOptions, SessionOptions, ThreadChoice) {
-    let threads = ThreadChoice::resolve(s.threads.explicit(), limits::usable_cores());
+) -> anyhow::Result<(LoadOptions, SessionOptions, ThreadChoice)> {
+    let cores = crate::cores::this_machine(&s.cpus).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let threads = ThreadChoice::resolve(
+        s.threads.explicit(),
+        match cores.compute.len() {
+            0 => limits::usable_cores(),
+            n => n as u32,
+        },
+    );
     let load = LoadOptions {
         path: model.to_path_buf(),
         // llama.cpp's own offload is a benchmark baseline (engine/examples/bench_prefill.rs).
@@ -426,6 +442,7 @@ fn machine_options(
             read_all_experts: false,
             llama_load: false,
             prefetch: s.prefetch.engine(),
+            cpus: cores.helpers.clone(),
         }),
         prefill: s.device_name().map(|d| PrefillOptions {
             device: d.to_string(),
@@ -434,6 +451,7 @@ fn machine_options(
             routed: s.routed,
             routed_full: s.routed_full,
             explain: s.explain,
+            cpus: cores.helpers.clone(),
             ..PrefillOptions::default()
         }),
     };
@@ -447,9 +465,10 @@ fn machine_options(
             s.cpu_ubatch
         },
         prefix_reuse: s.prefix_reuse.engine(),
+        cpus: cores.compute,
         ..SessionOptions::default()
     };
-    (load, session, threads)
+    Ok((load, session, threads))
 }
 
 /// A flag's value as the layer holds it (the same JSON a profile's value would be).
