@@ -95,13 +95,26 @@ fn nightly_replay_on_a_real_slurm_survives_sigterm_and_requeue_and_merges_equal(
     let fleet = rows_by_item(&p.path("runs/slurm/all.csv"));
     let one = rows_by_item(&p.path("runs/one.csv"));
     let ids: Vec<String> = (1..=N).map(|i| format!("d{i}")).collect();
-    assert_eq!(fleet.keys().len(), N, "items in the merged CSV: {:?}", fleet.keys());
+    assert_eq!(
+        fleet.keys().len(),
+        N,
+        "items in the merged CSV: {:?}",
+        fleet.keys()
+    );
     for id in &ids {
         let rows = &fleet[id];
-        assert_eq!(rows.len(), 1, "item {id} is in the merged CSV {} times", rows.len());
+        assert_eq!(
+            rows.len(),
+            1,
+            "item {id} is in the merged CSV {} times",
+            rows.len()
+        );
         let (f, o) = (&rows[0], &one[id][0]);
         for col in RESULT {
-            assert_eq!(f[col], o[col], "item {id}: `{col}` differs between the fleet and one process");
+            assert_eq!(
+                f[col], o[col],
+                "item {id}: `{col}` differs between the fleet and one process"
+            );
         }
         assert!(!f["best"].is_empty(), "item {id} has no chosen answer");
     }
