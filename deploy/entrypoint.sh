@@ -14,6 +14,8 @@
 #   REPLAY_OUT       output folder on shared storage           (default: runs)
 #   REPLAY_BASELINE  CSV to compare the merged run with (merge only; optional)
 #   REPLAY_BIN       the bmoe binary                           (default: bmoe)
+#   REPLAY_REQUEUE   Slurm only: a task stopped by a signal requeues itself, at most this many
+#                    times (default 0; deploy/slurm/nightly-replay.sbatch sets 3)
 #
 # Exit status: bmoe's (0 ok, 1 items refused / runs differ, 2 usage, configuration or I/O error,
 # 130 stopped by SIGTERM: the row in flight was finished, and a restart resumes the shard).
@@ -60,6 +62,14 @@ run)
         mv "$summary" "$dir/shard-${k:?no shard in the summary}.json"
     else
         rm -f "$summary"
+    fi
+    restarts="${SLURM_RESTART_COUNT:-0}"
+    if [[ $rc -eq 130 && -n "${SLURM_JOB_ID:-}" && "${REPLAY_REQUEUE:-0}" -gt "$restarts" ]]; then
+        # Slurm: a task that ends FAILED fails the merge's afterok dependency for good (a later
+        # `scontrol requeue` does not undo that); requeued while it still runs, it goes back to
+        # pending, the merge keeps waiting, and the rerun resumes the shard.
+        echo "entrypoint: stopped by a signal; requeueing Slurm job $SLURM_JOB_ID (restart $((restarts + 1)) of at most $REPLAY_REQUEUE)" >&2
+        scontrol requeue "$SLURM_JOB_ID"
     fi
     exit "$rc"
     ;;
