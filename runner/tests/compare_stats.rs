@@ -43,6 +43,27 @@ fn replay(p: &Project, csv: &str, set: &[&str]) {
     assert!(o.status.success(), "{}", text(&o));
 }
 
+/// `g`, bmoe's statistics of `a` against `b`, equal those `paired_stats.py` computes from the two
+/// CSVs alone with Python's standard library.
+fn check_against_python(p: &Project, (a, b): (&str, &str), g: &serde_json::Value, name: &str) {
+    let py = std::process::Command::new("python3")
+        .arg(repo_root().join("runner/tests/fixtures/paired_stats.py"))
+        .arg(p.path(a))
+        .arg(p.path(b))
+        .output()
+        .expect("python3");
+    assert!(py.status.success(), "{}", text(&py));
+    let want: serde_json::Value = serde_json::from_slice(&py.stdout).unwrap();
+    let want = &want[name];
+    for f in ["change", "low", "high"] {
+        assert_eq!(g["change"][f].as_f64(), want[f].as_f64(), "{f}: {g} vs {want}");
+    }
+    let (got_p, want_p) = (g["mcnemar_p"].as_f64().unwrap(), want["mcnemar_p"].as_f64().unwrap());
+    assert!((got_p - want_p).abs() <= 1e-12 * want_p, "{got_p} vs {want_p}");
+    assert_eq!(g["right_to_wrong"], want["right_to_wrong"], "{g}");
+    assert_eq!(g["wrong_to_right"], want["wrong_to_right"], "{g}");
+}
+
 fn json(o: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(o)))
 }
@@ -60,26 +81,45 @@ fn interval_and_flips_match_python_and_the_gate_trips_on_a_lossy_replay() {
     let g = &groups[0];
     let name = format!("{}/{}/{}", g["job"].as_str().unwrap(), g["profile"].as_str().unwrap(), g["point"].as_str().unwrap());
 
-    // The same statistics from the CSVs alone, in Python.
-    let py = std::process::Command::new("python3")
-        .arg(repo_root().join("runner/tests/fixtures/paired_stats.py"))
-        .arg(p.path("runs/a.csv"))
-        .arg(p.path("runs/b.csv"))
-        .output()
-        .expect("python3");
-    assert!(py.status.success(), "{}", text(&py));
-    let want: serde_json::Value = serde_json::from_slice(&py.stdout).unwrap();
-    let want = &want[&name];
-    for f in ["change", "low", "high"] {
-        assert_eq!(g["change"][f].as_f64(), want[f].as_f64(), "{f}: {g} vs {want}");
-    }
-    let (got_p, want_p) = (g["mcnemar_p"].as_f64().unwrap(), want["mcnemar_p"].as_f64().unwrap());
-    assert!((got_p - want_p).abs() <= 1e-12 * want_p.max(1e-300), "{got_p} vs {want_p}");
-    assert_eq!(g["right_to_wrong"], want["right_to_wrong"], "{g}");
-    assert_eq!(g["wrong_to_right"], want["wrong_to_right"], "{g}");
+    check_against_python(&p, ("runs/a.csv", "runs/b.csv"), g, &name);
     assert!(g["change"]["low"].as_f64() <= g["change"]["change"].as_f64());
     assert!(g["logp_drift"]["max"].as_f64().unwrap() > 0.0, "halving the experts moves scores: {g}");
     assert!(g["agreement"].as_f64().unwrap() < 1.0, "{g}");
+
+    // Many items and flips both ways (a.csv's rows copied 20 times under new ids, B's `correct`
+    // toggled on a pattern): an interval on a fine grid, which another seed or rank would move.
+    let body = p.read("runs/a.csv");
+    let mut rdr = csv::Reader::from_reader(body.as_bytes());
+    let header = rdr.headers().unwrap().clone();
+    let at = |n: &str| header.iter().position(|h| h == n).unwrap();
+    let (c, item) = (at("correct"), at("item"));
+    let rows: Vec<Vec<String>> = rdr
+        .records()
+        .map(|r| r.unwrap().iter().map(String::from).collect())
+        .collect();
+    let (mut wa, mut wb) = (csv::Writer::from_writer(Vec::new()), csv::Writer::from_writer(Vec::new()));
+    wa.write_record(&header).unwrap();
+    wb.write_record(&header).unwrap();
+    for k in 0..20 {
+        for (i, r) in rows.iter().enumerate() {
+            let mut cells = r.clone();
+            cells[item] = format!("{}-{k:02}", cells[item]);
+            wa.write_record(&cells).unwrap();
+            if (i * 7 + k) % 3 == 0 || (i + k) % 5 == 0 {
+                cells[c] = if cells[c] == "true" { "false" } else { "true" }.into();
+            }
+            wb.write_record(&cells).unwrap();
+        }
+    }
+    p.write("runs/big-a.csv", &String::from_utf8(wa.into_inner().unwrap()).unwrap());
+    p.write("runs/big-b.csv", &String::from_utf8(wb.into_inner().unwrap()).unwrap());
+    let o = p.bmoe(&["compare", "runs/big-a.csv", "runs/big-b.csv", "--format", "json"]);
+    let v = json(&o);
+    let g2 = &v["groups"][0];
+    check_against_python(&p, ("runs/big-a.csv", "runs/big-b.csv"), g2, &name);
+    assert_eq!(g2["scored"], 480, "{g2}");
+    let (lo, hi) = (g2["change"]["low"].as_f64().unwrap(), g2["change"]["high"].as_f64().unwrap());
+    assert!(hi - lo > 0.05, "{g2}");
 
     // The text says the same, with the method and the flips.
     let o = p.bmoe(&["compare", "runs/a.csv", "runs/b.csv"]);

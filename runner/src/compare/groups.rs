@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::input::Key;
+use super::input::{capped, Key};
 use super::stats::{mcnemar_exact, paired_bootstrap, Drift, PairedChange, METHOD};
 use crate::sink::row::Row;
 
@@ -230,10 +230,11 @@ impl GroupStats {
             ("right->wrong", &self.right_to_wrong),
             ("wrong->right", &self.wrong_to_right),
         ] {
+            // At most ten names, as every list in compare's text; JSON carries them all.
             let list = if items.is_empty() {
                 "none".to_string()
             } else {
-                items.join(", ")
+                capped(items)
             };
             let _ = writeln!(s, "    {what} ({}): {list}", items.len());
         }
