@@ -90,6 +90,10 @@ fn norm_and_calibrated_follow_lm_evals_formulas() {
     }
 }
 
+/// `cpu_ubatch = 1` (pieces of one row, the prefill device's width 1 too, as the runner sets it
+/// without a device): every whole-choice scoring runs (it used to fail with llama.cpp's "invalid
+/// seq_id 1 >= 1": the context held one sequence) and `sum` equals teacher forcing in one-row
+/// pieces.
 #[test]
 fn whole_choice_scoring_works_with_one_row_pieces() {
     let m = Model::load(&LoadOptions::new(common::tiny())).unwrap();
@@ -97,20 +101,36 @@ fn whole_choice_scoring_works_with_one_row_pieces() {
         choices: vec!["click(submit)".into(), "back".into()],
         ..req(PREFIX, "Which action? ")
     };
-    let mut wide = m.session(&opts(16)).unwrap();
-    let mut one = m.session(&opts(1)).unwrap();
-    for scoring in [Scoring::Sum, Scoring::Mean, Scoring::Norm, Scoring::Calibrated] {
-        let r = DecideRequest {
+    let mut one = m
+        .session(&bmoe_engine::SessionOptions {
+            n_ubatch_device: 1,
+            ..opts(1)
+        })
+        .unwrap();
+    let run = |s: &mut bmoe_engine::Session<'_>, scoring| {
+        s.decide(&DecideRequest {
             scoring,
             ..base.clone()
-        };
-        let a = wide.decide(&r).unwrap();
-        let b = one
-            .decide(&r)
-            .unwrap_or_else(|e| panic!("{scoring:?} with n_ubatch = 1: {e}"));
-        assert_eq!(a.best, b.best, "{scoring:?}");
-        for (x, y) in a.choice_logp.iter().zip(&b.choice_logp) {
-            assert!((x - y).abs() <= 1e-3, "{scoring:?}: {x} vs {y}");
-        }
+        })
+        .unwrap_or_else(|e| panic!("{scoring:?} with n_ubatch = 1: {e}"))
+    };
+    let sum = run(&mut one, Scoring::Sum);
+    let norm = run(&mut one, Scoring::Norm);
+    run(&mut one, Scoring::Mean);
+    run(&mut one, Scoring::Calibrated);
+    let text = m
+        .render_user_message(&format!("{}{}", base.prefix, base.suffix))
+        .unwrap();
+    let ctx_len = m.tokenize(&text, true).unwrap().len();
+    for (i, c) in base.choices.iter().enumerate() {
+        let whole = m.tokenize(&format!("{text}{c}"), true).unwrap();
+        let want = teacher_forced(&mut one, &whole, ctx_len);
+        assert!(
+            (sum.choice_logp[i] - want).abs() <= 1e-4,
+            "choice {i}: sum {} vs teacher forcing {want}",
+            sum.choice_logp[i]
+        );
+        let per_char = sum.choice_logp[i] / c.chars().count() as f64;
+        assert!((norm.choice_logp[i] - per_char).abs() <= 1e-9);
     }
 }

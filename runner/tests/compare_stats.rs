@@ -3,7 +3,7 @@
 //! (same seed), the flipped items are listed, and `--fail-on-regression` exits 1 on a lossy
 //! replay (`n_expert_used` halved) and 0 against itself.
 mod common;
-use common::{repo_root, text, Project};
+use common::{data_lines, repo_root, text, Project};
 
 /// A decide job over `n` decisions that carry an expected answer, each with its own four
 /// choices (so halving the experts changes some `best`).
@@ -120,6 +120,31 @@ fn interval_and_flips_match_python_and_the_gate_trips_on_a_lossy_replay() {
     assert_eq!(g2["scored"], 480, "{g2}");
     let (lo, hi) = (g2["change"]["low"].as_f64().unwrap(), g2["change"]["high"].as_f64().unwrap());
     assert!(hi - lo > 0.05, "{g2}");
+
+    // report: the same pair as two points of one file; the second point's accuracy change
+    // against the reference (the first) carries the same interval.
+    let both = format!(
+        "{}{}",
+        p.read("runs/big-a.csv"),
+        data_lines(&p.read("runs/big-b.csv"))
+            .iter()
+            .map(|l| format!("{}\n", l.replace(",base,", ",lossy,")))
+            .collect::<String>()
+    );
+    p.write("runs/points.csv", &both);
+    let o = p.bmoe(&["report", "runs/points.csv", "--format", "json"]);
+    let v = json(&o);
+    let lossy = v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["point"] == "lossy")
+        .unwrap_or_else(|| panic!("{v}"));
+    let c = &lossy["accuracy_change"];
+    assert_eq!(c["reference"], "base", "{c}");
+    for f in ["change", "low", "high"] {
+        assert_eq!(c["change"][f], g2["change"][f], "{f}: {c} vs {g2}");
+    }
 
     // The text says the same, with the method and the flips.
     let o = p.bmoe(&["compare", "runs/a.csv", "runs/b.csv"]);

@@ -250,7 +250,7 @@ pub struct Job {
     /// them as is.
     #[serde(default = "default_true")]
     pub chat: bool,
-    /// How choices are scored (decide): first_token, sum or mean.
+    /// How choices are scored (decide): first_token, sum, mean, norm or calibrated.
     #[serde(default)]
     pub scoring: Scoring,
     /// Token selection (generate).
