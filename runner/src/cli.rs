@@ -273,7 +273,9 @@ fn accuracy_points(s: &str) -> Result<f64, String> {
 fn share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
-        _ => Err(format!("expected a share from 0 to 1, such as 0.95, not {s:?}")),
+        _ => Err(format!(
+            "expected a share from 0 to 1, such as 0.95, not {s:?}"
+        )),
     }
 }
 

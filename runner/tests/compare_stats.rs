@@ -56,10 +56,20 @@ fn check_against_python(p: &Project, (a, b): (&str, &str), g: &serde_json::Value
     let want: serde_json::Value = serde_json::from_slice(&py.stdout).unwrap();
     let want = &want[name];
     for f in ["change", "low", "high"] {
-        assert_eq!(g["change"][f].as_f64(), want[f].as_f64(), "{f}: {g} vs {want}");
+        assert_eq!(
+            g["change"][f].as_f64(),
+            want[f].as_f64(),
+            "{f}: {g} vs {want}"
+        );
     }
-    let (got_p, want_p) = (g["mcnemar_p"].as_f64().unwrap(), want["mcnemar_p"].as_f64().unwrap());
-    assert!((got_p - want_p).abs() <= 1e-12 * want_p, "{got_p} vs {want_p}");
+    let (got_p, want_p) = (
+        g["mcnemar_p"].as_f64().unwrap(),
+        want["mcnemar_p"].as_f64().unwrap(),
+    );
+    assert!(
+        (got_p - want_p).abs() <= 1e-12 * want_p,
+        "{got_p} vs {want_p}"
+    );
     assert_eq!(g["right_to_wrong"], want["right_to_wrong"], "{g}");
     assert_eq!(g["wrong_to_right"], want["wrong_to_right"], "{g}");
 }
@@ -79,11 +89,19 @@ fn interval_and_flips_match_python_and_the_gate_trips_on_a_lossy_replay() {
     let groups = v["groups"].as_array().expect("groups");
     assert_eq!(groups.len(), 1, "{v}");
     let g = &groups[0];
-    let name = format!("{}/{}/{}", g["job"].as_str().unwrap(), g["profile"].as_str().unwrap(), g["point"].as_str().unwrap());
+    let name = format!(
+        "{}/{}/{}",
+        g["job"].as_str().unwrap(),
+        g["profile"].as_str().unwrap(),
+        g["point"].as_str().unwrap()
+    );
 
     check_against_python(&p, ("runs/a.csv", "runs/b.csv"), g, &name);
     assert!(g["change"]["low"].as_f64() <= g["change"]["change"].as_f64());
-    assert!(g["logp_drift"]["max"].as_f64().unwrap() > 0.0, "halving the experts moves scores: {g}");
+    assert!(
+        g["logp_drift"]["max"].as_f64().unwrap() > 0.0,
+        "halving the experts moves scores: {g}"
+    );
     assert!(g["agreement"].as_f64().unwrap() < 1.0, "{g}");
 
     // Many items and flips both ways (a.csv's rows copied 20 times under new ids, B's `correct`
@@ -97,7 +115,10 @@ fn interval_and_flips_match_python_and_the_gate_trips_on_a_lossy_replay() {
         .records()
         .map(|r| r.unwrap().iter().map(String::from).collect())
         .collect();
-    let (mut wa, mut wb) = (csv::Writer::from_writer(Vec::new()), csv::Writer::from_writer(Vec::new()));
+    let (mut wa, mut wb) = (
+        csv::Writer::from_writer(Vec::new()),
+        csv::Writer::from_writer(Vec::new()),
+    );
     wa.write_record(&header).unwrap();
     wb.write_record(&header).unwrap();
     for k in 0..20 {
@@ -111,14 +132,29 @@ fn interval_and_flips_match_python_and_the_gate_trips_on_a_lossy_replay() {
             wb.write_record(&cells).unwrap();
         }
     }
-    p.write("runs/big-a.csv", &String::from_utf8(wa.into_inner().unwrap()).unwrap());
-    p.write("runs/big-b.csv", &String::from_utf8(wb.into_inner().unwrap()).unwrap());
-    let o = p.bmoe(&["compare", "runs/big-a.csv", "runs/big-b.csv", "--format", "json"]);
+    p.write(
+        "runs/big-a.csv",
+        &String::from_utf8(wa.into_inner().unwrap()).unwrap(),
+    );
+    p.write(
+        "runs/big-b.csv",
+        &String::from_utf8(wb.into_inner().unwrap()).unwrap(),
+    );
+    let o = p.bmoe(&[
+        "compare",
+        "runs/big-a.csv",
+        "runs/big-b.csv",
+        "--format",
+        "json",
+    ]);
     let v = json(&o);
     let g2 = &v["groups"][0];
     check_against_python(&p, ("runs/big-a.csv", "runs/big-b.csv"), g2, &name);
     assert_eq!(g2["scored"], 480, "{g2}");
-    let (lo, hi) = (g2["change"]["low"].as_f64().unwrap(), g2["change"]["high"].as_f64().unwrap());
+    let (lo, hi) = (
+        g2["change"]["low"].as_f64().unwrap(),
+        g2["change"]["high"].as_f64().unwrap(),
+    );
     assert!(hi - lo > 0.05, "{g2}");
 
     // report: the same pair as two points of one file; the second point's accuracy change
@@ -155,18 +191,34 @@ fn interval_and_flips_match_python_and_the_gate_trips_on_a_lossy_replay() {
     assert!(out.contains("wrong->right ("), "{out}");
 
     // The gate: the lossy replay regresses (exit 1), a replay against itself does not (exit 0).
-    let o = p.bmoe(&["compare", "runs/a.csv", "runs/b.csv", "--fail-on-regression"]);
+    let o = p.bmoe(&[
+        "compare",
+        "runs/a.csv",
+        "runs/b.csv",
+        "--fail-on-regression",
+    ]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("result: regression: "), "{out}");
-    let o = p.bmoe(&["compare", "runs/a.csv", "runs/a.csv", "--fail-on-regression"]);
+    let o = p.bmoe(&[
+        "compare",
+        "runs/a.csv",
+        "runs/a.csv",
+        "--fail-on-regression",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("result: no regression"), "{}", text(&o));
 
     // Thresholds loose enough let the lossy replay through.
     let o = p.bmoe(&[
-        "compare", "runs/a.csv", "runs/b.csv", "--fail-on-regression",
-        "--max-accuracy-drop", "100", "--min-agreement", "0",
+        "compare",
+        "runs/a.csv",
+        "runs/b.csv",
+        "--fail-on-regression",
+        "--max-accuracy-drop",
+        "100",
+        "--min-agreement",
+        "0",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
@@ -175,8 +227,22 @@ fn interval_and_flips_match_python_and_the_gate_trips_on_a_lossy_replay() {
 fn gate_thresholds_are_checked_and_need_fail_on_regression() {
     let p = Project::new();
     for args in [
-        vec!["compare", "a.csv", "b.csv", "--fail-on-regression", "--min-agreement", "1.5"],
-        vec!["compare", "a.csv", "b.csv", "--fail-on-regression", "--max-accuracy-drop", "-1"],
+        vec![
+            "compare",
+            "a.csv",
+            "b.csv",
+            "--fail-on-regression",
+            "--min-agreement",
+            "1.5",
+        ],
+        vec![
+            "compare",
+            "a.csv",
+            "b.csv",
+            "--fail-on-regression",
+            "--max-accuracy-drop",
+            "-1",
+        ],
         vec!["compare", "a.csv", "b.csv", "--min-agreement", "0.9"],
     ] {
         let o = p.bmoe(&args);

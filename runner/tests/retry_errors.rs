@@ -8,7 +8,11 @@ use common::{data_lines, text, Project, DECIDE_JOB};
 fn decisions(p: &Project, words: usize) {
     let long = "scroll ".repeat(words);
     let mut s = String::new();
-    for (id, prefix) in [("d1", "Task 1. "), ("d2", long.as_str()), ("d3", "Task 3. ")] {
+    for (id, prefix) in [
+        ("d1", "Task 1. "),
+        ("d2", long.as_str()),
+        ("d3", "Task 3. "),
+    ] {
         s.push_str(&format!(
             "{{\"id\": \"{id}\", \"prefix\": \"{prefix}\", \"suffix\": \"Screen: OK, Cancel\", \"choices\": [\"OK\", \"Cancel\"], \"expected\": 0}}\n"
         ));
@@ -38,17 +42,32 @@ fn retry_errors_reruns_only_the_failed_item_and_its_row_supersedes() {
     // 2000 words: far over the profile's 512-token context.
     decisions(&p, 2000);
     let o = p.bmoe(&["run", "jobs/job.toml", "--quiet", "--run-id", "r1"]);
-    assert_eq!(o.status.code(), Some(1), "a refused item exits 1: {}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a refused item exits 1: {}",
+        text(&o)
+    );
     let before = rows(&p);
     assert_eq!(before.len(), 3);
     let failed: Vec<_> = before.iter().filter(|r| r["error"] != "").collect();
     assert_eq!(failed.len(), 1, "{before:?}");
     assert_eq!(failed[0]["item"], "d2");
-    assert!(failed[0]["error"].as_str().unwrap().contains("context"), "{failed:?}");
+    assert!(
+        failed[0]["error"].as_str().unwrap().contains("context"),
+        "{failed:?}"
+    );
 
     // The input fixed; only d2 runs again, in the same run.
     decisions(&p, 5);
-    let o = p.bmoe(&["run", "jobs/job.toml", "--quiet", "--retry-errors", "--run-id", "r1"]);
+    let o = p.bmoe(&[
+        "run",
+        "jobs/job.toml",
+        "--quiet",
+        "--retry-errors",
+        "--run-id",
+        "r1",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let after = rows(&p);
     assert_eq!(after.len(), 4, "one new row: {}", p.read("runs/decide.csv"));
@@ -57,12 +76,25 @@ fn retry_errors_reruns_only_the_failed_item_and_its_row_supersedes() {
     assert_eq!(after[3]["error"], "", "{:?}", after[3]);
 
     // Nothing failed any more: nothing to retry.
-    let o = p.bmoe(&["run", "jobs/job.toml", "--quiet", "--retry-errors", "--run-id", "r1"]);
+    let o = p.bmoe(&[
+        "run",
+        "jobs/job.toml",
+        "--quiet",
+        "--retry-errors",
+        "--run-id",
+        "r1",
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("nothing to retry"), "{}", text(&o));
 
     // compare: d2 is matched once, with its retry's outcome, and no duplicate is reported.
-    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/decide.csv", "--format", "json"]);
+    let o = p.bmoe(&[
+        "compare",
+        "runs/decide.csv",
+        "runs/decide.csv",
+        "--format",
+        "json",
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect(&text(&o));
     assert_eq!(v["matched"], 3, "{v}");
     assert_eq!(v["warnings"].as_array().unwrap().len(), 0, "{v}");
@@ -73,7 +105,11 @@ fn retry_errors_reruns_only_the_failed_item_and_its_row_supersedes() {
     assert!(o.status.success(), "{}", text(&o));
     let merged = p.read("runs/merged.csv");
     assert_eq!(data_lines(&merged).len(), 3, "{merged}");
-    assert!(text(&o).contains("1 failed row(s) superseded by their retry"), "{}", text(&o));
+    assert!(
+        text(&o).contains("1 failed row(s) superseded by their retry"),
+        "{}",
+        text(&o)
+    );
 
     // report: three rows, none refused.
     let o = p.bmoe(&["report", "runs/decide.csv", "--format", "json"]);

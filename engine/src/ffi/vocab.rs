@@ -34,7 +34,12 @@ impl<'m> Vocab<'m> {
     /// `prefix_token_id`); `None` when the vocabulary has neither.
     pub fn prefix_token(&self) -> Option<Token> {
         // SAFETY: read-only queries on a vocab that lives as long as 'm.
-        let (bos, eos) = unsafe { (sys::llama_vocab_bos(self.raw), sys::llama_vocab_eos(self.raw)) };
+        let (bos, eos) = unsafe {
+            (
+                sys::llama_vocab_bos(self.raw),
+                sys::llama_vocab_eos(self.raw),
+            )
+        };
         [bos, eos].into_iter().find(|&t| t >= 0)
     }
 

@@ -383,12 +383,18 @@ impl Session<'_> {
     /// Each choice's log-likelihood after the neutral context alone (lm-evaluation-harness's
     /// unconditional request `("", choice)`: the prefix token, then the choice tokenized without
     /// special tokens), all choices as parallel sequences beside the prompt's, as `sum` runs them.
-    fn neutral_scores(&mut self, req: &DecideRequest, exec: &mut ExecGuard<'_>) -> Result<Vec<f64>> {
+    fn neutral_scores(
+        &mut self,
+        req: &DecideRequest,
+        exec: &mut ExecGuard<'_>,
+    ) -> Result<Vec<f64>> {
         let vocab = self.model.raw.vocab();
         let head = vocab.prefix_token().ok_or(EngineError::NoNeutralContext)?;
         let mut neutral = Vec::with_capacity(req.choices.len());
         for (index, c) in req.choices.iter().enumerate() {
-            let toks = vocab.tokenize(c, false, false).map_err(EngineError::Tokenize)?;
+            let toks = vocab
+                .tokenize(c, false, false)
+                .map_err(EngineError::Tokenize)?;
             if toks.is_empty() {
                 return Err(EngineError::EmptyChoice {
                     index,

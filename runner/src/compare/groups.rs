@@ -160,7 +160,10 @@ impl GroupStats {
             }
         }
         if let Some(x) = g.max_slowdown {
-            for (name, r) in [("prefill_s", self.prefill_ratio), ("decode", self.decode_ratio)] {
+            for (name, r) in [
+                ("prefill_s", self.prefill_ratio),
+                ("decode", self.decode_ratio),
+            ] {
                 if let Some(r) = r.filter(|&r| r > x) {
                     out.push(format!(
                         "{name} median ratio B/A {r:.3} (above --max-slowdown {x})"

@@ -16,7 +16,7 @@ use std::path::Path;
 use serde::Serialize;
 
 pub use changed::Change;
-pub use groups::{GroupStats, Gates};
+pub use groups::{Gates, GroupStats};
 pub use input::Key;
 pub use speed::{Metric, RatioStats};
 
@@ -241,7 +241,10 @@ fn compare_row(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64) {
     rep.matched += 1;
     let mut same = x.error == y.error;
     if x.kind == "decide" {
-        rep.groups.entry(group_of(x)).or_default().add_decision(k, x, y);
+        rep.groups
+            .entry(group_of(x))
+            .or_default()
+            .add_decision(k, x, y);
         same &= compare_decision(rep, k, x, y, tolerance);
     }
     if x.kind == "generate" {

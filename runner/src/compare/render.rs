@@ -216,7 +216,11 @@ impl Report {
             let crossed: Vec<String> = self
                 .group_stats()
                 .iter()
-                .flat_map(|g| g.regressions.iter().map(move |r| format!("{}: {r}", g.name())))
+                .flat_map(|g| {
+                    g.regressions
+                        .iter()
+                        .map(move |r| format!("{}: {r}", g.name()))
+                })
                 .collect();
             return if crossed.is_empty() {
                 "no regression (--fail-on-regression)".into()

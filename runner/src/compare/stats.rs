@@ -10,7 +10,8 @@ pub const RESAMPLES: usize = 2000;
 pub const SEED: u64 = 20_250_933;
 
 /// What produced an interval, as the output names it.
-pub const METHOD: &str = "paired bootstrap, 2000 resamples, SplitMix64 seed 20250933, percentile 95%";
+pub const METHOD: &str =
+    "paired bootstrap, 2000 resamples, SplitMix64 seed 20250933, percentile 95%";
 
 /// SplitMix64 (Steele, Lea and Flood 2014): a tiny generator any language reproduces exactly.
 struct SplitMix64(u64);

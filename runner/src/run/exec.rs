@@ -165,7 +165,11 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
                 .ok_or_else(|| {
                     anyhow!(
                         "{}: {} has no rows of job {} to continue; run without it",
-                        if opts.retry_errors { "--retry-errors" } else { "--resume" },
+                        if opts.retry_errors {
+                            "--retry-errors"
+                        } else {
+                            "--resume"
+                        },
                         display_path(&j.csv),
                         j.job.name
                     )
@@ -193,7 +197,11 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
     if retry.as_ref().is_some_and(|r| r.is_empty()) {
         bail!("--retry-errors: run {run_id} has no row whose latest outcome is an error; nothing to retry");
     }
-    let done = latest.into_iter().filter(|(_, f)| !f).map(|(k, _)| k).collect();
+    let done = latest
+        .into_iter()
+        .filter(|(_, f)| !f)
+        .map(|(k, _)| k)
+        .collect();
     Ok((run_id, done, targets, retry))
 }
 

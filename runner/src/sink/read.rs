@@ -409,7 +409,13 @@ mod tests {
     /// Lines are the file's, across a quoted cell with a newline; the tail is apart.
     #[test]
     fn only_a_failed_row_followed_by_its_key_is_superseded() {
-        let rows = [("a", true), ("b", false), ("a", false), ("b", false), ("c", true)];
+        let rows = [
+            ("a", true),
+            ("b", false),
+            ("a", false),
+            ("b", false),
+            ("c", true),
+        ];
         let gone = superseded(rows);
         // A row without an error is never superseded (duplicates stay each command's business);
         // a failed row with no later row of its key stays.
