@@ -95,7 +95,8 @@ fn retry_errors_reruns_only_the_failed_item_and_its_row_supersedes() {
         "--format",
         "json",
     ]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect(&text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
     assert_eq!(v["matched"], 3, "{v}");
     assert_eq!(v["warnings"].as_array().unwrap().len(), 0, "{v}");
     assert_eq!(v["verdict"], "same", "{v}");
@@ -114,7 +115,8 @@ fn retry_errors_reruns_only_the_failed_item_and_its_row_supersedes() {
     // report: three rows, none refused.
     let o = p.bmoe(&["report", "runs/decide.csv", "--format", "json"]);
     assert!(o.status.success(), "{}", text(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect(&text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
     let g = &v["groups"][0];
     assert_eq!(g["rows"], 3, "{g}");
     assert_eq!(g["errors"], 0, "{g}");

@@ -213,25 +213,7 @@ impl Session<'_> {
             None => {}
         }
         let ntok: Vec<u32> = choices.iter().map(|c| c.n_cont as u32).collect();
-        match req.scoring {
-            Scoring::Mean => {
-                for (s, n) in scores.iter_mut().zip(&ntok) {
-                    *s /= f64::from((*n).max(1));
-                }
-            }
-            Scoring::Norm => {
-                for (s, c) in scores.iter_mut().zip(&req.choices) {
-                    *s /= c.chars().count().max(1) as f64;
-                }
-            }
-            Scoring::Calibrated => {
-                let neutral = self.neutral_scores(req, &mut exec)?;
-                for (s, u) in scores.iter_mut().zip(neutral) {
-                    *s -= u;
-                }
-            }
-            Scoring::FirstToken | Scoring::Sum => {}
-        }
+        self.normalize(req, &ntok, &mut scores, &mut exec)?;
         let (stream_c, dev_c) = before.since(self.model);
         let (best, margin) = best_and_margin(&scores);
         Ok(DecideRecord {
@@ -378,6 +360,38 @@ impl Session<'_> {
             out.push(choice);
         }
         Ok(out)
+    }
+
+    /// Turns the summed log-likelihoods into the scoring's scores: per token (`mean`), per
+    /// character (`norm`), or less the choice's log-likelihood after the neutral context
+    /// (`calibrated`).
+    fn normalize(
+        &mut self,
+        req: &DecideRequest,
+        ntok: &[u32],
+        scores: &mut [f64],
+        exec: &mut ExecGuard<'_>,
+    ) -> Result<()> {
+        match req.scoring {
+            Scoring::Mean => {
+                for (s, n) in scores.iter_mut().zip(ntok) {
+                    *s /= f64::from((*n).max(1));
+                }
+            }
+            Scoring::Norm => {
+                for (s, c) in scores.iter_mut().zip(&req.choices) {
+                    *s /= c.chars().count().max(1) as f64;
+                }
+            }
+            Scoring::Calibrated => {
+                let neutral = self.neutral_scores(req, exec)?;
+                for (s, u) in scores.iter_mut().zip(neutral) {
+                    *s -= u;
+                }
+            }
+            Scoring::FirstToken | Scoring::Sum => {}
+        }
+        Ok(())
     }
 
     /// Each choice's log-likelihood after the neutral context alone (lm-evaluation-harness's

@@ -163,13 +163,13 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
                 .and_then(|rows| rows.iter().rev().find(|r| r.job == j.job.name))
                 .map(|r| r.run_id.clone())
                 .ok_or_else(|| {
+                    let (flag, what) = if opts.retry_errors {
+                        ("--retry-errors", "retry")
+                    } else {
+                        ("--resume", "resume")
+                    };
                     anyhow!(
-                        "{}: {} has no rows of job {} to continue; run without it",
-                        if opts.retry_errors {
-                            "--retry-errors"
-                        } else {
-                            "--resume"
-                        },
+                        "{flag}: {} has no rows of job {} to {what}; run without {flag}",
                         display_path(&j.csv),
                         j.job.name
                     )
@@ -187,7 +187,8 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
             latest.insert(key, !r.error.is_empty());
         }
     }
-    if !(opts.resume || opts.retry_errors) && !latest.is_empty() {
+    let continues = opts.resume || opts.retry_errors;
+    if !(continues || latest.is_empty()) {
         bail!("run id {run_id} already has rows; add --resume to continue it, or choose another --run-id");
     }
     let retry = opts.retry_errors.then(|| {
