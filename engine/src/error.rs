@@ -50,6 +50,9 @@ pub enum EngineError {
     /// A choice that tokenizes to nothing.
     #[error("choice {index} ({choice:?}) is empty after tokenization")]
     EmptyChoice { index: usize, choice: String },
+    /// `calibrated` scoring on a vocabulary with neither a BOS nor an EOS token.
+    #[error("scoring = \"calibrated\" scores each choice after a neutral context of the BOS (else EOS) token, and this model's vocabulary has neither; use scoring = \"sum\" or \"norm\"")]
+    NoNeutralContext,
     /// Two choices start with the same token, so their first-token scores cannot tell them apart.
     #[error("choices {first} ({first_text:?}) and {second} ({second_text:?}) start with the same token {token}: first-token scoring cannot tell them apart; use scoring = \"sum\" (or --scoring sum)")]
     CollidingChoices {

@@ -271,6 +271,12 @@ pub enum Scoring {
     Sum,
     /// `Sum` divided by the choice's token count.
     Mean,
+    /// `Sum` divided by the choice's length in characters: lm-evaluation-harness's `acc_norm`
+    /// (`lls / completion_len`, `completion_len = len(choice)` of the Python string).
+    Norm,
+    /// `Sum` minus the choice's log-likelihood after the neutral context alone (the BOS token, else
+    /// EOS): lm-evaluation-harness's `acc_mutual_info` (its unconditional request `("", choice)`).
+    Calibrated,
 }
 
 /// Per-session settings (one llama.cpp context).

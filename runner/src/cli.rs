@@ -187,6 +187,10 @@ pub struct RunArgs {
     /// Continue a run: skip items already in the CSV for this run id (default: the job's last run).
     #[arg(long)]
     pub resume: bool,
+    /// Run again only the items whose latest row in the run (--run-id, default: the job's last
+    /// run) carries an error; the new row supersedes the failed one in merge, compare and report.
+    #[arg(long, conflicts_with = "resume")]
+    pub retry_errors: bool,
     /// Print each row as one JSON object per line on stdout (JSON Lines, the CSV's column names).
     #[arg(long)]
     pub machine: bool,
@@ -239,9 +243,40 @@ pub struct CompareArgs {
     /// Kept for old scripts: a difference always exits 1 now (as diff does).
     #[arg(long, hide = true)]
     pub fail_on_diff: bool,
+    /// Exit 1 only when a (job, profile, point) regresses past a threshold (accuracy, agreement,
+    /// --max-slowdown), 0 otherwise, however the rows differ.
+    #[arg(long)]
+    pub fail_on_regression: bool,
+    /// With --fail-on-regression: the largest accuracy drop A -> B allowed, in percentage points
+    /// (default 1.0).
+    #[arg(long, value_name = "POINTS", requires = "fail_on_regression", value_parser = accuracy_points)]
+    pub max_accuracy_drop: Option<f64>,
+    /// With --fail-on-regression: the smallest share of decisions whose best agrees (default 0.95).
+    #[arg(long, value_name = "SHARE", requires = "fail_on_regression", value_parser = share)]
+    pub min_agreement: Option<f64>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+}
+
+/// `--max-accuracy-drop`: percentage points, 0 to 100.
+fn accuracy_points(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=100.0).contains(&x) => Ok(x),
+        _ => Err(format!(
+            "expected percentage points from 0 to 100, such as 1.0, not {s:?}"
+        )),
+    }
+}
+
+/// `--min-agreement`: a share from 0 to 1.
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!(
+            "expected a share from 0 to 1, such as 0.95, not {s:?}"
+        )),
+    }
 }
 
 /// `--max-slowdown`: a ratio above 0 (1.10 allows B 10% slower than A).

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::config::diag::display_path;
 use crate::sink::csv::{inspect, HeaderKind};
+use crate::sink::read::{retry_key, superseded};
 use crate::sink::row::Row;
 
 mod shards;
@@ -27,6 +28,8 @@ pub struct MergeReport {
     pub rows_out: usize,
     /// Identical duplicates dropped (the same row in two inputs, or twice in one).
     pub duplicates: usize,
+    /// Failed rows dropped because a later row of their key retried them (`run --retry-errors`).
+    pub superseded: usize,
     /// Schema version of the inputs.
     pub schema_version: u32,
     /// Run ids in the output.
@@ -221,12 +224,21 @@ fn join_rows(
 ) -> anyhow::Result<BTreeMap<Key, (PathBuf, Row)>> {
     let mut out: BTreeMap<Key, (PathBuf, Row)> = BTreeMap::new();
     let mut conflicts: Vec<String> = Vec::new();
+    // A failed row that `run --retry-errors` ran again gives way to its retry (in any input).
+    let all = read.iter().flat_map(|i| i.rows.iter());
+    let gone = superseded(all.map(|r| (retry_key(r), !r.error.is_empty())));
+    let mut at = 0;
     for Input {
         path: file, rows, ..
     } in read
     {
         for r in rows {
             rep.rows_in += 1;
+            at += 1;
+            if gone.contains(&(at - 1)) {
+                rep.superseded += 1;
+                continue;
+            }
             let key = (
                 r.run_id.clone(),
                 r.job.clone(),

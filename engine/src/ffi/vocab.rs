@@ -30,6 +30,19 @@ impl<'m> Vocab<'m> {
         unsafe { sys::llama_vocab_n_tokens(self.raw) as usize }
     }
 
+    /// The beginning-of-sequence token, else the end-of-sequence one (lm-evaluation-harness's
+    /// `prefix_token_id`); `None` when the vocabulary has neither.
+    pub fn prefix_token(&self) -> Option<Token> {
+        // SAFETY: read-only queries on a vocab that lives as long as 'm.
+        let (bos, eos) = unsafe {
+            (
+                sys::llama_vocab_bos(self.raw),
+                sys::llama_vocab_eos(self.raw),
+            )
+        };
+        [bos, eos].into_iter().find(|&t| t >= 0)
+    }
+
     /// True for end-of-generation tokens.
     pub fn is_eog(&self, t: Token) -> bool {
         // SAFETY: read-only query.

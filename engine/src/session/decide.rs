@@ -213,11 +213,7 @@ impl Session<'_> {
             None => {}
         }
         let ntok: Vec<u32> = choices.iter().map(|c| c.n_cont as u32).collect();
-        if req.scoring == Scoring::Mean {
-            for (s, n) in scores.iter_mut().zip(&ntok) {
-                *s /= f64::from((*n).max(1));
-            }
-        }
+        self.normalize(req, &ntok, &mut scores, &mut exec)?;
         let (stream_c, dev_c) = before.since(self.model);
         let (best, margin) = best_and_margin(&scores);
         Ok(DecideRecord {
@@ -364,6 +360,73 @@ impl Session<'_> {
             out.push(choice);
         }
         Ok(out)
+    }
+
+    /// Turns the summed log-likelihoods into the scoring's scores: per token (`mean`), per
+    /// character (`norm`), or less the choice's log-likelihood after the neutral context
+    /// (`calibrated`).
+    fn normalize(
+        &mut self,
+        req: &DecideRequest,
+        ntok: &[u32],
+        scores: &mut [f64],
+        exec: &mut ExecGuard<'_>,
+    ) -> Result<()> {
+        match req.scoring {
+            Scoring::Mean => {
+                for (s, n) in scores.iter_mut().zip(ntok) {
+                    *s /= f64::from((*n).max(1));
+                }
+            }
+            Scoring::Norm => {
+                for (s, c) in scores.iter_mut().zip(&req.choices) {
+                    *s /= c.chars().count().max(1) as f64;
+                }
+            }
+            Scoring::Calibrated => {
+                let neutral = self.neutral_scores(req, exec)?;
+                for (s, u) in scores.iter_mut().zip(neutral) {
+                    *s -= u;
+                }
+            }
+            Scoring::FirstToken | Scoring::Sum => {}
+        }
+        Ok(())
+    }
+
+    /// Each choice's log-likelihood after the neutral context alone (lm-evaluation-harness's
+    /// unconditional request `("", choice)`: the prefix token, then the choice tokenized without
+    /// special tokens), all choices as parallel sequences beside the prompt's, as `sum` runs them.
+    fn neutral_scores(
+        &mut self,
+        req: &DecideRequest,
+        exec: &mut ExecGuard<'_>,
+    ) -> Result<Vec<f64>> {
+        let vocab = self.model.raw.vocab();
+        let head = vocab.prefix_token().ok_or(EngineError::NoNeutralContext)?;
+        let mut neutral = Vec::with_capacity(req.choices.len());
+        for (index, c) in req.choices.iter().enumerate() {
+            let toks = vocab
+                .tokenize(c, false, false)
+                .map_err(EngineError::Tokenize)?;
+            if toks.is_empty() {
+                return Err(EngineError::EmptyChoice {
+                    index,
+                    choice: c.clone(),
+                });
+            }
+            let mut whole = vec![head];
+            whole.extend(toks);
+            neutral.push(Choice {
+                n_cont: whole.len() - 1,
+                whole,
+                shared: 0,
+            });
+        }
+        let work: Vec<(usize, usize)> = (0..neutral.len()).map(|i| (i, 0)).collect();
+        let mut scores = vec![0.0; neutral.len()];
+        self.score_continuations(&neutral, &work, 1, &mut scores, exec)?;
+        Ok(scores)
     }
 
     /// The choice sequences one batch can hold beside the prompt's (sequence 0).

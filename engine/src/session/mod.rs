@@ -170,7 +170,10 @@ impl<'m> Session<'m> {
         } else {
             opts.n_ctx
         };
-        let n_ubatch = opts.n_ubatch.max(opts.n_ubatch_device).min(n_ctx);
+        // At least 2: llama.cpp sizes its sequences by the batch (`n_seq` below), and the
+        // whole-choice scorings need sequence 1 beside the prompt's; with `cpu_ubatch = 1` the
+        // pieces stay one row wide (`widths.cpu`), so no graph changes shape.
+        let n_ubatch = opts.n_ubatch.max(opts.n_ubatch_device).max(2).min(n_ctx);
         let n_seq = SEQS.min(n_ubatch).max(1);
         let abort = Arc::new(AtomicBool::new(false));
         let hook_error = Arc::new(Mutex::new(None));

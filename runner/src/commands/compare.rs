@@ -4,10 +4,17 @@ use std::process::ExitCode;
 use super::output::print_json;
 use super::{EXIT_DIFF, EXIT_ERROR};
 use crate::cli::{CompareArgs, Format};
-use crate::compare::{self, Verdict};
+use crate::compare::groups::{DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_AGREEMENT};
+use crate::compare::{self, Gates, Verdict};
 
-/// Runs `bmoe compare`: exit 0 same, 1 differ (or a speed gate tripped), 2 nothing in common.
+/// Runs `bmoe compare`: exit 0 same, 1 differ (or a speed gate tripped), 2 nothing in common;
+/// with `--fail-on-regression`, 1 only when a group crosses a threshold.
 pub fn compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
+    let gates = a.fail_on_regression.then(|| Gates {
+        max_accuracy_drop: a.max_accuracy_drop.unwrap_or(DEFAULT_MAX_ACCURACY_DROP),
+        min_agreement: a.min_agreement.unwrap_or(DEFAULT_MIN_AGREEMENT),
+        max_slowdown: a.max_slowdown,
+    });
     let rep = compare::compare(
         &a.a,
         &a.b,
@@ -16,6 +23,7 @@ pub fn compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
             run_b: a.run_b,
             tolerance: a.tolerance,
             max_slowdown: a.max_slowdown,
+            gates,
         },
     )?;
     for w in &rep.warnings {
@@ -29,8 +37,8 @@ pub fn compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
     // As diff: 1 when the runs differ, so CI tells a regression (1) from trouble (2).
     let _ = a.fail_on_diff;
     Ok(match rep.verdict() {
-        Verdict::Same => ExitCode::SUCCESS,
-        Verdict::Differ => ExitCode::from(EXIT_DIFF),
+        Verdict::Same | Verdict::NoRegression => ExitCode::SUCCESS,
+        Verdict::Differ | Verdict::Regression => ExitCode::from(EXIT_DIFF),
         Verdict::NothingInCommon => ExitCode::from(EXIT_ERROR),
     })
 }

@@ -16,8 +16,13 @@ pub fn merge(a: MergeArgs) -> anyhow::Result<ExitCode> {
     if a.format == Format::Json {
         print_json(&rep)?;
     } else {
+        // Only said when it happened, so the usual line stays as scripts know it.
+        let retried = match rep.superseded {
+            0 => String::new(),
+            n => format!(", {n} failed row(s) superseded by their retry"),
+        };
         println!(
-            "merged {} file(s): {} rows in, {} identical duplicate(s) dropped, {} rows written to {} (schema {}; run(s) {}; job(s) {})",
+            "merged {} file(s): {} rows in, {} identical duplicate(s) dropped{retried}, {} rows written to {} (schema {}; run(s) {}; job(s) {})",
             rep.inputs,
             rep.rows_in,
             rep.duplicates,

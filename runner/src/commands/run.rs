@@ -63,6 +63,7 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         probed,
         run_id: a.run_id.clone(),
         resume: a.resume,
+        retry_errors: a.retry_errors,
         machine: a.machine,
         quiet,
         filter,

@@ -7,6 +7,7 @@ use anyhow::{anyhow, Context};
 
 use crate::config::diag::display_path;
 use crate::sink::csv::inspect;
+use crate::sink::read::without_superseded;
 use crate::sink::row::Row;
 
 /// How many names a list in a message shows before "and N more".
@@ -95,7 +96,11 @@ pub fn load(path: &Path, run: Option<&str>) -> anyhow::Result<Side> {
     let ids = run_ids(&e.rows);
     let mut rows = BTreeMap::new();
     let mut duplicates: Vec<Key> = Vec::new();
-    for r in e.rows.into_iter().filter(|r| r.run_id == run) {
+    // A failed row that `run --retry-errors` ran again is replaced by its retry, not a duplicate.
+    for r in without_superseded(e.rows)
+        .into_iter()
+        .filter(|r| r.run_id == run)
+    {
         let key = Key::of(&r);
         if rows.insert(key.clone(), r).is_some() {
             duplicates.push(key);

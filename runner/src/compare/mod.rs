@@ -4,16 +4,19 @@
 //! verdict and an optional gate. Files are read by column name, so a CSV from an older build
 //! compares with a newer one (columns it lacks read as empty).
 mod changed;
+pub mod groups;
 mod input;
 mod render;
 mod speed;
+pub mod stats;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::Serialize;
 
 pub use changed::Change;
+pub use groups::{Gates, GroupStats};
 pub use input::Key;
 pub use speed::{Metric, RatioStats};
 
@@ -31,6 +34,9 @@ pub struct CompareOptions {
     pub tolerance: f64,
     /// Largest median time ratio B/A still passing (`--max-slowdown`); `None`: no gate.
     pub max_slowdown: Option<f64>,
+    /// `--fail-on-regression`'s thresholds: with them the exit status says only whether a group
+    /// crossed one.
+    pub gates: Option<Gates>,
 }
 
 /// The outcome, as the exit status says it.
@@ -43,6 +49,10 @@ pub enum Verdict {
     Differ,
     /// No row matches: another job, or no common item (exit 2).
     NothingInCommon,
+    /// `--fail-on-regression`: no group crossed a threshold (exit 0), whatever else differs.
+    NoRegression,
+    /// `--fail-on-regression`: a group crossed a threshold (exit 1).
+    Regression,
 }
 
 /// Accuracy of each side on the matched decisions with an expected answer, and how it changed.
@@ -106,6 +116,10 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// Whether row names in the text show (job, point): not when all rows share one.
     pub naming: (bool, bool),
+    /// The matched rows' data per (job, profile, point), for the statistics.
+    pub groups: BTreeMap<groups::GroupKey, groups::GroupData>,
+    /// `--fail-on-regression`'s thresholds.
+    pub gates: Option<Gates>,
 }
 
 impl Report {
@@ -141,10 +155,21 @@ impl Report {
         speed::metrics(&self.ratios, &self.decode_ratios, self.max_slowdown)
     }
 
-    /// Same, differ, or nothing in common.
+    /// The statistics per (job, profile, point), judged by the gates when given.
+    pub fn group_stats(&self) -> Vec<GroupStats> {
+        groups::all(&self.groups, self.gates.as_ref())
+    }
+
+    /// Same, differ, or nothing in common; under `--fail-on-regression`, regression or not.
     pub fn verdict(&self) -> Verdict {
         if self.nothing_in_common().is_some() {
             Verdict::NothingInCommon
+        } else if self.gates.is_some() {
+            if self.group_stats().iter().any(|g| !g.regressions.is_empty()) {
+                Verdict::Regression
+            } else {
+                Verdict::NoRegression
+            }
         } else if !self.identical() || self.speed().iter().any(|m| m.gate_tripped) {
             Verdict::Differ
         } else {
@@ -182,6 +207,7 @@ pub fn compare(a: &Path, b: &Path, o: &CompareOptions) -> anyhow::Result<Report>
         jobs: (jobs(&sa), jobs(&sb)),
         changed: changed::changes(sa.rows.values(), sb.rows.values()),
         max_slowdown: o.max_slowdown,
+        gates: o.gates,
         ..Report::default()
     };
     rep.warnings = [sa.warnings.clone(), sb.warnings.clone()].concat();
@@ -215,6 +241,10 @@ fn compare_row(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64) {
     rep.matched += 1;
     let mut same = x.error == y.error;
     if x.kind == "decide" {
+        rep.groups
+            .entry(group_of(x))
+            .or_default()
+            .add_decision(k, x, y);
         same &= compare_decision(rep, k, x, y, tolerance);
     }
     if x.kind == "generate" {
@@ -234,17 +264,25 @@ fn compare_row(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64) {
             rep.max_ppl_diff = Some((d, k.clone()));
         }
     }
+    let g = rep.groups.entry(group_of(x)).or_default();
     if x.prefill_s > 0.0 && y.prefill_s > 0.0 {
         rep.ratios.push(y.prefill_s / x.prefill_s);
+        g.prefill.push(y.prefill_s / x.prefill_s);
     }
     // Per token: two runs whose texts differ in length still compare their decode speed.
     if x.decode_s > 0.0 && y.decode_s > 0.0 && x.tokens > 0 && y.tokens > 0 {
         let per = |r: &Row| r.decode_s / f64::from(r.tokens);
         rep.decode_ratios.push(per(y) / per(x));
+        g.decode.push(per(y) / per(x));
     }
     if !same {
         rep.differing.push(k.clone());
     }
+}
+
+/// A row's (job, profile, point).
+fn group_of(r: &Row) -> groups::GroupKey {
+    (r.job.clone(), r.profile.clone(), r.point.clone())
 }
 
 /// Adds a matched decision; false when it differs.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::input::{capped, Key};
-use super::{AccuracyChange, Change, Metric, RatioStats, Report, Verdict};
+use super::{AccuracyChange, Change, Gates, GroupStats, Metric, RatioStats, Report, Verdict};
 
 /// A largest difference and the row key where it was found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -63,6 +63,11 @@ pub struct JsonReport<'a> {
     pub differing: Vec<String>,
     /// True when every row matched and none differs (speed aside: see `verdict`).
     pub identical: bool,
+    /// Per (job, profile, point): accuracy with the paired change's 95% interval, McNemar's p,
+    /// flipped items, log-prob drift, speed ratios, and the gates crossed.
+    pub groups: Vec<GroupStats>,
+    /// `--fail-on-regression`'s thresholds, when given.
+    pub gates: Option<Gates>,
     /// What reading the files noticed (also on stderr).
     pub warnings: &'a [String],
 }
@@ -100,6 +105,8 @@ impl Report {
             max_slowdown: self.max_slowdown,
             differing: keys(&self.differing),
             identical: self.identical(),
+            groups: self.group_stats(),
+            gates: self.gates,
             warnings: &self.warnings,
         }
     }
@@ -120,6 +127,7 @@ impl Report {
         for m in self.speed() {
             let _ = writeln!(s, "{}", m.render());
         }
+        self.render_groups(&mut s);
         let _ = writeln!(s, "result: {}", self.result_line());
         s
     }
@@ -187,10 +195,38 @@ impl Report {
         }
     }
 
+    /// The statistics per (job, profile, point).
+    fn render_groups(&self, s: &mut String) {
+        let groups = self.group_stats();
+        if groups.is_empty() {
+            return;
+        }
+        let _ = writeln!(s, "per (job, profile, point):");
+        for g in &groups {
+            g.render(s);
+        }
+    }
+
     /// What the exit status says, in words: each reason it is not 0.
     fn result_line(&self) -> String {
         if let Some(why) = self.nothing_in_common() {
             return format!("nothing in common: {why}");
+        }
+        if self.gates.is_some() {
+            let crossed: Vec<String> = self
+                .group_stats()
+                .iter()
+                .flat_map(|g| {
+                    g.regressions
+                        .iter()
+                        .map(move |r| format!("{}: {r}", g.name()))
+                })
+                .collect();
+            return if crossed.is_empty() {
+                "no regression (--fail-on-regression)".into()
+            } else {
+                format!("regression: {}", crossed.join("; "))
+            };
         }
         let mut parts = Vec::new();
         let rows = |n: usize| format!("{n} row{}", if n == 1 { "" } else { "s" });

@@ -63,6 +63,11 @@ pub enum Scoring {
     Sum,
     /// The sum divided by the choice's token count.
     Mean,
+    /// The sum divided by the choice's length in characters (lm-eval's `acc_norm`).
+    Norm,
+    /// The sum minus the choice's log-likelihood after the BOS token alone (lm-eval's
+    /// `acc_mutual_info`).
+    Calibrated,
 }
 
 impl Scoring {
@@ -72,6 +77,8 @@ impl Scoring {
             Scoring::FirstToken => bmoe_engine::Scoring::FirstToken,
             Scoring::Sum => bmoe_engine::Scoring::Sum,
             Scoring::Mean => bmoe_engine::Scoring::Mean,
+            Scoring::Norm => bmoe_engine::Scoring::Norm,
+            Scoring::Calibrated => bmoe_engine::Scoring::Calibrated,
         }
     }
 }
@@ -82,6 +89,8 @@ impl fmt::Display for Scoring {
             Scoring::FirstToken => "first_token",
             Scoring::Sum => "sum",
             Scoring::Mean => "mean",
+            Scoring::Norm => "norm",
+            Scoring::Calibrated => "calibrated",
         })
     }
 }
@@ -241,7 +250,7 @@ pub struct Job {
     /// them as is.
     #[serde(default = "default_true")]
     pub chat: bool,
-    /// How choices are scored (decide): first_token, sum or mean.
+    /// How choices are scored (decide): first_token, sum, mean, norm or calibrated.
     #[serde(default)]
     pub scoring: Scoring,
     /// Token selection (generate).

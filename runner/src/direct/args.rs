@@ -486,6 +486,11 @@ pub enum ScoringArg {
     Sum,
     /// The sum divided by the choice's token count.
     Mean,
+    /// The sum divided by the choice's length in characters (lm-eval's acc_norm).
+    Norm,
+    /// The sum minus the choice's log-likelihood after the BOS token alone (lm-eval's
+    /// acc_mutual_info).
+    Calibrated,
 }
 
 impl ScoringArg {
@@ -495,6 +500,8 @@ impl ScoringArg {
             ScoringArg::FirstToken => bmoe_engine::Scoring::FirstToken,
             ScoringArg::Sum => bmoe_engine::Scoring::Sum,
             ScoringArg::Mean => bmoe_engine::Scoring::Mean,
+            ScoringArg::Norm => bmoe_engine::Scoring::Norm,
+            ScoringArg::Calibrated => bmoe_engine::Scoring::Calibrated,
         }
     }
 }

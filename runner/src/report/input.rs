@@ -179,7 +179,18 @@ impl Data {
             info.rows += 1;
             recs.push((rec.line, at.rec(&rec.cells, nums)));
         }
-        for (line, r) in recs {
+        // A failed row that `run --retry-errors` ran again gives way to its retry.
+        let gone = read::superseded(recs.iter().map(|(_, r)| {
+            let key = (&r.run_id, &r.job, &r.profile, &r.point, &r.item, r.repeat);
+            (key, r.failed)
+        }));
+        let kept: Vec<(u64, Rec)> = recs
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !gone.contains(i))
+            .map(|(_, lr)| lr)
+            .collect();
+        for (line, r) in kept {
             self.keep_unless_duplicate(r, line, &mut info.duplicates);
         }
         self.files.push(info);

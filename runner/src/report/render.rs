@@ -83,15 +83,20 @@ fn rows_cell(g: &Group) -> String {
     t
 }
 
-/// `0.750 ± 0.164 (n=8 items)`.
+/// `0.750 ± 0.164 (n=8 items)`, and against the reference point `; -0.125 [-0.375, +0.125]`.
 fn accuracy_cell(g: &Group) -> String {
-    match &g.accuracy {
+    let mut cell = match &g.accuracy {
         Some(a) => match a.stderr {
             Some(se) => format!("{:.3} ± {:.3} (n={} items)", a.value, se, a.n),
             None => format!("{:.3} (n={} item)", a.value, a.n),
         },
-        None => "-".into(),
+        None => return "-".into(),
+    };
+    if let Some(c) = &g.accuracy_change {
+        let c = &c.change;
+        let _ = write!(cell, "; {:+.3} [{:+.3}, {:+.3}]", c.change, c.low, c.high);
     }
+    cell
 }
 
 /// Whether `g` is the `--best` winner of its (job, profile).
@@ -177,7 +182,7 @@ fn markdown(r: &Report) -> String {
     for (k, v) in r.provenance.lines() {
         let _ = writeln!(s, "- {k}: {v}");
     }
-    s.push_str("\nCells: median (p10..p90) over the group's rows; `-` = not measured; accuracy: mean over items of each item's repeats, ± lm-eval's standard error.\n");
+    s.push_str("\nCells: median (p10..p90) over the group's rows; `-` = not measured; accuracy: mean over items of each item's repeats, ± lm-eval's standard error; then the change against the reference point over the items both have, with its 95% interval (paired bootstrap, 2000 resamples, fixed seed: as `bmoe compare`).\n");
     for ((job, profile), gs) in tables(r) {
         let _ = writeln!(s, "\n## job {job} on profile {profile}\n");
         let (head, rows) = table_rows(r, &gs);

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::input::{point_params, Data, Rec, SPLIT};
 use super::ReportError;
+use crate::compare::stats::{paired_bootstrap, PairedChange, METHOD};
 
 /// The per-row metrics the report summarises, in table order: (name, heading, what it is).
 pub const METRICS: &[(&str, &str, &str)] = &[
@@ -123,6 +124,18 @@ impl Fraction {
     }
 }
 
+/// Accuracy against the reference point's, paired over the items both have: the change of the
+/// mean per-item score with the 95% interval `bmoe compare` gives (`compare::stats`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AccuracyChange {
+    /// The reference point's label.
+    pub reference: String,
+    /// This group minus the reference, per item, with its interval.
+    pub change: PairedChange,
+    /// How the interval was computed.
+    pub interval_method: &'static str,
+}
+
 /// A speed against the reference point's.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Speedup {
@@ -181,6 +194,11 @@ pub struct Group {
     pub accuracy: Option<Fraction>,
     /// Agreement on `best` with the reference point.
     pub agreement: Option<Agreement>,
+    /// Accuracy against the reference point's, with a 95% interval (not on the reference).
+    pub accuracy_change: Option<AccuracyChange>,
+    /// (item, mean of its repeats' verdicts), in item order (not serialized).
+    #[serde(skip)]
+    pub item_scores: BTreeMap<String, f64>,
     /// Speed against the reference point.
     pub speedup: Option<Speedup>,
     /// Row indices into [`Data::recs`] (not serialized).
@@ -353,6 +371,11 @@ fn summarise(
         metrics,
         accuracy: Fraction::of_items(&scores),
         agreement: None,
+        accuracy_change: None,
+        item_scores: per_item
+            .iter()
+            .map(|(i, s, n)| (i.to_string(), s / n))
+            .collect(),
         speedup: None,
         members,
     }
@@ -414,6 +437,7 @@ pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportErr
             });
         };
         agreement(d, &mut out, &idx, ref_i);
+        accuracy_change(&mut out, &idx, ref_i);
         speedup(&mut out, &idx, ref_i);
     }
     Ok(out)
@@ -453,6 +477,23 @@ fn agreement(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
                 n,
             });
         }
+    }
+}
+
+/// Each group's accuracy change against the reference group, paired over the items both scored.
+fn accuracy_change(out: &mut [Group], idx: &[usize], ref_i: usize) {
+    let reference = out[ref_i].label.clone();
+    for &gi in idx.iter().filter(|&&gi| gi != ref_i) {
+        let diffs: Vec<f64> = out[gi]
+            .item_scores
+            .iter()
+            .filter_map(|(item, s)| out[ref_i].item_scores.get(item).map(|r| s - r))
+            .collect();
+        out[gi].accuracy_change = paired_bootstrap(&diffs).map(|change| AccuracyChange {
+            reference: reference.clone(),
+            change,
+            interval_method: METHOD,
+        });
     }
 }
 

@@ -17,6 +17,8 @@ fn scoring_name(s: Scoring) -> &'static str {
         Scoring::FirstToken => "first_token",
         Scoring::Sum => "sum",
         Scoring::Mean => "mean",
+        Scoring::Norm => "norm",
+        Scoring::Calibrated => "calibrated",
     }
 }
 

@@ -33,6 +33,8 @@ pub struct RunOptions {
     pub run_id: Option<String>,
     /// Continue a run: skip the items it already wrote.
     pub resume: bool,
+    /// Run again only the items whose latest row in the run carries an error (implies `resume`).
+    pub retry_errors: bool,
     /// Print each row as a JSON line on stdout.
     pub machine: bool,
     /// No progress bars or progress lines.
@@ -130,9 +132,15 @@ fn run_id_default(prep: &Prepared, shard: Option<Shard>) -> String {
     ident::default_run_id(name, shard.is_some(), chrono::Utc::now())
 }
 
-/// Where each CSV's rows go, the run id, and the (job, point, item) keys the run already has;
-/// reads each CSV once and refuses a newer or foreign header before anything is written.
-type State = (String, HashSet<RowKey>, HashMap<PathBuf, Target>);
+/// Where each CSV's rows go, the run id, the (job, point, item) keys the run already has, and
+/// under `--retry-errors` the only keys to run (those whose latest row failed); reads each CSV
+/// once and refuses a newer or foreign header before anything is written.
+type State = (
+    String,
+    HashSet<RowKey>,
+    HashMap<PathBuf, Target>,
+    Option<HashSet<RowKey>>,
+);
 
 fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
     let mut rows_by_csv: HashMap<PathBuf, Vec<Row>> = HashMap::new();
@@ -144,7 +152,7 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
             targets.insert(j.csv.clone(), t);
         }
     }
-    let run_id = match (&opts.run_id, opts.resume) {
+    let run_id = match (&opts.run_id, opts.resume || opts.retry_errors) {
         (Some(id), _) => id.clone(),
         (None, false) => run_id_default(prep, opts.filter.shard),
         (None, true) => {
@@ -155,8 +163,13 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
                 .and_then(|rows| rows.iter().rev().find(|r| r.job == j.job.name))
                 .map(|r| r.run_id.clone())
                 .ok_or_else(|| {
+                    let (flag, what) = if opts.retry_errors {
+                        ("--retry-errors", "retry")
+                    } else {
+                        ("--resume", "resume")
+                    };
                     anyhow!(
-                        "--resume: {} has no rows of job {} to resume; run without --resume",
+                        "{flag}: {} has no rows of job {} to {what}; run without {flag}",
                         display_path(&j.csv),
                         j.job.name
                     )
@@ -166,16 +179,31 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
     if run_id.is_empty() || run_id.contains(['\n', '\r', ',']) {
         bail!("run id {run_id:?} must be non-empty and hold no commas or newlines");
     }
-    let mut done = HashSet::new();
+    // Each key's latest row decides: a retry that failed again is retried again.
+    let mut latest: HashMap<RowKey, bool> = HashMap::new();
     for rows in rows_by_csv.values() {
         for r in rows.iter().filter(|r| r.run_id == run_id) {
-            done.insert((r.job.clone(), r.point.clone(), r.item.clone(), r.repeat));
+            let key = (r.job.clone(), r.point.clone(), r.item.clone(), r.repeat);
+            latest.insert(key, !r.error.is_empty());
         }
     }
-    if !opts.resume && !done.is_empty() {
+    let continues = opts.resume || opts.retry_errors;
+    if !(continues || latest.is_empty()) {
         bail!("run id {run_id} already has rows; add --resume to continue it, or choose another --run-id");
     }
-    Ok((run_id, done, targets))
+    let retry = opts.retry_errors.then(|| {
+        let failed = latest.iter().filter(|(_, &f)| f);
+        failed.map(|(k, _)| k.clone()).collect::<HashSet<RowKey>>()
+    });
+    if retry.as_ref().is_some_and(|r| r.is_empty()) {
+        bail!("--retry-errors: run {run_id} has no row whose latest outcome is an error; nothing to retry");
+    }
+    let done = latest
+        .into_iter()
+        .filter(|(_, f)| !f)
+        .map(|(k, _)| k)
+        .collect();
+    Ok((run_id, done, targets, retry))
 }
 
 /// SHA-256 of the GGUF header (everything before the first tensor's data), 16 hex digits.
@@ -197,6 +225,8 @@ struct Ctx<'a> {
     run_id: String,
     /// The (job, point, item, repeat) keys the run already has.
     done: HashSet<RowKey>,
+    /// Under `--retry-errors`, the only keys to run.
+    retry: Option<HashSet<RowKey>>,
     targets: HashMap<PathBuf, Target>,
     machine_id: Machine,
     model_sha: HashMap<PathBuf, String>,
@@ -322,7 +352,7 @@ impl Models {
 pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Result<Summary> {
     let machine_id = Machine::detect();
     // Held until this function returns (the kernel drops them if the process dies first).
-    let (_locks, (run_id, done, targets)) = lock_and_read(prep, opts, &machine_id.host)?;
+    let (_locks, (run_id, done, targets, retry)) = lock_and_read(prep, opts, &machine_id.host)?;
     let summary = Summary {
         run_id: run_id.clone(),
         shard: opts.filter.shard.map(|s| s.label()),
@@ -343,6 +373,7 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         stop,
         run_id,
         done,
+        retry,
         targets,
         machine_id,
         model_sha,
@@ -428,7 +459,8 @@ fn pending_items<'j>(
     for r in 0..lj.job.repeat.max(1) {
         for &it in &taken {
             let key = (lj.job.name.clone(), unit.point.clone(), it.id.clone(), r);
-            if ctx.done.contains(&key) {
+            let not_retried = ctx.retry.as_ref().is_some_and(|r| !r.contains(&key));
+            if ctx.done.contains(&key) || not_retried {
                 summary.skipped += 1;
             } else {
                 pending.push((it, r));
@@ -963,6 +995,8 @@ fn scoring_name(s: bmoe_engine::Scoring) -> &'static str {
         bmoe_engine::Scoring::FirstToken => "first_token",
         bmoe_engine::Scoring::Sum => "sum",
         bmoe_engine::Scoring::Mean => "mean",
+        bmoe_engine::Scoring::Norm => "norm",
+        bmoe_engine::Scoring::Calibrated => "calibrated",
     }
 }
 

@@ -3,7 +3,8 @@
 //! a torn last one, each record with its 1-based file line, and one error type naming the file,
 //! line, column and value. What to do with a ragged row, a torn tail or a bad file among good ones
 //! is each command's policy; reading, and what counts as a bmoe CSV, is shared.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
 use super::row::Row;
@@ -196,6 +197,45 @@ pub fn header_of(path: &Path, bytes: &[u8]) -> Result<Vec<String>, ReadError> {
     header(path, &mut rdr)
 }
 
+/// The positions of the rows a retry superseded (`bmoe run --retry-errors`): a row that carries
+/// an error and is followed by a later row of the same key (run id, job, profile, point, item,
+/// repeat). `rows` yields (key, carries an error) in file order (files in input order); every
+/// command that reads rows leaves these out, so a retried item counts once, with its new outcome.
+pub fn superseded<K: Eq + Hash>(rows: impl IntoIterator<Item = (K, bool)>) -> HashSet<usize> {
+    let rows: Vec<(K, bool)> = rows.into_iter().collect();
+    let mut last: HashMap<&K, usize> = HashMap::new();
+    for (i, (k, _)) in rows.iter().enumerate() {
+        last.insert(k, i);
+    }
+    rows.iter()
+        .enumerate()
+        .filter(|(i, (k, failed))| *failed && last.get(k) != Some(i))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// A row's key for [`superseded`].
+pub fn retry_key(r: &Row) -> (String, String, String, String, String, u32) {
+    (
+        r.run_id.clone(),
+        r.job.clone(),
+        r.profile.clone(),
+        r.point.clone(),
+        r.item.clone(),
+        r.repeat,
+    )
+}
+
+/// `rows` without those a retry superseded ([`superseded`]).
+pub fn without_superseded(rows: Vec<Row>) -> Vec<Row> {
+    let gone = superseded(rows.iter().map(|r| (retry_key(r), !r.error.is_empty())));
+    rows.into_iter()
+        .enumerate()
+        .filter(|(i, _)| !gone.contains(i))
+        .map(|(_, r)| r)
+        .collect()
+}
+
 impl Table {
     /// The tail as one record, when it is not blank: a torn row (fewer cells than the header)
     /// or a complete last line written without its newline.
@@ -367,6 +407,21 @@ mod tests {
     }
 
     /// Lines are the file's, across a quoted cell with a newline; the tail is apart.
+    #[test]
+    fn only_a_failed_row_followed_by_its_key_is_superseded() {
+        let rows = [
+            ("a", true),
+            ("b", false),
+            ("a", false),
+            ("b", false),
+            ("c", true),
+        ];
+        let gone = superseded(rows);
+        // A row without an error is never superseded (duplicates stay each command's business);
+        // a failed row with no later row of its key stays.
+        assert_eq!(gone, HashSet::from([0]));
+    }
+
     #[test]
     fn records_carry_file_lines_and_tail() {
         let t = table("job,profile,point,item\nj,p,base,\"a\nb\"\nj,p,base,c\nj,p,ba").unwrap();
