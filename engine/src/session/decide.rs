@@ -402,9 +402,10 @@ impl Session<'_> {
         exec: &mut ExecGuard<'_>,
     ) -> Result<Vec<(usize, f64)>> {
         let n = tokens.len();
-        let width = self.widths.cpu.max(1) as usize;
-        // Where `prefill(&tokens[from..])` would start its last piece.
-        let last = from + (n - from - 1) / width * width;
+        let width = self.widths.grid.max(1) as usize;
+        // Where `prefill(&tokens[from..])` would start its last piece (pieces cut at multiples
+        // of the width from position 0).
+        let last = ((n - 1) / width * width).max(from);
         if last > from {
             self.prefill(&tokens[from..last], from, Outputs::None, exec, |_, _, _| {
                 Ok(())
@@ -464,7 +465,7 @@ impl Session<'_> {
                 rows.push((vec![k as i32 + 1], p, c.whole[p], out));
             }
         }
-        let width = self.widths.cpu.max(1) as usize;
+        let width = self.widths.grid.max(1) as usize;
         let ends = piece_ends(rows.len(), width, self.widths.outputs as usize, |r| {
             rows[r].3 != Out::Nothing
         });

@@ -83,6 +83,10 @@ pub(crate) struct Widths {
     pub(crate) device: u32,
     /// Most logit rows per piece.
     pub(crate) outputs: u32,
+    /// Width of a prompt's CPU pieces when only its last row is read (decisions, generate): the
+    /// CPU width, at most `prefill::PROMPT_GRID`, so prefix reuse keeps nearly all of a shared
+    /// prefix and still computes the pieces a fresh prefill computes.
+    pub(crate) grid: u32,
 }
 
 /// One context over a model.
@@ -218,6 +222,7 @@ impl<'m> Session<'m> {
             cpu: opts.n_ubatch.min(batch),
             device: opts.n_ubatch_device.min(batch),
             outputs: opts.n_outputs_max.min(batch),
+            grid: opts.n_ubatch.min(batch).min(prefill::PROMPT_GRID),
         };
         Ok(Self {
             model,
