@@ -1,5 +1,5 @@
 //! Prefill throughput per piece width, to choose the prompt grid (docs/benchmarks.md, "Exact
-//! reuse at a finer grid"). Run through `scripts/bench-widths`.
+//! reuse on a 128-token grid"): `cargo run -p bmoe-engine --example prefill_widths -- small`.
 //!
 //! `prefill_widths MODEL [THREADS] [TOKENS] [ROUNDS] [WIDTHS...]`
 //!
