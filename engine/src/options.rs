@@ -282,6 +282,20 @@ pub struct SessionOptions {
     pub n_outputs_max: u32,
     /// Reuse the KV cache's common prefix between decisions.
     pub prefix_reuse: PrefixReuse,
+    /// Prefix state on disk, shared by processes (off by default).
+    pub prefix_cache: Option<PrefixCache>,
+}
+
+/// A folder of saved prefix states (session/disk.rs).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrefixCache {
+    /// The folder.
+    pub dir: std::path::PathBuf,
+    /// Size limit of its entries; the least recently used go first.
+    pub max_bytes: u64,
+    /// What the states depend on beyond the engine's own part: the model's content hash, every
+    /// setting that changes numerics, the llama.cpp pin.
+    pub key: String,
 }
 
 impl Default for SessionOptions {
@@ -295,6 +309,7 @@ impl Default for SessionOptions {
             n_ubatch_device: limits::DEVICE_UBATCH.default_u32(),
             n_outputs_max: 128,
             prefix_reuse: PrefixReuse::Auto,
+            prefix_cache: None,
         }
     }
 }

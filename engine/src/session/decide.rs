@@ -176,6 +176,7 @@ impl Session<'_> {
         let mut with_prompt: Option<Vec<(usize, f64)>> = None;
         let (mut exec, before) = self.begin();
         let reuse = self.reuse_prefix(&tokens)?;
+        let reuse = self.restore_from_disk(&tokens, reuse)?;
         let mut prefill_s = 0.0;
         if reuse.kept < tokens.len() {
             let prompt = Prompt {
@@ -298,6 +299,24 @@ impl Session<'_> {
                 }
                 self.kv = tokens[..b].to_vec();
                 self.save_snapshot();
+                self.kv.clear();
+                from = b;
+            }
+        }
+        // Prefix state on disk: the prefill stops at the rendered prefix's end (on the grid, so
+        // the pieces stay a fresh prefill's) and saves the state there for other processes.
+        if self.disk.is_some() {
+            let b = self.snapshot_boundary(p.text, p.user, p.prefix, tokens);
+            if let Some(b) = self.disk_boundary(b, from, tokens) {
+                prefill_s += self.prefill(
+                    &tokens[from..b],
+                    from,
+                    Outputs::Last,
+                    exec,
+                    |_, _, _| Ok(()),
+                )?;
+                self.kv = tokens[..b].to_vec();
+                self.save_to_disk();
                 self.kv.clear();
                 from = b;
             }
