@@ -184,7 +184,9 @@ fn g18b_default_widths_reuse_on_the_grid() {
         extends().all(|r| r.n_reused % 128 == 0),
         "auto off the grid"
     );
-    let finer = extends().filter(|r| r.n_reused % 512 != 0).count();
+    let finer = extends()
+        .filter(|r| !r.n_reused.is_multiple_of(512))
+        .count();
     assert!(
         finer > 10,
         "auto kept only multiples of 512 ({finer} decisions off them)"

@@ -55,7 +55,10 @@ fn a_new_process_restores_a_saved_prefix_bit_for_bit() {
     let restored = decide_fresh(Some(cache("tiny", 1 << 30)), &second);
     assert_eq!(restored.reuse, ReuseOutcome::Restore, "{restored:?}");
     assert_eq!(restored.reuse_reason, "prefix cache");
-    assert!(restored.n_reused >= 128 && restored.n_reused % 128 == 0, "{restored:?}");
+    assert!(
+        restored.n_reused >= 128 && restored.n_reused.is_multiple_of(128),
+        "{restored:?}"
+    );
     assert_eq!(bits(&restored), bits(&fresh), "restored != a fresh prefill");
 
     // Another key (model, setting or build) finds nothing.
