@@ -28,7 +28,8 @@ pub use ffi::rpc::add_server as add_rpc_server;
 pub use model::{LeanLoadInfo, Model, ModelInfo};
 pub use options::{
     CacheBudget, DecideRequest, DenseWeights, GateKnobs, GenerateOptions, LoadOptions, PacingFault,
-    Prefetch, PrefillOptions, PrefixReuse, Sampling, Scoring, SessionOptions, StreamOptions,
+    Prefetch, PrefillOptions, PrefixCache, PrefixReuse, Sampling, Scoring, SessionOptions,
+    StreamOptions,
 };
 pub use session::{log_softmax, CancelToken, MovedMemoryInfo, Session};
 pub use telemetry::{

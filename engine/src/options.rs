@@ -297,6 +297,20 @@ pub struct SessionOptions {
     /// CPUs the compute threads run on, one thread per CPU in turn (the big cores of a phone);
     /// empty = wherever the kernel puts them.
     pub cpus: Vec<usize>,
+    /// Prefix state on disk, shared by processes (off by default).
+    pub prefix_cache: Option<PrefixCache>,
+}
+
+/// A folder of saved prefix states (session/disk.rs).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrefixCache {
+    /// The folder.
+    pub dir: std::path::PathBuf,
+    /// Size limit of its entries; the least recently used go first.
+    pub max_bytes: u64,
+    /// What the states depend on beyond the engine's own part: the model's content hash, every
+    /// setting that changes numerics, the llama.cpp pin.
+    pub key: String,
 }
 
 impl Default for SessionOptions {
@@ -311,6 +325,7 @@ impl Default for SessionOptions {
             n_outputs_max: 128,
             prefix_reuse: PrefixReuse::Auto,
             cpus: Vec::new(),
+            prefix_cache: None,
         }
     }
 }

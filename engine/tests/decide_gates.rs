@@ -112,9 +112,9 @@ fn replay(m: &Model, reuse: PrefixReuse) -> Vec<DecideRecord> {
     out
 }
 
-/// Asserts G18b's rule: `auto` bit for bit `off`; `on` the same best, within 1e-2 (measured:
-/// at most 4.4e-3 on this trace, in 2 of 50 decisions, both with a many-token tail that starts
-/// off a piece boundary; the other 48 within 1e-4).
+/// Asserts G18b's rule: `auto` bit for bit `off`; `on` the same best, within 1e-3 (measured:
+/// 3.3e-7 once the pieces after `on`'s kept prefix join the grid a fresh prefill uses; 4.4e-3
+/// before, when they started where the kept prefix ended).
 fn check_g18b(off: &[DecideRecord], on: &[DecideRecord], auto: &[DecideRecord], what: &str) {
     let mut worst = 0.0f64;
     for (i, ((a, b), c)) in off.iter().zip(on).zip(auto).enumerate() {
@@ -132,7 +132,7 @@ fn check_g18b(off: &[DecideRecord], on: &[DecideRecord], auto: &[DecideRecord], 
         }
         worst = worst.max(d);
     }
-    assert!(worst <= 1e-2, "{what}: {worst}");
+    assert!(worst <= 1e-3, "{what}: {worst}");
     let reused: u32 = on.iter().map(|r| r.n_reused).sum();
     let total: u32 = on.iter().map(|r| r.n_tokens).sum();
     let outcomes: Vec<&str> = on.iter().map(|r| r.reuse.as_str()).collect();
@@ -152,6 +152,51 @@ fn g18b_fifty_decisions_with_reuse_equal_reuse_off() {
     let on = replay(&m, PrefixReuse::On);
     let auto = replay(&m, PrefixReuse::Auto);
     check_g18b(&off, &on, &auto, "resident");
+}
+
+/// The default widths (a 512-token ubatch): prompts are cut on the 128-token grid
+/// (`PROMPT_GRID`), so `auto` keeps shared prefixes down to a multiple of 128, not of 512, and
+/// stays bit for bit equal to reuse off; `on` joins the grid after its kept prefix.
+#[test]
+fn g18b_default_widths_reuse_on_the_grid() {
+    let m = Model::load(&LoadOptions::new(common::tiny())).unwrap();
+    let run = |reuse| {
+        let o = SessionOptions {
+            prefix_reuse: reuse,
+            ..common::session_opts()
+        };
+        let mut s = m.session(&o).unwrap();
+        trace()
+            .iter()
+            .map(|r| s.decide(r).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let (off, on, auto) = (
+        run(PrefixReuse::Off),
+        run(PrefixReuse::On),
+        run(PrefixReuse::Auto),
+    );
+    check_g18b(&off, &on, &auto, "default widths");
+    // Measured: `on` bit for bit `off` too at these widths (its first piece takes the kernel a
+    // fresh prefill gives its rows); only `auto` is exact by construction.
+    let extends = || auto.iter().filter(|r| r.reuse == ReuseOutcome::Extend);
+    assert!(
+        extends().all(|r| r.n_reused % 128 == 0),
+        "auto off the grid"
+    );
+    let finer = extends()
+        .filter(|r| !r.n_reused.is_multiple_of(512))
+        .count();
+    assert!(
+        finer > 10,
+        "auto kept only multiples of 512 ({finer} decisions off them)"
+    );
+    let kept = |v: &[DecideRecord]| v.iter().map(|r| r.n_reused).sum::<u32>();
+    eprintln!(
+        "default widths: auto kept {} tokens, on {}",
+        kept(&auto),
+        kept(&on)
+    );
 }
 
 #[test]
@@ -177,7 +222,22 @@ fn g18b_streamed_with_an_evicting_cache() {
 
 #[test]
 fn g18c_sum_scoring_equals_first_token_and_teacher_forcing() {
-    let m = Model::load(&LoadOptions::new(common::tiny())).unwrap();
+    g18c(common::tiny());
+}
+
+/// G18c on the small preset (8 layers, width 512, 32 experts top-4, Q4_0 experts in llama.cpp's
+/// repacked layout): big enough for the errors the gate is there for (rows routed through other
+/// kernels than the tiny model's, logits far from uniform).
+#[test]
+fn g18c_on_the_small_preset() {
+    g18c(common::model(
+        "small-qwen3moe",
+        &bmoe_synth::SynthSpec::preset(bmoe_synth::Preset::Small, bmoe_synth::SynthArch::Qwen3Moe),
+    ));
+}
+
+fn g18c(path: std::path::PathBuf) {
+    let m = Model::load(&LoadOptions::new(path)).unwrap();
     let mut s = m.session(&opts(PrefixReuse::Off)).unwrap();
     let single = req(PREFIX, "Which button? A, B or C.");
     let first = s.decide(&single).unwrap();

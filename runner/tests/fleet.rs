@@ -94,16 +94,17 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
         );
     }
 
-    // Old against new and new against old: every decision agrees, bit for bit.
+    // Old against new and new against old: every decision agrees on best. Not bit for bit: the
+    // older build prefilled in 512-wide pieces, this one on the 128-token grid (docs/benchmarks.md,
+    // "Exact reuse on a 128-token grid"), which rounds a prompt over 128 tokens differently.
     for (a, b) in [
         ("runs/demo.csv", "runs/demo.v5.csv"),
         ("runs/demo.v5.csv", "runs/demo.csv"),
     ] {
         let o = p.bmoe(&["compare", a, b]);
         let out = text(&o);
-        assert_eq!(o.status.code(), Some(0), "{out}");
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{out}");
         assert!(out.contains("decisions: 3/3 agree on best"), "{out}");
-        assert!(out.contains("result: all 3 rows identical"), "{out}");
     }
 
     // A second run appends to the versioned file without a second note about it being new.

@@ -176,6 +176,7 @@ impl Session<'_> {
         let mut with_prompt: Option<Vec<(usize, f64)>> = None;
         let (mut exec, before) = self.begin();
         let reuse = self.reuse_prefix(&tokens)?;
+        let reuse = self.restore_from_disk(&tokens, reuse)?;
         let mut prefill_s = 0.0;
         if reuse.kept < tokens.len() {
             let prompt = Prompt {
@@ -294,6 +295,24 @@ impl Session<'_> {
                 }
                 self.kv = tokens[..b].to_vec();
                 self.save_snapshot();
+                self.kv.clear();
+                from = b;
+            }
+        }
+        // Prefix state on disk: the prefill stops at the rendered prefix's end (on the grid, so
+        // the pieces stay a fresh prefill's) and saves the state there for other processes.
+        if self.disk.is_some() {
+            let b = self.snapshot_boundary(p.text, p.user, p.prefix, tokens);
+            if let Some(b) = self.disk_boundary(b, from, tokens) {
+                prefill_s += self.prefill(
+                    &tokens[from..b],
+                    from,
+                    Outputs::Last,
+                    exec,
+                    |_, _, _| Ok(()),
+                )?;
+                self.kv = tokens[..b].to_vec();
+                self.save_to_disk();
                 self.kv.clear();
                 from = b;
             }
@@ -465,9 +484,10 @@ impl Session<'_> {
         exec: &mut ExecGuard<'_>,
     ) -> Result<Vec<(usize, f64)>> {
         let n = tokens.len();
-        let width = self.widths.cpu.max(1) as usize;
-        // Where `prefill(&tokens[from..])` would start its last piece.
-        let last = from + (n - from - 1) / width * width;
+        let width = self.widths.grid.max(1) as usize;
+        // Where `prefill(&tokens[from..])` would start its last piece (pieces cut at multiples
+        // of the width from position 0).
+        let last = ((n - 1) / width * width).max(from);
         if last > from {
             self.prefill(&tokens[from..last], from, Outputs::None, exec, |_, _, _| {
                 Ok(())
@@ -527,7 +547,7 @@ impl Session<'_> {
                 rows.push((vec![k as i32 + 1], p, c.whole[p], out));
             }
         }
-        let width = self.widths.cpu.max(1) as usize;
+        let width = self.widths.grid.max(1) as usize;
         let ends = piece_ends(rows.len(), width, self.widths.outputs as usize, |r| {
             rows[r].3 != Out::Nothing
         });

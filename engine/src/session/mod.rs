@@ -1,6 +1,7 @@
 //! A session: one llama.cpp context over a model, and the calls that run on it (generate, decide,
 //! perplexity). Each call starts from an empty KV cache.
 pub(crate) mod decide;
+mod disk;
 mod generate;
 mod hook;
 mod memory_home;
@@ -83,6 +84,10 @@ pub(crate) struct Widths {
     pub(crate) device: u32,
     /// Most logit rows per piece.
     pub(crate) outputs: u32,
+    /// Width of a prompt's CPU pieces when only its last row is read (decisions, generate): the
+    /// CPU width, at most `prefill::PROMPT_GRID`, so prefix reuse keeps nearly all of a shared
+    /// prefix and still computes the pieces a fresh prefill computes.
+    pub(crate) grid: u32,
 }
 
 /// One context over a model.
@@ -105,6 +110,8 @@ pub struct Session<'m> {
     /// The memory keeps one recurrent state per sequence: a sequence copied from another holds
     /// all of it, never a range of positions.
     pub(crate) recurrent: bool,
+    /// Prefix states on disk and this session's whole key for them (a plain KV cache only).
+    pub(crate) disk: Option<(crate::options::PrefixCache, String)>,
     /// Whether the compute buffers were reserved again with the weights on the prefill device
     /// (at this session's first device graph).
     device_reserved: bool,
@@ -222,17 +229,29 @@ impl<'m> Session<'m> {
             cpu: opts.n_ubatch.min(batch),
             device: opts.n_ubatch_device.min(batch),
             outputs: opts.n_outputs_max.min(batch),
+            grid: opts.n_ubatch.min(batch).min(prefill::PROMPT_GRID),
         };
+        let snapshots = model.raw.n_swa() > 0 || model.raw.has_recurrent_state();
+        let disk = opts
+            .prefix_cache
+            .clone()
+            .filter(|_| !snapshots && opts.prefix_reuse != crate::options::PrefixReuse::Off)
+            .map(|c| {
+                let w = format!("grid {} device {}", widths.grid, widths.device);
+                let key = disk::full_key(&c, &w);
+                (c, key)
+            });
         Ok(Self {
             model,
             ctx,
             widths,
+            disk,
             threads,
             kv: Vec::new(),
             last_logits: Vec::new(),
             prefix_reuse: opts.prefix_reuse,
             saved: None,
-            snapshots: model.raw.n_swa() > 0 || model.raw.has_recurrent_state(),
+            snapshots,
             recurrent: model.raw.has_recurrent_state(),
             device_reserved: false,
             n_ctx,

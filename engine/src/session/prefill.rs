@@ -1,4 +1,5 @@
-//! Prefill: the prompt goes in ubatch-wide pieces; the width rule lives here.
+//! Prefill: the prompt goes in pieces cut at fixed positions (multiples of the piece width from
+//! position 0, on the CPU at most `PROMPT_GRID` wide); the width rule lives here.
 use std::time::Instant;
 
 use crate::error::Result;
@@ -18,14 +19,25 @@ pub(crate) enum Outputs {
     None,
 }
 
+/// The widest CPU piece of a prompt whose last row only is read. Prompts are cut at multiples of
+/// it, so prefix reuse (`auto`) keeps a shared prefix down to the last multiple and then runs the
+/// very pieces a fresh prefill runs: bit for bit the same scores. Measured on the small preset
+/// (docs/benchmarks.md, "Exact reuse on a 128-token grid"): 128-wide pieces prefill as fast as
+/// 256-wide ones and 64-wide ones slower, and each decision loses half a grid step on average.
+pub(crate) const PROMPT_GRID: u32 = 128;
+
+/// Query rows from which ggml's CPU flash attention runs its tiled kernel (`GGML_FA_TILE_Q`);
+/// narrower pieces take a one-row kernel whose sums round differently.
+pub(crate) const FA_TILE: usize = 64;
+
 impl Session<'_> {
     /// The width of a prompt's leading pieces: the device's when one runs wide pieces, else the
-    /// CPU's (pieces start at multiples of it from position 0).
+    /// CPU grid's (pieces start at multiples of it from position 0).
     pub(crate) fn piece_width(&self) -> usize {
         if self.model.arena.is_some() {
             self.widths.device as usize
         } else {
-            self.widths.cpu as usize
+            self.widths.grid as usize
         }
     }
 
@@ -44,7 +56,10 @@ impl Session<'_> {
             Outputs::Last | Outputs::None => w.max(1) as usize,
             Outputs::All => w.min(self.widths.outputs).max(1) as usize,
         };
-        let cpu_width = cap(self.widths.cpu);
+        let cpu_width = match outputs {
+            Outputs::All => cap(self.widths.cpu),
+            Outputs::Last | Outputs::None => cap(self.widths.grid),
+        };
         let dev_width = if self.model.arena.is_some() {
             cap(self.widths.device)
         } else {
@@ -54,10 +69,12 @@ impl Session<'_> {
         let mut batch = Batch::new(cpu_width.max(dev_width));
         let mut start = 0;
         while start < tokens.len() {
-            let left = tokens.len() - start;
-            let on_device = left.min(dev_width) >= self.model.prefill_min_tokens;
-            let width = if on_device { dev_width } else { cpu_width };
-            let end = (start + width).min(tokens.len());
+            // Cut at multiples of the width from position 0, whatever `pos0`: a prefill after a
+            // kept prefix off the grid (`on`) joins the grid at its next step.
+            let at = pos0 + start;
+            let end_at = |w: usize| (at + w - at % w - pos0).min(tokens.len());
+            let on_device = end_at(dev_width) - start >= self.model.prefill_min_tokens;
+            let end = end_at(if on_device { dev_width } else { cpu_width });
             batch.clear();
             for (i, &t) in tokens[start..end].iter().enumerate() {
                 let at = start + i;

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::options::PrefixReuse;
 use crate::telemetry::ReuseOutcome;
 
+use super::prefill::FA_TILE;
 use super::Session;
 
 /// What reuse did before a prefill.
@@ -78,6 +79,9 @@ impl Session<'_> {
         if keep == 0 {
             return miss(self, "no common prefix");
         }
+        if self.prefix_reuse == PrefixReuse::On {
+            keep = self.same_kernel_keep(keep, tokens.len());
+        }
         if self.prefix_reuse == PrefixReuse::Auto {
             // Back to a piece boundary: the kept cells were computed in the same pieces a
             // fresh prefill of this prompt would run, and so is everything after them.
@@ -116,6 +120,22 @@ impl Session<'_> {
 }
 
 impl Session<'_> {
+    /// `on` keeps `keep` of `n` tokens and prefills the rest from there, joining the grid at its
+    /// next step. The rows before that step run in a piece of their own; a fresh prefill runs
+    /// them in the grid piece that holds them. When that piece takes flash attention's tiled
+    /// kernel (at least `FA_TILE` rows), this one must too, or its rows round differently (the
+    /// 1e-2 drift `on` had): keep fewer tokens, down to a piece of `FA_TILE` rows.
+    fn same_kernel_keep(&self, keep: usize, n: usize) -> usize {
+        let w = self.piece_width().max(1);
+        let g0 = keep - keep % w;
+        let g1 = (g0 + w).min(n);
+        if self.model.arena.is_none() && keep > g0 && g1 - g0 >= FA_TILE && g1 - keep < FA_TILE {
+            g1 - FA_TILE
+        } else {
+            keep
+        }
+    }
+
     /// The cache cannot keep `keep` tokens (`why`): restores the saved state when `tokens` starts
     /// with its tokens and it holds no more than `keep` of them, else clears (a miss).
     fn restore_or_miss(&mut self, tokens: &[i32], keep: usize, why: &'static str) -> Result<Reuse> {

@@ -88,15 +88,19 @@ fn check_selection(
     p: &Prepared,
     allow_empty: bool,
 ) -> anyhow::Result<()> {
-    let jobs: Vec<(&str, Vec<&str>)> = p
+    let jobs: Vec<(&str, Vec<(&str, &str)>)> = p
         .jobs
         .iter()
         .map(|j| {
-            let ids = j.items.iter().map(|it| it.id.as_str()).collect();
-            (j.job.name.as_str(), ids)
+            let items = j
+                .items
+                .iter()
+                .map(|it| (it.id.as_str(), it.shard_key()))
+                .collect();
+            (j.job.name.as_str(), items)
         })
         .collect();
-    if let Err(e) = filter.refuse_empty(&jobs) {
+    if let Err(e) = filter.refuse_empty_keyed(&jobs) {
         if !allow_empty {
             return Err(e.into());
         }

@@ -263,6 +263,12 @@ pub struct Job {
     /// A JSONL file of decisions, one object per line (decide).
     #[serde(default)]
     pub decisions_file: Option<String>,
+    /// The key of each decision's `meta` whose value names the group (an episode, a trace) the
+    /// decisions are sharded by: a group runs whole in one shard, in file order (decide; default:
+    /// each item by its id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub shard_by: Option<String>,
     /// Inline prompts (generate) or texts (perplexity).
     #[serde(default)]
     #[schemars(length(min = 1))]
@@ -326,6 +332,15 @@ pub struct Item {
     pub id: String,
     /// What to run.
     pub payload: Payload,
+    /// The group it is sharded by (the job's `shard_by`); `None`: its id.
+    pub shard_key: Option<String>,
+}
+
+impl Item {
+    /// What `--shard` hashes: the item's group, else its id.
+    pub fn shard_key(&self) -> &str {
+        self.shard_key.as_deref().unwrap_or(&self.id)
+    }
 }
 
 /// A job after every check: resolved paths and the items to run.
@@ -372,6 +387,16 @@ pub fn load_job(path: &Path) -> Result<LoadedJob, ConfigErrors> {
             d.req.scoring = job.scoring.engine();
             d.req.raw = !job.chat;
         }
+    }
+    if let Some(key) = &job.shard_by {
+        shard_groups(
+            key,
+            &job,
+            &src,
+            items_file.as_deref(),
+            &mut items,
+            &mut errs,
+        );
     }
     // A JSONL file's duplicates are reported at their lines as it is read.
     if src.doc.value.get(keys.inline).is_some() {
@@ -506,6 +531,51 @@ fn job_items(
     (Vec::new(), None)
 }
 
+/// Gives each decision its group, the value of `key` in its `meta` (a string, or a number as
+/// written); a decision without one, or a job that is not a decide job, is an error at `shard_by`
+/// naming the decision.
+fn shard_groups(
+    key: &str,
+    job: &Job,
+    src: &SourceFile,
+    file: Option<&Path>,
+    items: &mut [Item],
+    errs: &mut Vec<Diagnostic>,
+) {
+    let at = |msg: String| src.diag("/shard_by", true, msg);
+    if job.kind != Kind::Decide {
+        errs.push(at(format!(
+            "shard_by applies to decide jobs (a decision's meta names its group); this is a {} job",
+            job.kind
+        )));
+        return;
+    }
+    for it in items.iter_mut() {
+        let Payload::Decide(d) = &it.payload else {
+            continue;
+        };
+        let meta: Option<serde_json::Value> = serde_json::from_str(&d.meta).ok();
+        let group = match meta.as_ref().and_then(|m| m.get(key)) {
+            Some(serde_json::Value::String(v)) if !v.is_empty() => Some(v.clone()),
+            Some(v @ serde_json::Value::Number(_)) => Some(v.to_string()),
+            _ => None,
+        };
+        match group {
+            Some(g) => it.shard_key = Some(g),
+            None => {
+                let place = match file {
+                    Some(f) => format!("line {} of {}", d.pos, f.display()),
+                    None => format!("decisions[{}]", d.pos),
+                };
+                errs.push(at(format!(
+                    "shard_by = {key:?}: decision {:?} ({place}) has no {key:?} in its meta; expected a non-empty string or a number, e.g. \"meta\": {{\"{key}\": \"episode-1\"}}",
+                    it.id
+                )));
+            }
+        }
+    }
+}
+
 /// Rows are matched across runs by id, so the ids of inline items must be unique within a job.
 fn check_unique_ids(
     src: &SourceFile,
@@ -551,6 +621,7 @@ fn inline_items(job: &Job) -> Result<Vec<Item>, Vec<(usize, String)>> {
             PromptItem::Text(t) => Item {
                 id: i.to_string(),
                 payload: Payload::Text(t.clone()),
+                shard_key: None,
             },
             PromptItem::Full(p) => prompt_item(i, p),
         })
@@ -585,6 +656,7 @@ pub fn decision_item(i: usize, d: &DecisionSpec) -> Result<Item, String> {
                 .unwrap_or_default(),
             pos: i,
         }),
+        shard_key: None,
     })
 }
 
@@ -597,5 +669,6 @@ pub fn prompt_item(i: usize, p: &PromptSpec) -> Item {
             .map(|x| x.to_string())
             .unwrap_or_else(|| i.to_string()),
         payload: Payload::Text(p.text.clone()),
+        shard_key: None,
     }
 }

@@ -445,7 +445,7 @@ fn pending_items<'j>(
     let chosen: HashSet<&str> = ctx
         .opts
         .filter
-        .apply(lj.items.iter().map(|it| it.id.as_str()))
+        .apply_keyed(lj.items.iter().map(|it| (it.id.as_str(), it.shard_key())))
         .into_iter()
         .collect();
     let taken: Vec<_> = lj

@@ -198,13 +198,26 @@ impl Filter {
     /// Refuses a selection that leaves no item in any job (a glob typo, `--limit 0`, a shard that
     /// drew nothing): a run that did nothing must not pass for one that worked. `jobs` are
     /// (job name, item ids).
+    #[cfg(test)]
     pub fn refuse_empty(&self, jobs: &[(&str, Vec<&str>)]) -> Result<(), EmptySelection> {
+        let keyed: Vec<(&str, Vec<(&str, &str)>)> = jobs
+            .iter()
+            .map(|(name, ids)| (*name, ids.iter().map(|&id| (id, id)).collect()))
+            .collect();
+        self.refuse_empty_keyed(&keyed)
+    }
+
+    /// `refuse_empty` with each item's shard key: `jobs` are (job name, (id, shard key)).
+    pub fn refuse_empty_keyed(
+        &self,
+        jobs: &[(&str, Vec<(&str, &str)>)],
+    ) -> Result<(), EmptySelection> {
         let Some(selection) = self.selection() else {
             return Ok(());
         };
         if jobs
             .iter()
-            .any(|(_, ids)| !self.apply(ids.iter().copied()).is_empty())
+            .any(|(_, items)| !self.apply_keyed(items.iter().copied()).is_empty())
         {
             return Ok(());
         }
@@ -215,7 +228,7 @@ impl Filter {
             .join(", ");
         let sample: Vec<&str> = jobs
             .iter()
-            .flat_map(|(_, ids)| ids.iter().copied())
+            .flat_map(|(_, items)| items.iter().map(|(id, _)| *id))
             .take(3)
             .collect();
         let hint = if self.shard.is_some() {
@@ -238,11 +251,20 @@ impl Filter {
     }
 
     /// The ids, in job order, that this run takes.
+    #[cfg(test)]
     pub fn apply<'a>(&self, ids: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
-        let picked = ids.filter(|id| {
-            self.shard.map(|s| s.takes(id)).unwrap_or(true)
-                && self.items.as_ref().map(|g| g.is_match(id)).unwrap_or(true)
-        });
+        self.apply_keyed(ids.map(|id| (id, id)))
+    }
+
+    /// The ids, in job order, that this run takes, of (id, shard key) pairs: the shard goes by
+    /// the key (an item's group, `shard_by`), `--items` by the id.
+    pub fn apply_keyed<'a>(&self, items: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<&'a str> {
+        let picked = items
+            .filter(|(id, key)| {
+                self.shard.map(|s| s.takes(key)).unwrap_or(true)
+                    && self.items.as_ref().map(|g| g.is_match(id)).unwrap_or(true)
+            })
+            .map(|(id, _)| id);
         match self.limit {
             Some(n) => picked.take(n).collect(),
             None => picked.collect(),
