@@ -5,6 +5,7 @@
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -75,24 +76,38 @@ pub fn probe(model: &Path, limit: Duration) -> anyhow::Result<ProbeResult> {
         .stderr(Stdio::piped())
         .spawn()
         .context("starting the probe process")?;
-    // Drained on a thread so a chatty child never blocks on a full pipe while we wait.
-    let stderr = child.stderr.take().map(|mut e| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = e.read_to_end(&mut buf);
-            buf
-        })
+    // Drained on a thread so a chatty child never blocks on a full pipe while we wait; kept in
+    // a shared buffer so a killed child's log can be quoted without waiting for the pipe to close.
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let drained = child.stderr.take().map(|e| {
+        let log = log.clone();
+        std::thread::spawn(move || drain(e, &log))
     });
-    let status = wait_within(&mut child, limit).context("waiting for the probe process")?;
+    let status = wait_within(child, limit).context("waiting for the probe process")?;
     let seconds = t0.elapsed().as_secs_f64();
-    let stderr = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
-    let stderr = String::from_utf8_lossy(&stderr);
+    if status.is_some() {
+        if let Some(h) = drained {
+            let _ = h.join();
+        }
+    }
+    let stderr =
+        String::from_utf8_lossy(&log.lock().unwrap_or_else(PoisonError::into_inner)).into_owned();
     Ok(verdict(model, status, &stderr, limit, seconds))
+}
+
+/// Appends what `from` gives to `log` until it ends.
+fn drain(mut from: impl Read, log: &Mutex<Vec<u8>>) {
+    let mut buf = [0u8; 4096];
+    while let Ok(n @ 1..) = from.read(&mut buf) {
+        log.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(&buf[..n]);
+    }
 }
 
 /// The child's exit status, or `None` when it was still running after `limit` (then killed).
 fn wait_within(
-    child: &mut std::process::Child,
+    mut child: std::process::Child,
     limit: Duration,
 ) -> std::io::Result<Option<ExitStatus>> {
     let deadline = Instant::now() + limit;
@@ -101,9 +116,10 @@ fn wait_within(
             return Ok(Some(s));
         }
         if Instant::now() >= deadline {
-            // A load stuck in the kernel (a storage read that never returns) still dies of SIGKILL.
             child.kill()?;
-            child.wait()?;
+            // A child inside a read of a hung FUSE or network mount dies of the SIGKILL only
+            // when that read returns: a thread reaps it then, nothing here waits for it.
+            std::thread::spawn(move || child.wait());
             return Ok(None);
         }
         std::thread::sleep(POLL);
@@ -203,9 +219,17 @@ pub fn run_child(model: &Path) -> anyhow::Result<()> {
     // Test hook (the probe's own tests; see docs/robustness.md): die the way llama.cpp's asserts
     // do, after the model loaded, so the parent's handling of an abort can be exercised without a
     // model that still crashes llama.cpp (every one found so far is refused before loading).
-    if std::env::var_os("BMOE_PROBE_SELFTEST").is_some_and(|v| v == "abort") {
+    let selftest = std::env::var_os("BMOE_PROBE_SELFTEST");
+    if selftest.as_ref().is_some_and(|v| v == "abort") {
         eprintln!("bmoe probe self-test: aborting as llama.cpp's GGML_ASSERT would");
         std::process::abort();
+    }
+    // The same for a load that never ends (a loop in llama.cpp, a read that never returns).
+    if selftest.is_some_and(|v| v == "hang") {
+        eprintln!("bmoe probe self-test: hanging as a stuck load would");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
     }
     Ok(())
 }

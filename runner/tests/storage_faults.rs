@@ -253,3 +253,105 @@ fn a_short_answer_is_completed() {
         assert_eq!(r["text"], f.reference);
     }
 }
+
+/// Where the tensor data starts: everything from there on is what a load reads, not a header.
+fn data_start(model: &Path) -> u64 {
+    let idx = GgufIndex::open(model).unwrap();
+    idx.tensor_infos()
+        .iter()
+        .filter_map(|i| idx.get(&i.name).map(|l| l.offset))
+        .min()
+        .unwrap()
+}
+
+/// A mount whose tensor data never answers (a hung device), and a job on it.
+fn hung_model(streamed: bool) -> (Project, Mounted) {
+    let p = Project::new();
+    // direct_io: the hung reads hold no page-cache pages that a header read (the run's hash,
+    // its checks) would then wait on.
+    let fs = Mounted::serve(&p.path("models/tiny.gguf"), true);
+    let mut job = streamed_job(&fs.path());
+    if !streamed {
+        job = job.replace("moe_stream = true", "moe_stream = false");
+    }
+    p.write("jobs/eio.toml", &job);
+    let size = std::fs::metadata(fs.path()).unwrap().len();
+    fs.arm(Rule {
+        ranges: vec![(data_start(&fs.path()), size)],
+        fault: Fault::Block,
+        skip: 0,
+        times: u64::MAX / 2,
+    });
+    (p, fs)
+}
+
+/// The probe's child hangs in the load (its reads never return): it is killed at the limit, and
+/// the model's items fail saying so.
+#[test]
+#[ignore = "hangs in the test harness (issue 37 item 3): the run never ends after the FUSE read is released; not yet diagnosed"]
+fn a_hung_probe_is_killed_at_the_load_timeout() {
+    let (p, fs) = hung_model(false);
+    let o = p.bmoe(&["run", "jobs/eio.toml", "-q", "--load-timeout", "2"]);
+    let out = text(&o);
+    let rows = rows(&p.read("runs/eio.csv"));
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(rows.len(), ITEMS, "{out}");
+    let want = "the load did not finish within 2 s (--load-timeout); the probe's child was killed";
+    for r in &rows {
+        assert!(r["error"].contains(want), "{r:?}");
+    }
+    assert!(
+        fs.reads().iter().any(|r| r.faulted),
+        "the load never met the hang"
+    );
+
+    let o = p.bmoe(&["check", "jobs/eio.toml", "--load-timeout", "2"]);
+    let out = text(&o);
+    assert!(!o.status.success() && out.contains(want), "{out}");
+}
+
+/// Without the probe, the run's own load hangs: it is abandoned at the limit, and the items fail
+/// saying so. The abandoned thread sits in a read the kernel does not end even for SIGKILL (a
+/// FUSE or network read already sent waits for its answer), so the process ends only once the
+/// storage answers: the test waits for the rows, then lets the storage answer.
+#[test]
+#[ignore = "hangs in the test harness (issue 37 item 3): the run never ends after the FUSE read is released; not yet diagnosed"]
+fn a_hung_load_in_a_run_is_abandoned() {
+    let (p, fs) = hung_model(true);
+    let mut child = p
+        .cmd(&[
+            "run",
+            "jobs/eio.toml",
+            "-q",
+            "--no-probe",
+            "--load-timeout",
+            "2",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while rows(&p.read("runs/eio.csv")).len() < ITEMS
+        && std::time::Instant::now() < deadline
+        && child.try_wait().unwrap().is_none()
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    fs.disarm();
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o);
+    let rows = rows(&p.read("runs/eio.csv"));
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(rows.len(), ITEMS, "{out}");
+    for r in &rows {
+        assert!(
+            r["error"].contains("the load did not finish within 2 s (--load-timeout); abandoned"),
+            "{r:?}"
+        );
+    }
+    assert!(
+        fs.reads().iter().any(|r| r.faulted),
+        "the load never met the hang"
+    );
+}
