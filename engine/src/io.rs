@@ -149,8 +149,18 @@ impl DirectReader {
         } else {
             f.read_exact_at(dst, offset)
         };
+        // The file, the range and the OS error (its errno in the text): what a fleet's storage
+        // failure report needs to find the bad block.
         r.map_err(|e| {
-            std::io::Error::new(e.kind(), format!("{}: {e}", self.paths[file].display()))
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "{}: reading {} bytes at offset {offset}{}: {e}",
+                    self.paths[file].display(),
+                    dst.len(),
+                    if self.direct[file] { " (O_DIRECT)" } else { "" },
+                ),
+            )
         })?;
         Ok(t0.elapsed().as_secs_f64())
     }

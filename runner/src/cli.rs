@@ -150,6 +150,11 @@ pub struct CheckArgs {
     /// Do not load the models in a child process (trusted files); only their headers are checked.
     #[arg(long)]
     pub no_probe: bool,
+    /// Seconds a model load may take (the probe's child, and each load in a run) before it is
+    /// abandoned and the check or the model's items fail saying so (load_timeout_s).
+    #[arg(long, value_name = "SECS", default_value_t = crate::probe::DEFAULT_LOAD_TIMEOUT_S,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub load_timeout: u64,
 }
 
 /// A target plus an output format.
@@ -219,6 +224,11 @@ pub struct RunArgs {
     /// llama.cpp abort then ends the whole run instead of writing error rows.
     #[arg(long)]
     pub no_probe: bool,
+    /// Seconds a model load may take (the probe's child, and each load in a run) before it is
+    /// abandoned and the check or the model's items fail saying so (load_timeout_s).
+    #[arg(long, value_name = "SECS", default_value_t = crate::probe::DEFAULT_LOAD_TIMEOUT_S,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub load_timeout: u64,
 }
 
 /// `bmoe compare`: two CSVs, the runs to take from each, tolerances and gates.

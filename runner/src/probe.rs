@@ -2,9 +2,11 @@
 //! loads it, so that what llama.cpp does not report as an error (an assert that aborts, a memory
 //! fault) kills the child instead of the run. The child loads the model, tokenizes a word and
 //! generates one token; the parent reads how it ended.
+use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bmoe_engine::{GenerateOptions, LoadOptions, Model, Sampling, SessionOptions};
@@ -26,7 +28,8 @@ pub enum ProbeResult {
     },
     /// The child refused the model with an error of its own (the same one a load here would give).
     Refused(String),
-    /// The child died (a signal, or an exit code bmoe never uses): llama.cpp aborted.
+    /// The child died (a signal, or an exit code bmoe never uses): llama.cpp aborted; or it was
+    /// killed for running past the load time limit.
     Aborted(String),
 }
 
@@ -51,11 +54,19 @@ fn tail(text: &str, n: usize) -> String {
     lines[start..].join(" | ")
 }
 
-/// Loads `model` once in a child process and reports how that went.
-pub fn probe(model: &Path) -> anyhow::Result<ProbeResult> {
+/// The default of `--load-timeout`: a 30 GB model read at 20 MB/s (a slow phone's flash, a
+/// busy network share) with room to spare; only a load that is stuck gets near it.
+pub const DEFAULT_LOAD_TIMEOUT_S: u64 = 3600;
+
+/// How often the parent looks whether the child has ended.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Loads `model` once in a child process and reports how that went; a child still running after
+/// `limit` is killed and the probe fails saying so.
+pub fn probe(model: &Path, limit: Duration) -> anyhow::Result<ProbeResult> {
     let exe = std::env::current_exe().context("finding the bmoe executable for the probe")?;
     let t0 = Instant::now();
-    let out = Command::new(exe)
+    let mut child = Command::new(exe)
         .arg(CHILD_ARG)
         .arg(model)
         // ggml's abort would otherwise try to attach a debugger for a backtrace.
@@ -63,13 +74,77 @@ pub fn probe(model: &Path) -> anyhow::Result<ProbeResult> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .output()
+        .spawn()
         .context("starting the probe process")?;
+    // Drained on a thread so a chatty child never blocks on a full pipe while we wait; kept in
+    // a shared buffer so a killed child's log can be quoted without waiting for the pipe to close.
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let drained = child.stderr.take().map(|e| {
+        let log = log.clone();
+        std::thread::spawn(move || drain(e, &log))
+    });
+    let status = wait_within(child, limit).context("waiting for the probe process")?;
     let seconds = t0.elapsed().as_secs_f64();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    if status.is_some() {
+        if let Some(h) = drained {
+            let _ = h.join();
+        }
+    }
+    let stderr =
+        String::from_utf8_lossy(&log.lock().unwrap_or_else(PoisonError::into_inner)).into_owned();
+    Ok(verdict(model, status, &stderr, limit, seconds))
+}
+
+/// Appends what `from` gives to `log` until it ends.
+fn drain(mut from: impl Read, log: &Mutex<Vec<u8>>) {
+    let mut buf = [0u8; 4096];
+    while let Ok(n @ 1..) = from.read(&mut buf) {
+        log.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The child's exit status, or `None` when it was still running after `limit` (then killed).
+fn wait_within(
+    mut child: std::process::Child,
+    limit: Duration,
+) -> std::io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait()? {
+            return Ok(Some(s));
+        }
+        if Instant::now() >= deadline {
+            child.kill()?;
+            // A child inside a read of a hung FUSE or network mount dies of the SIGKILL only
+            // when that read returns: a thread reaps it then, nothing here waits for it.
+            std::thread::spawn(move || child.wait());
+            return Ok(None);
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// How the child ended, as the probe's result.
+fn verdict(
+    model: &Path,
+    status: Option<ExitStatus>,
+    stderr: &str,
+    limit: Duration,
+    seconds: f64,
+) -> ProbeResult {
     let shown = bmoe_display(model);
-    match out.status.code() {
-        Some(0) => Ok(ProbeResult::Ok { seconds }),
+    let log = tail(stderr, TAIL_LINES);
+    let log = if log.is_empty() { "(no log)" } else { &log };
+    let Some(status) = status else {
+        return ProbeResult::Aborted(format!(
+            "{shown}: the load did not finish within {} s (--load-timeout); the probe's child was killed: {log}",
+            limit.as_secs()
+        ));
+    };
+    match status.code() {
+        Some(0) => ProbeResult::Ok { seconds },
         // bmoe's own refusal: the child printed `error: <why>` last.
         Some(1) => {
             let why = stderr
@@ -77,19 +152,17 @@ pub fn probe(model: &Path) -> anyhow::Result<ProbeResult> {
                 .rev()
                 .find_map(|l| l.strip_prefix("error: "))
                 .map(str::to_string)
-                .unwrap_or_else(|| tail(&stderr, TAIL_LINES));
-            Ok(ProbeResult::Refused(why))
+                .unwrap_or_else(|| tail(stderr, TAIL_LINES));
+            ProbeResult::Refused(why)
         }
         other => {
             let how = match other {
                 Some(c) => format!("exit status {c}"),
-                None => signal_name(&out.status),
+                None => signal_name(&status),
             };
-            let log = tail(&stderr, TAIL_LINES);
-            Ok(ProbeResult::Aborted(format!(
-                "{shown}: llama.cpp aborted while loading ({how}): {}",
-                if log.is_empty() { "(no log)" } else { &log }
-            )))
+            ProbeResult::Aborted(format!(
+                "{shown}: llama.cpp aborted while loading ({how}): {log}"
+            ))
         }
     }
 }
@@ -146,9 +219,17 @@ pub fn run_child(model: &Path) -> anyhow::Result<()> {
     // Test hook (the probe's own tests; see docs/robustness.md): die the way llama.cpp's asserts
     // do, after the model loaded, so the parent's handling of an abort can be exercised without a
     // model that still crashes llama.cpp (every one found so far is refused before loading).
-    if std::env::var_os("BMOE_PROBE_SELFTEST").is_some_and(|v| v == "abort") {
+    let selftest = std::env::var_os("BMOE_PROBE_SELFTEST");
+    if selftest.as_ref().is_some_and(|v| v == "abort") {
         eprintln!("bmoe probe self-test: aborting as llama.cpp's GGML_ASSERT would");
         std::process::abort();
+    }
+    // The same for a load that never ends (a loop in llama.cpp, a read that never returns).
+    if selftest.is_some_and(|v| v == "hang") {
+        eprintln!("bmoe probe self-test: hanging as a stuck load would");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
     }
     Ok(())
 }

@@ -141,3 +141,33 @@ fn run_writes_error_rows_for_a_refused_model_and_goes_on() {
         );
     }
 }
+
+/// A probe's child that never ends (the self-test hook hangs after the load) is killed at
+/// `--load-timeout`: `check` fails and `run` writes error rows, both saying so.
+#[test]
+fn a_hanging_probe_is_killed_at_the_load_timeout() {
+    let p = project();
+    let want = "the load did not finish within 1 s (--load-timeout); the probe's child was killed";
+    let o = p
+        .cmd(&["check", "jobs/job.toml", "--load-timeout", "1"])
+        .env("BMOE_PROBE_SELFTEST", "hang")
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains(want) && out.contains("hanging as a stuck load would"),
+        "{out}"
+    );
+    let o = p
+        .cmd(&["run", "jobs/job.toml", "-q", "--load-timeout", "1"])
+        .env("BMOE_PROBE_SELFTEST", "hang")
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let csv = p.read("runs/decide.csv");
+    let rows = data_lines(&csv);
+    assert_eq!(rows.len(), 2, "{csv}");
+    assert!(rows.iter().all(|r| r.contains(want)), "{csv}");
+}

@@ -66,7 +66,8 @@ pub fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
         Ok(p) => p,
         Err(e) => return fail(e, t.format),
     };
-    let bad = check_models(&p, !a.no_probe)?;
+    let limit = std::time::Duration::from_secs(a.load_timeout);
+    let bad = check_models(&p, !a.no_probe, limit)?;
     // Choices tokenized with each model's vocabulary (the models that loaded).
     let choices = run::choices::check(&p.jobs, &|m| bad.contains_key(m), true);
     // A model that cannot load is a broken setup (2), like a configuration error.
@@ -114,6 +115,7 @@ pub fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
 fn check_models(
     p: &Prepared,
     probe: bool,
+    limit: std::time::Duration,
 ) -> anyhow::Result<std::collections::HashMap<PathBuf, String>> {
     let mut bad = std::collections::HashMap::new();
     let mut seen = std::collections::HashSet::new();
@@ -126,7 +128,7 @@ fn check_models(
             continue;
         }
         if probe {
-            let r = probe::probe(&j.model)?;
+            let r = probe::probe(&j.model, limit)?;
             match (&r, r.error()) {
                 (_, Some(why)) => {
                     bad.insert(j.model.clone(), why.to_string());

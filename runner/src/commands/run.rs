@@ -53,7 +53,8 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     }
     check_selection(&filter, &p, a.allow_empty)?;
     print_warnings(&p);
-    let probed = probe_decide_models(&p, a.no_probe)?;
+    let load_timeout = std::time::Duration::from_secs(a.load_timeout);
+    let probed = probe_decide_models(&p, a.no_probe, load_timeout)?;
     let skip = |m: &Path| matches!(probed.get(m), Some(Some(_)));
     if let Err(e) = run::choices::check(&p.jobs, &skip, false) {
         return super::output::fail(e.into(), a.format);
@@ -68,6 +69,7 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         quiet,
         filter,
         probe: !a.no_probe,
+        load_timeout,
     };
     let s = run::exec::execute(&p, &opts, &stop)?;
     print_summary(&s, a.format, opts.machine)?;
@@ -115,12 +117,13 @@ fn check_selection(
 fn probe_decide_models(
     p: &Prepared,
     no_probe: bool,
+    limit: std::time::Duration,
 ) -> anyhow::Result<HashMap<PathBuf, Option<String>>> {
     let mut probed = HashMap::new();
     if !no_probe {
         for j in p.jobs.iter().filter(|j| j.job.kind == Kind::Decide) {
             if !probed.contains_key(&j.model) {
-                let r = probe::probe(&j.model)?;
+                let r = probe::probe(&j.model, limit)?;
                 probed.insert(j.model.clone(), r.error().map(str::to_string));
             }
         }

@@ -45,6 +45,8 @@ pub struct RunOptions {
     pub probe: bool,
     /// Probe verdicts already known (model -> the probe's error, `None` when it passed).
     pub probed: HashMap<PathBuf, Option<String>>,
+    /// How long the probe's child and each model load here may take.
+    pub load_timeout: std::time::Duration,
 }
 
 /// Rows written to one CSV.
@@ -290,7 +292,7 @@ impl Models {
             return Ok(None);
         }
         if !self.probed.contains_key(model) {
-            let r = crate::probe::probe(model)?;
+            let r = crate::probe::probe(model, opts.load_timeout)?;
             self.probed
                 .insert(model.to_path_buf(), r.error().map(str::to_string));
         }
@@ -303,6 +305,7 @@ impl Models {
         load_opts: &bmoe_engine::LoadOptions,
         probe_error: Option<String>,
         model: &Path,
+        limit: std::time::Duration,
     ) -> LoadOutcome {
         let reused =
             probe_error.is_none() && self.held.as_ref().is_some_and(|(o, _)| o == load_opts);
@@ -314,17 +317,8 @@ impl Models {
         let result: Result<(), String> = match probe_error {
             _ if reused => Ok(()),
             Some(why) => Err(why),
-            // Most load errors name the file already; the others get it in front.
-            None => Model::load(load_opts)
-                .map(|m| self.held = Some((load_opts.clone(), m)))
-                .map_err(|e| {
-                    let msg = e.to_string();
-                    if msg.contains(&model.display().to_string()) {
-                        msg
-                    } else {
-                        format!("loading {}: {msg}", display_path(model))
-                    }
-                }),
+            None => load_within(load_opts, limit, model)
+                .map(|m| self.held = Some((load_opts.clone(), m))),
         };
         let load_s = if reused {
             0.0
@@ -345,6 +339,46 @@ impl Models {
             (Ok(()), None) => Err("the model is not loaded".to_string()),
             (Err(why), _) => Err(why),
         }
+    }
+}
+
+/// Loads a model on a thread of its own and waits at most `limit` for it. A load still running
+/// then (a storage read that never returns, a loop in llama.cpp) is abandoned: its thread is left
+/// blocked, holding what it allocated, and the unit's items fail saying so; the run goes on.
+fn load_within(
+    load_opts: &bmoe_engine::LoadOptions,
+    limit: std::time::Duration,
+    model: &Path,
+) -> Result<Model, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let opts = load_opts.clone();
+    std::thread::Builder::new()
+        .name("bmoe-load".into())
+        .spawn(move || {
+            // The receiver is gone when the load was abandoned: the model is then dropped here.
+            let _ = tx.send(Model::load(&opts));
+        })
+        .map_err(|e| {
+            format!(
+                "loading {}: starting the load thread: {e}",
+                display_path(model)
+            )
+        })?;
+    match rx.recv_timeout(limit) {
+        Ok(r) => r.map_err(|e| {
+            let msg = e.to_string();
+            // Most load errors name the file already; the others get it in front.
+            if msg.contains(&model.display().to_string()) {
+                msg
+            } else {
+                format!("loading {}: {msg}", display_path(model))
+            }
+        }),
+        Err(_) => Err(format!(
+            "loading {}: the load did not finish within {} s (--load-timeout); abandoned",
+            display_path(model),
+            limit.as_secs()
+        )),
     }
 }
 
@@ -489,7 +523,7 @@ fn run_unit(ctx: &Ctx, out: &mut Out, models: &mut Models, unit: &Unit) -> anyho
     let (load_opts, sess_opts) =
         crate::placement::engine_options(&unit.placement, &unit.resolved.settings, &lj.model);
     let probe_error = models.probe_error(ctx.opts, &lj.model)?;
-    let outcome = models.load(&load_opts, probe_error, &lj.model);
+    let outcome = models.load(&load_opts, probe_error, &lj.model, ctx.opts.load_timeout);
     let reused = outcome.reused;
     let loaded = models.loaded(outcome.result);
     let base = unit_base_row(ctx, lj, unit, &loaded, outcome.load_s, reused)?;
