@@ -145,6 +145,8 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
     let n_expert = check_experts(path, g, arch, n_layer)?;
     let heads = check_heads(path, g, arch, n_layer)?;
     check_head_sizes(path, g, arch, &heads, n_embd)?;
+    let n_head = heads.iter().copied().find(|&h| h > 0).unwrap_or(0);
+    super::graph_check::check(path, g, arch, n_head, n_embd)?;
     check_floats(path, g, arch)?;
     check_rope_scaling(path, g, arch)?;
     Ok(Hparams {
