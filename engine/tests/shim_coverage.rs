@@ -8,14 +8,23 @@ use std::path::Path;
 /// llama.cpp calls made directly (not through the shim), and why none can throw into Rust.
 const DIRECT: &[(&str, &str)] = &[
     ("llama_attach_threadpool", "stores two pointers"),
-    ("llama_backend_init", "ggml_time_init and a static ggml context, C"),
+    (
+        "llama_backend_init",
+        "ggml_time_init and a static ggml context, C",
+    ),
     ("llama_batch_free", "free()"),
     ("llama_batch_init", "malloc(), C"),
     ("llama_context_default_params", "returns a struct"),
-    ("llama_get_logits_ith", "catches std::exception itself, returns NULL"),
+    (
+        "llama_get_logits_ith",
+        "catches std::exception itself, returns NULL",
+    ),
     ("llama_get_memory", "getter"),
     ("llama_log_set", "stores a callback"),
-    ("llama_memory_seq_pos_min", "reads cells; no throw, no allocation"),
+    (
+        "llama_memory_seq_pos_min",
+        "reads cells; no throw, no allocation",
+    ),
     ("llama_model_default_params", "returns a struct"),
     ("llama_model_desc", "snprintf into the caller's buffer"),
     ("llama_model_get_vocab", "getter"),
@@ -75,7 +84,7 @@ fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
     }
 }
 
-/// Every `sys::<prefix>name` in `text` (the bindings the engine calls).
+/// Every `sys::<prefix>name(` in `text` (the bindings the engine calls).
 fn called(text: &str, prefix: &str) -> BTreeSet<String> {
     let pat = format!("sys::{prefix}");
     let mut found = BTreeSet::new();
@@ -85,7 +94,10 @@ fn called(text: &str, prefix: &str) -> BTreeSet<String> {
         let n = tail
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(tail.len());
-        found.insert(format!("{prefix}{}", &tail[..n]));
+        // A call, not a type or a constant: the name is followed by its arguments.
+        if tail[n..].starts_with('(') {
+            found.insert(format!("{prefix}{}", &tail[..n]));
+        }
         rest = &tail[n..];
     }
     found
@@ -117,7 +129,10 @@ fn every_llama_entry_point_is_shimmed_or_cannot_throw() {
         .collect();
     assert!(stale.is_empty(), "listed but no longer called: {stale:?}");
     // Each wrapped call has its wrapper in the shim, and the engine uses the wrapper.
-    let shim = std::fs::read_to_string(root.join("../ggml-sys/shim/bmoe_shim.cpp")).unwrap();
+    let shim: String = ["bmoe_shim.cpp", "bmoe_unlink.cpp"]
+        .iter()
+        .map(|f| std::fs::read_to_string(root.join("../ggml-sys/shim").join(f)).unwrap())
+        .collect();
     let all: String = files.iter().map(|(_, t)| t.as_str()).collect();
     for f in WRAPPED {
         let call = format!("{f}(");

@@ -165,14 +165,23 @@ fn regression_fixtures_fail_cleanly() {
         let patches = parse_patches(&fixture);
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         // `# arch: NAME` (default qwen3moe) and `# mode: resident|stream` (default resident).
-        let tag = |k: &str| fixture.lines().find_map(|l| l.strip_prefix(k)).map(str::trim);
+        let tag = |k: &str| {
+            fixture
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(str::trim)
+        };
         let base = match tag("# arch: ") {
             Some(a) => tiny_bytes_of(a),
             None => b.clone(),
         };
         let mode = tag("# mode: ").map_or(Mode::Resident, Mode::parse);
-        let (v, out) =
-            judge_model_as(&apply(&base, &patches), dir.path(), &format!("{name}.gguf"), mode);
+        let (v, out) = judge_model_as(
+            &apply(&base, &patches),
+            dir.path(),
+            &format!("{name}.gguf"),
+            mode,
+        );
         assert!(!matches!(v, Verdict::Crash(_)), "{name}: {v:?}\n{out}");
         // `# expect: <text>`: the refusal must say this, which also proves the patch still hits
         // the field it was written for (the tiny model is deterministic).
@@ -264,7 +273,8 @@ impl Campaign {
                     }
                     let patches = self.case(b, fields, header_end, i);
                     let name = format!("w{w}.gguf");
-                    let (v, out) = judge_model_as(&apply(b, &patches), dir.path(), &name, self.mode);
+                    let (v, out) =
+                        judge_model_as(&apply(b, &patches), dir.path(), &name, self.mode);
                     let mut st = state.lock().unwrap();
                     match &v {
                         Verdict::Ran => st.0[0] += 1,
@@ -274,7 +284,12 @@ impl Campaign {
                             let recipe = self.recipe(i, why, &out, &patches);
                             if let Some(o) = &self.out_dir {
                                 let _ = std::fs::create_dir_all(o);
-                                let f = format!("crash-{}-{}-{}-{i}.patch", self.arch, self.mode.name(), self.seed);
+                                let f = format!(
+                                    "crash-{}-{}-{}-{i}.patch",
+                                    self.arch,
+                                    self.mode.name(),
+                                    self.seed
+                                );
                                 let _ = std::fs::write(o.join(f), &recipe);
                             }
                             st.1.push(recipe);
@@ -296,7 +311,11 @@ impl Campaign {
             counts[2],
             total as f64 / secs.max(1e-9)
         );
-        Outcome { counts, crashes, secs }
+        Outcome {
+            counts,
+            crashes,
+            secs,
+        }
     }
 }
 
@@ -310,7 +329,11 @@ fn assert_clean(c: &Campaign, o: &Outcome) {
         o.crashes.join("\n")
     );
     let total: usize = o.counts.iter().sum();
-    assert!(total >= 20.min(c.iters), "only {total} iterations ran in {:.0} s", o.secs);
+    assert!(
+        total >= 20.min(c.iters),
+        "only {total} iterations ran in {:.0} s",
+        o.secs
+    );
     assert!(
         o.counts[1] > 0,
         "no damaged model was refused: is the damage reaching the file?"
@@ -338,7 +361,7 @@ fn fuzz_every_architecture() {
     let mut failed = Vec::new();
     for arch in archs.split_whitespace() {
         for mode in modes.split_whitespace().map(Mode::parse) {
-            let iters = if mode == Mode::Stream { 60 } else { 30 };
+            let iters = if mode == Mode::Stream { 80 } else { 40 };
             let c = Campaign::from_env(arch, mode, iters, 30);
             let o = c.run();
             if !o.crashes.is_empty() {

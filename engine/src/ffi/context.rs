@@ -296,8 +296,9 @@ impl<'m> LlamaContext<'m> {
         let mut e = ErrBuf::new();
         // SAFETY: as above; sequence ids are below n_seq_max (the callers' invariant, checked by
         // llama.cpp, which logs and ignores an invalid id).
-        let rc =
-            unsafe { sys::shim::bmoe_memory_seq_cp(self.raw(), src, dst, p0, p1, e.ptr(), e.len()) };
+        let rc = unsafe {
+            sys::shim::bmoe_memory_seq_cp(self.raw(), src, dst, p0, p1, e.ptr(), e.len())
+        };
         e.check("llama_memory_seq_cp", rc)
     }
 

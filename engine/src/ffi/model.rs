@@ -116,9 +116,12 @@ impl LlamaModel {
         };
         err.check("llama_model_load_from_file", rc)?;
         // Dropped at once: only the checks were wanted.
-        NonNull::new(raw).map(LlamaModel::own).map(drop).ok_or_else(|| {
-            FfiError::no_result("llama_model_load_from_file", "no reason was logged")
-        })
+        NonNull::new(raw)
+            .map(LlamaModel::own)
+            .map(drop)
+            .ok_or_else(|| {
+                FfiError::no_result("llama_model_load_from_file", "no reason was logged")
+            })
     }
 
     /// Builds the model from `meta` (the GGUF's header) without reading or mapping any tensor

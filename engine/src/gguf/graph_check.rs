@@ -9,7 +9,13 @@ use crate::ffi::gguf::{GgufFile, KvType};
 
 /// Architectures whose rope turns a slice of its own (`n_rot` wide, split off the head: MLA), so
 /// the rope dimensions are bounded by the part of the key that is not the latent one.
-const MLA: &[&str] = &["deepseek2", "deepseek2ocr", "deepseek32", "glm_moe_dsa", "kimi_linear"];
+const MLA: &[&str] = &[
+    "deepseek2",
+    "deepseek2ocr",
+    "deepseek32",
+    "glm_moe_dsa",
+    "kimi_linear",
+];
 
 fn invalid(path: &Path, what: String) -> EngineError {
     EngineError::Invalid {
@@ -36,7 +42,9 @@ fn check_rope(path: &Path, rope_key: &str, rot: i64, head_key: &str, head: i64) 
     if rot > head {
         return Err(invalid(
             path,
-            format!("{rope_key} = {rot}: expected at most the head size it turns ({head_key} = {head})"),
+            format!(
+                "{rope_key} = {rot}: expected at most the head size it turns ({head_key} = {head})"
+            ),
         ));
     }
     Ok(())
@@ -45,7 +53,13 @@ fn check_rope(path: &Path, rope_key: &str, rot: i64, head_key: &str, head: i64) 
 /// The rope dimensions of `arch` (full and sliding-window layers) against their head sizes, with
 /// llama.cpp's defaults for absent keys (`load_hparams`: key length = embedding / heads, rope =
 /// key length, the SWA values = the full ones). Nothing to check without attention heads.
-pub(crate) fn check(path: &Path, g: &GgufFile, arch: &str, n_head: i64, n_embd: Option<i64>) -> Result<()> {
+pub(crate) fn check(
+    path: &Path,
+    g: &GgufFile,
+    arch: &str,
+    n_head: i64,
+    n_embd: Option<i64>,
+) -> Result<()> {
     if n_head <= 0 {
         return Ok(());
     }
