@@ -255,6 +255,23 @@ impl Campaign {
         )
     }
 
+    /// Every 1000 cases a line, so a long run stopped early still says what it did.
+    fn progress(&self, c: &[usize; 3], t0: Instant) {
+        let n: usize = c.iter().sum();
+        if n % 1000 == 0 && n < self.iters {
+            eprintln!(
+                "fuzz progress: {} {} seed {}: {n} so far: {} ran, {} refused, {} crashed ({:.1} cases/s)",
+                self.arch,
+                self.mode.name(),
+                self.seed,
+                c[0],
+                c[1],
+                c[2],
+                n as f64 / t0.elapsed().as_secs_f64().max(1e-9)
+            );
+        }
+    }
+
     fn run(&self) -> Outcome {
         let t0 = Instant::now();
         let b = tiny_bytes_of(&self.arch);
@@ -295,6 +312,7 @@ impl Campaign {
                             st.1.push(recipe);
                         }
                     }
+                    self.progress(&st.0, t0);
                 });
             }
         });
@@ -426,6 +444,9 @@ fn fuzz_damaged_configs_never_crash() {
     let seed: u64 = env_or("FUZZ_SEED", 15);
     let secs: u64 = env_or("FUZZ_CONFIG_SECS", 20);
     let iters: usize = env_or("FUZZ_CONFIG_ITERS", 300);
+    if iters == 0 {
+        return; // `scripts/fuzz --config-iterations 0`
+    }
     let p = Project::new();
     p.decisions("jobs/decisions.jsonl", 3);
     p.write("jobs/job.toml", common::DECIDE_JOB);
