@@ -60,6 +60,7 @@ pub(crate) fn check(
     n_head: i64,
     n_embd: Option<i64>,
 ) -> Result<()> {
+    check_gating(path, g, arch)?;
     if n_head <= 0 {
         return Ok(());
     }
@@ -105,6 +106,24 @@ fn check_mla(path: &Path, g: &GgufFile, arch: &str, rot: i64) -> Result<()> {
             ),
         ));
     }
+    // The latent cache's key is the compressed KV plus the rope part, its value the compressed
+    // KV (convert_hf_to_gguf writes them so); another width fails the graph's matmul shapes.
+    let lora_key = k("attention.kv_lora_rank");
+    if let Some(lora) = uint(g, &lora_key) {
+        let (kl_key, vl_key) = (k("attention.key_length"), k("attention.value_length"));
+        let (kl, vl) = (uint(g, &kl_key), uint(g, &vl_key));
+        if kl != Some(lora + rot) || vl != Some(lora) {
+            return Err(invalid(
+                path,
+                format!(
+                    "{kl_key} = {}, {vl_key} = {}: expected {} and {lora} ({lora_key} {lora} plus the rope dimensions {rot}, and {lora_key})",
+                    kl.map_or("(missing)".into(), |v| v.to_string()),
+                    vl.map_or("(missing)".into(), |v| v.to_string()),
+                    lora + rot
+                ),
+            ));
+        }
+    }
     let kv_key = k("attention.head_count_kv");
     match uint(g, &kv_key) {
         Some(1) => Ok(()),
@@ -113,6 +132,23 @@ fn check_mla(path: &Path, g: &GgufFile, arch: &str, rot: i64) -> Result<()> {
             format!(
                 "{kv_key} = {}: expected 1 (the latent KV cache of MLA holds one head)",
                 other.map_or("(missing)".to_string(), |v| v.to_string())
+            ),
+        )),
+    }
+}
+
+/// `expert_gating_func`: the graph's switch over it aborts on a value it does not know
+/// (`GGML_ABORT("fatal error")`, llama-graph.cpp:2109): none, softmax, sigmoid, softmax of the
+/// weights, sqrt-softplus (`LLAMA_EXPERT_GATING_FUNC_TYPE_*`, llama-hparams.h).
+fn check_gating(path: &Path, g: &GgufFile, arch: &str) -> Result<()> {
+    let key = format!("{arch}.expert_gating_func");
+    match (g.kv_type(&key), uint(g, &key)) {
+        (None, _) | (_, Some(0..=4)) => Ok(()),
+        (_, v) => Err(invalid(
+            path,
+            format!(
+                "{key} = {}: expected 0..=4 (none, softmax, sigmoid, softmax_weight, sqrt_softplus)",
+                v.map_or("(not an integer)".into(), |v| v.to_string())
             ),
         )),
     }
