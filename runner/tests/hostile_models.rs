@@ -258,7 +258,7 @@ impl Campaign {
     /// Every 1000 cases a line, so a long run stopped early still says what it did.
     fn progress(&self, c: &[usize; 3], t0: Instant) {
         let n: usize = c.iter().sum();
-        if n % 1000 == 0 && n < self.iters {
+        if n.is_multiple_of(1000) && n < self.iters {
             eprintln!(
                 "fuzz progress: {} {} seed {}: {n} so far: {} ran, {} refused, {} crashed ({:.1} cases/s)",
                 self.arch,
