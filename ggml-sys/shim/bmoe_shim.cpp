@@ -168,6 +168,51 @@ int bmoe_memory_clear(llama_context * ctx, char * err, size_t err_len) noexcept 
     return guarded(err, err_len, [&] { llama_memory_clear(llama_get_memory(ctx), true); });
 }
 
+// The sequence-state calls of prefix reuse. llama.cpp catches std::exception inside (not
+// everything), and `synchronize()` and the io objects' allocation sit outside that catch.
+int bmoe_state_seq_get_size(llama_context * ctx, llama_seq_id seq, size_t * out, char * err,
+                            size_t err_len) noexcept {
+    *out = 0;
+    return guarded(err, err_len, [&] { *out = llama_state_seq_get_size(ctx, seq); });
+}
+
+int bmoe_state_seq_get_data(llama_context * ctx, uint8_t * dst, size_t size, llama_seq_id seq,
+                            size_t * out, char * err, size_t err_len) noexcept {
+    *out = 0;
+    return guarded(err, err_len, [&] { *out = llama_state_seq_get_data(ctx, dst, size, seq); });
+}
+
+int bmoe_state_seq_set_data(llama_context * ctx, const uint8_t * src, size_t size,
+                            llama_seq_id seq, size_t * out, char * err, size_t err_len) noexcept {
+    *out = 0;
+    return guarded(err, err_len, [&] { *out = llama_state_seq_set_data(ctx, src, size, seq); });
+}
+
+// Sequence edits of the memory (KV cells, recurrent states): the recurrent memory throws on
+// cells it cannot find, and both use std containers that allocate.
+int bmoe_memory_seq_rm(llama_context * ctx, llama_seq_id seq, llama_pos p0, llama_pos p1,
+                       bool * out, char * err, size_t err_len) noexcept {
+    *out = false;
+    return guarded(err, err_len,
+                   [&] { *out = llama_memory_seq_rm(llama_get_memory(ctx), seq, p0, p1); });
+}
+
+int bmoe_memory_seq_cp(llama_context * ctx, llama_seq_id src, llama_seq_id dst, llama_pos p0,
+                       llama_pos p1, char * err, size_t err_len) noexcept {
+    return guarded(err, err_len,
+                   [&] { llama_memory_seq_cp(llama_get_memory(ctx), src, dst, p0, p1); });
+}
+
+// The control vector: it allocates a ggml context and backend buffers (std::vector, maps).
+int bmoe_set_adapter_cvec(llama_context * ctx, const float * data, size_t len, int32_t n_embd,
+                          int32_t il_start, int32_t il_end, int32_t * out, char * err,
+                          size_t err_len) noexcept {
+    *out = -1;
+    return guarded(err, err_len, [&] {
+        *out = llama_set_adapter_cvec(ctx, data, len, n_embd, il_start, il_end);
+    });
+}
+
 // A test hook: throws a std::out_of_range through the same guard, so a test can see a C++
 // exception come back as an error without needing a damaged model.
 int bmoe_shim_selftest(char * err, size_t err_len) noexcept {

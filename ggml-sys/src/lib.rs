@@ -140,6 +140,66 @@ pub mod shim {
         pub fn bmoe_free(ctx: *mut llama_context, err: *mut c_char, err_len: usize) -> i32;
         /// `llama_memory_clear(llama_get_memory(ctx), true)`, guarded.
         pub fn bmoe_memory_clear(ctx: *mut llama_context, err: *mut c_char, err_len: usize) -> i32;
+        /// `llama_state_seq_get_size`, guarded; the size goes to `out`.
+        pub fn bmoe_state_seq_get_size(
+            ctx: *mut llama_context,
+            seq: llama_seq_id,
+            out: *mut usize,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_state_seq_get_data`, guarded; the bytes written go to `out`.
+        pub fn bmoe_state_seq_get_data(
+            ctx: *mut llama_context,
+            dst: *mut u8,
+            size: usize,
+            seq: llama_seq_id,
+            out: *mut usize,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_state_seq_set_data`, guarded; the bytes read go to `out`.
+        pub fn bmoe_state_seq_set_data(
+            ctx: *mut llama_context,
+            src: *const u8,
+            size: usize,
+            seq: llama_seq_id,
+            out: *mut usize,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_memory_seq_rm(llama_get_memory(ctx), ...)`, guarded; its result goes to `out`.
+        pub fn bmoe_memory_seq_rm(
+            ctx: *mut llama_context,
+            seq: llama_seq_id,
+            p0: llama_pos,
+            p1: llama_pos,
+            out: *mut bool,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_memory_seq_cp(llama_get_memory(ctx), ...)`, guarded.
+        pub fn bmoe_memory_seq_cp(
+            ctx: *mut llama_context,
+            src: llama_seq_id,
+            dst: llama_seq_id,
+            p0: llama_pos,
+            p1: llama_pos,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        /// `llama_set_adapter_cvec`, guarded; its return value goes to `out`.
+        pub fn bmoe_set_adapter_cvec(
+            ctx: *mut llama_context,
+            data: *const f32,
+            len: usize,
+            n_embd: i32,
+            il_start: i32,
+            il_end: i32,
+            out: *mut i32,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
         /// Throws `std::out_of_range("bmoe shim self-test")` through the guard (tests only).
         pub fn bmoe_shim_selftest(err: *mut c_char, err_len: usize) -> i32;
         /// Clears every reference `model`'s layers and model-level members hold to one of the

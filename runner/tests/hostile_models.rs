@@ -10,9 +10,10 @@ mod hostile;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 use common::{text, Project};
 use hostile::{apply, mutate, parse_patches, patches_text, run_judged, walk, Patch, Rng, Verdict};
 
@@ -24,9 +25,42 @@ fn tiny_bytes() -> Vec<u8> {
     std::fs::read(common::model_path()).expect("read the tiny model")
 }
 
+/// The tiny model of `arch` (`bmoe synth --preset tiny --arch ARCH`; deterministic).
+fn tiny_bytes_of(arch: &str) -> Vec<u8> {
+    let a = SynthArch::parse(arch).unwrap_or_else(|| panic!("unknown architecture {arch}"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("tiny.gguf");
+    write_model(&SynthSpec::preset(Preset::Tiny, a), &p).expect("write the tiny model");
+    std::fs::read(&p).expect("read the tiny model")
+}
+
+/// How a damaged model is loaded: llama.cpp's own (resident) load, or the streamed lean load
+/// (`--moe-stream --cache-mb 1`: llama.cpp builds the model from the header alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Resident,
+    Stream,
+}
+
+impl Mode {
+    fn parse(s: &str) -> Mode {
+        match s {
+            "resident" => Mode::Resident,
+            "stream" => Mode::Stream,
+            _ => panic!("mode {s}: expected resident or stream"),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Resident => "resident",
+            Mode::Stream => "stream",
+        }
+    }
+}
+
 /// The generate command every damaged model goes through: load, tokenize, two tokens.
-fn generate_args(model: &Path) -> Vec<String> {
-    [
+fn generate_args(model: &Path, mode: Mode) -> Vec<String> {
+    let mut a: Vec<String> = [
         "generate",
         "-m",
         &model.to_string_lossy(),
@@ -41,13 +75,21 @@ fn generate_args(model: &Path) -> Vec<String> {
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect()
+    .collect();
+    if mode == Mode::Stream {
+        a.extend(["--moe-stream", "--cache-mb", "1"].map(String::from));
+    }
+    a
 }
 
 fn judge_model(bytes: &[u8], dir: &Path, name: &str) -> (Verdict, String) {
+    judge_model_as(bytes, dir, name, Mode::Resident)
+}
+
+fn judge_model_as(bytes: &[u8], dir: &Path, name: &str, mode: Mode) -> (Verdict, String) {
     let p = dir.join(name);
     std::fs::write(&p, bytes).expect("write damaged model");
-    let args = generate_args(&p);
+    let args = generate_args(&p, mode);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (v, o) = run_judged(&bin(), &args, Duration::from_secs(60));
     (v, text(&o))
@@ -122,7 +164,24 @@ fn regression_fixtures_fail_cleanly() {
         let fixture = std::fs::read_to_string(&p).unwrap();
         let patches = parse_patches(&fixture);
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        let (v, out) = judge_model(&apply(&b, &patches), dir.path(), &format!("{name}.gguf"));
+        // `# arch: NAME` (default qwen3moe) and `# mode: resident|stream` (default resident).
+        let tag = |k: &str| {
+            fixture
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(str::trim)
+        };
+        let base = match tag("# arch: ") {
+            Some(a) => tiny_bytes_of(a),
+            None => b.clone(),
+        };
+        let mode = tag("# mode: ").map_or(Mode::Resident, Mode::parse);
+        let (v, out) = judge_model_as(
+            &apply(&base, &patches),
+            dir.path(),
+            &format!("{name}.gguf"),
+            mode,
+        );
         assert!(!matches!(v, Verdict::Crash(_)), "{name}: {v:?}\n{out}");
         // `# expect: <text>`: the refusal must say this, which also proves the patch still hits
         // the field it was written for (the tiny model is deterministic).
@@ -145,87 +204,192 @@ fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
         .unwrap_or(d)
 }
 
-/// Seeded, time-bounded: damaged copies of the tiny model (1-4 changes each in metadata, tensor
-/// infos and data offsets), each through `bmoe generate` in a child process.
-#[test]
-fn fuzz_damaged_models_never_crash() {
-    let seed: u64 = env_or("FUZZ_SEED", 15);
-    let iters: usize = env_or("FUZZ_ITERS", 1500);
-    let secs: u64 = env_or("FUZZ_SECS", 60);
-    let threads: usize = env_or("FUZZ_THREADS", 2);
-    let out_dir: Option<PathBuf> = std::env::var("FUZZ_OUT").ok().map(PathBuf::from);
-    let b = Arc::new(tiny_bytes());
-    let (fields, header_end) = walk(&b).expect("the tiny model's header walks");
-    let fields = Arc::new(fields);
-    let dir = Arc::new(tempfile::tempdir().unwrap());
-    let next = Arc::new(AtomicUsize::new(0));
-    let counts = Arc::new(Mutex::new([0usize; 3]));
-    let crashes = Arc::new(Mutex::new(Vec::<String>::new()));
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let workers: Vec<_> = (0..threads.max(1))
-        .map(|w| {
-            let (b, fields, dir, next, counts, crashes, out_dir) = (
-                b.clone(),
-                fields.clone(),
-                dir.clone(),
-                next.clone(),
-                counts.clone(),
-                crashes.clone(),
-                out_dir.clone(),
-            );
-            std::thread::spawn(move || loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= iters || Instant::now() > deadline {
-                    break;
-                }
-                // Each iteration has its own stream, so a crash is reproducible from (seed, i).
-                let mut rng = Rng::new(seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
-                let patches = mutate(&b, &fields, header_end, &mut rng);
-                let d = apply(&b, &patches);
-                let (v, out) = judge_model(&d, dir.path(), &format!("w{w}.gguf"));
-                let slot = match &v {
-                    Verdict::Ran => 0,
-                    Verdict::Refused => 1,
-                    Verdict::Crash(why) => {
-                        let recipe = format!(
-                            "# seed {seed} iteration {i}: {why}\n# {}\n{}",
-                            out.lines().rev().take(3).collect::<Vec<_>>().join(" / "),
-                            patches_text(&patches)
-                        );
-                        if let Some(o) = &out_dir {
-                            let _ = std::fs::create_dir_all(o);
-                            let _ =
-                                std::fs::write(o.join(format!("crash-{seed}-{i}.patch")), &recipe);
-                        }
-                        crashes.lock().unwrap().push(recipe);
-                        2
-                    }
-                };
-                counts.lock().unwrap()[slot] += 1;
-            })
-        })
-        .collect();
-    for w in workers {
-        w.join().expect("fuzz worker");
+/// One fuzz campaign: `iters` damaged copies of one architecture's tiny model, loaded one way.
+struct Campaign {
+    arch: String,
+    mode: Mode,
+    seed: u64,
+    iters: usize,
+    secs: u64,
+    threads: usize,
+    out_dir: Option<PathBuf>,
+}
+
+/// What a campaign saw: [ran, refused, crashed], the crash recipes, and its wall time.
+struct Outcome {
+    counts: [usize; 3],
+    crashes: Vec<String>,
+    secs: f64,
+}
+
+impl Campaign {
+    /// From the environment (`FUZZ_SEED`, `FUZZ_ITERS`, `FUZZ_SECS`, `FUZZ_THREADS`, `FUZZ_OUT`),
+    /// with this test's defaults.
+    fn from_env(arch: &str, mode: Mode, iters: usize, secs: u64) -> Campaign {
+        Campaign {
+            arch: arch.to_string(),
+            mode,
+            seed: env_or("FUZZ_SEED", 15),
+            iters: env_or("FUZZ_ITERS", iters),
+            secs: env_or("FUZZ_SECS", secs),
+            threads: env_or("FUZZ_THREADS", 2),
+            out_dir: std::env::var("FUZZ_OUT").ok().map(PathBuf::from),
+        }
     }
-    let c = *counts.lock().unwrap();
-    let total = c[0] + c[1] + c[2];
-    eprintln!(
-        "fuzz models: seed {seed}: {total} damaged models: {} loaded and ran, {} refused with an error, {} crashed",
-        c[0], c[1], c[2]
-    );
-    let crashes = crashes.lock().unwrap();
+
+    /// Case `i`: its own stream, so a crash is reproducible from (arch, mode, seed, i).
+    fn case(&self, b: &[u8], fields: &[hostile::Field], header_end: usize, i: usize) -> Vec<Patch> {
+        let mut rng = Rng::new(self.seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
+        mutate(b, fields, header_end, &mut rng)
+    }
+
+    /// The fixture text of a crash (`# arch:` and `# mode:` say how to replay it).
+    fn recipe(&self, i: usize, why: &str, out: &str, patches: &[Patch]) -> String {
+        format!(
+            "# seed {} iteration {i}: {why}\n# {}\n# arch: {}\n# mode: {}\n{}",
+            self.seed,
+            out.lines().rev().take(3).collect::<Vec<_>>().join(" / "),
+            self.arch,
+            self.mode.name(),
+            patches_text(patches)
+        )
+    }
+
+    /// Every 1000 cases a line, so a long run stopped early still says what it did.
+    fn progress(&self, c: &[usize; 3], t0: Instant) {
+        let n: usize = c.iter().sum();
+        if n.is_multiple_of(1000) && n < self.iters {
+            eprintln!(
+                "fuzz progress: {} {} seed {}: {n} so far: {} ran, {} refused, {} crashed ({:.1} cases/s)",
+                self.arch,
+                self.mode.name(),
+                self.seed,
+                c[0],
+                c[1],
+                c[2],
+                n as f64 / t0.elapsed().as_secs_f64().max(1e-9)
+            );
+        }
+    }
+
+    fn run(&self) -> Outcome {
+        let t0 = Instant::now();
+        let b = tiny_bytes_of(&self.arch);
+        let (fields, header_end) = walk(&b).expect("the tiny model's header walks");
+        let dir = tempfile::tempdir().unwrap();
+        let next = AtomicUsize::new(0);
+        let state = Mutex::new(([0usize; 3], Vec::<String>::new()));
+        let deadline = t0 + Duration::from_secs(self.secs);
+        std::thread::scope(|s| {
+            for w in 0..self.threads.max(1) {
+                let (b, fields, dir, next, state) = (&b, &fields, &dir, &next, &state);
+                s.spawn(move || loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= self.iters || Instant::now() > deadline {
+                        break;
+                    }
+                    let patches = self.case(b, fields, header_end, i);
+                    let name = format!("w{w}.gguf");
+                    let (v, out) =
+                        judge_model_as(&apply(b, &patches), dir.path(), &name, self.mode);
+                    let mut st = state.lock().unwrap();
+                    match &v {
+                        Verdict::Ran => st.0[0] += 1,
+                        Verdict::Refused => st.0[1] += 1,
+                        Verdict::Crash(why) => {
+                            st.0[2] += 1;
+                            let recipe = self.recipe(i, why, &out, &patches);
+                            if let Some(o) = &self.out_dir {
+                                let _ = std::fs::create_dir_all(o);
+                                let f = format!(
+                                    "crash-{}-{}-{}-{i}.patch",
+                                    self.arch,
+                                    self.mode.name(),
+                                    self.seed
+                                );
+                                let _ = std::fs::write(o.join(f), &recipe);
+                            }
+                            st.1.push(recipe);
+                        }
+                    }
+                    self.progress(&st.0, t0);
+                });
+            }
+        });
+        let (counts, crashes) = state.into_inner().unwrap();
+        let secs = t0.elapsed().as_secs_f64();
+        let total: usize = counts.iter().sum();
+        eprintln!(
+            "fuzz models: {} {} seed {}: {total} damaged models: {} loaded and ran, {} refused with an error, {} crashed ({:.1} cases/s)",
+            self.arch,
+            self.mode.name(),
+            self.seed,
+            counts[0],
+            counts[1],
+            counts[2],
+            total as f64 / secs.max(1e-9)
+        );
+        Outcome {
+            counts,
+            crashes,
+            secs,
+        }
+    }
+}
+
+fn assert_clean(c: &Campaign, o: &Outcome) {
     assert!(
-        crashes.is_empty(),
-        "{} crash(es):\n{}",
-        crashes.len(),
-        crashes.join("\n")
+        o.crashes.is_empty(),
+        "{} {}: {} crash(es):\n{}",
+        c.arch,
+        c.mode.name(),
+        o.crashes.len(),
+        o.crashes.join("\n")
     );
-    assert!(total >= 20, "only {total} iterations ran in {secs} s");
+    let total: usize = o.counts.iter().sum();
     assert!(
-        c[1] > 0,
+        total >= 20.min(c.iters),
+        "only {total} iterations ran in {:.0} s",
+        o.secs
+    );
+    assert!(
+        o.counts[1] > 0,
         "no damaged model was refused: is the damage reaching the file?"
     );
+}
+
+/// Seeded, time-bounded: damaged copies of the tiny model (1-4 changes each in metadata, tensor
+/// infos and data offsets), each through `bmoe generate` (llama.cpp's own load) in a child.
+#[test]
+fn fuzz_damaged_models_never_crash() {
+    let c = Campaign::from_env("qwen3moe", Mode::Resident, 1500, 60);
+    if std::env::var("FUZZ_ARCHS").is_ok() {
+        return; // `scripts/fuzz` runs its campaigns through `fuzz_every_architecture`.
+    }
+    assert_clean(&c, &c.run());
+}
+
+/// Every architecture's tiny model damaged and loaded both ways, the streamed lean load (where
+/// the crashes were: issue 37) and llama.cpp's own. In CI a few dozen cases per architecture and
+/// way (seeded); `scripts/fuzz` sets `FUZZ_ARCHS`, `FUZZ_MODES` and `FUZZ_ITERS` for long runs.
+#[test]
+fn fuzz_every_architecture() {
+    let archs = std::env::var("FUZZ_ARCHS").unwrap_or_else(|_| SynthArch::NAMES.join(" "));
+    let modes = std::env::var("FUZZ_MODES").unwrap_or_else(|_| "stream resident".into());
+    let mut failed = Vec::new();
+    for arch in archs.split_whitespace() {
+        for mode in modes.split_whitespace().map(Mode::parse) {
+            let iters = if mode == Mode::Stream { 80 } else { 40 };
+            let c = Campaign::from_env(arch, mode, iters, 30);
+            let o = c.run();
+            if !o.crashes.is_empty() {
+                failed.push(format!("{arch} {}:\n{}", mode.name(), o.crashes.join("\n")));
+            } else {
+                assert_clean(&c, &o);
+            }
+        }
+    }
+    assert!(failed.is_empty(), "crashes:\n{}", failed.join("\n"));
 }
 
 /// A config file damaged: one byte changed, a line dropped or doubled, a number swapped for an
@@ -280,6 +444,9 @@ fn fuzz_damaged_configs_never_crash() {
     let seed: u64 = env_or("FUZZ_SEED", 15);
     let secs: u64 = env_or("FUZZ_CONFIG_SECS", 20);
     let iters: usize = env_or("FUZZ_CONFIG_ITERS", 300);
+    if iters == 0 {
+        return; // `scripts/fuzz --config-iterations 0`
+    }
     let p = Project::new();
     p.decisions("jobs/decisions.jsonl", 3);
     p.write("jobs/job.toml", common::DECIDE_JOB);

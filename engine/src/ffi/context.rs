@@ -272,11 +272,25 @@ impl<'m> LlamaContext<'m> {
     /// asks for a new reservation without changing anything else is clearing the control vector
     /// (none is ever set here), which marks the scheduler for a reserve at the next decode.
     pub fn reserve_at_next_decode(&mut self) {
+        let (mut e, mut rc) = (ErrBuf::new(), 0i32);
         // SAFETY: live context, exclusively borrowed (no decode running). With NULL data llama.cpp
-        // only disables the control vector (`llama_adapter_cvec::apply`) and sets its
-        // reserve flag; nothing there allocates or throws. The reservation itself runs inside the
-        // next decode, which goes through the shim.
-        unsafe { sys::llama_set_adapter_cvec(self.raw(), std::ptr::null(), 0, 0, 0, 0) };
+        // only disables the control vector and sets its reserve flag; the shim catches anything
+        // that throws anyway. The reservation itself runs inside the next decode (shimmed too).
+        let st = unsafe {
+            sys::shim::bmoe_set_adapter_cvec(
+                self.raw(),
+                std::ptr::null(),
+                0,
+                0,
+                0,
+                0,
+                &mut rc,
+                e.ptr(),
+                e.len(),
+            )
+        };
+        // Nothing to report: at worst the next decode reuses the reservation it has.
+        let _ = e.check("llama_set_adapter_cvec", st);
     }
 
     /// The logits of output row `i` of the last decode (-1 = last), one per vocabulary entry.
@@ -292,17 +306,25 @@ impl<'m> LlamaContext<'m> {
     }
 
     /// Drops positions `[p0, p1)` of sequence `seq` (`p1 < 0`: to the end). False when the
-    /// memory cannot drop part of a sequence (recurrent state).
+    /// memory cannot drop part of a sequence (recurrent state) or llama.cpp threw.
     pub fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> bool {
+        let (mut e, mut ok) = (ErrBuf::new(), false);
         // SAFETY: live context; the memory handle is owned by it; no decode is running (&mut).
-        unsafe { sys::llama_memory_seq_rm(sys::llama_get_memory(self.raw()), seq, p0, p1) }
+        let rc = unsafe {
+            sys::shim::bmoe_memory_seq_rm(self.raw(), seq, p0, p1, &mut ok, e.ptr(), e.len())
+        };
+        e.check("llama_memory_seq_rm", rc).is_ok() && ok
     }
 
     /// Makes sequence `dst` share positions `[p0, p1)` of `src` (`p1 < 0`: to the end).
-    pub fn seq_cp(&mut self, src: i32, dst: i32, p0: i32, p1: i32) {
+    pub fn seq_cp(&mut self, src: i32, dst: i32, p0: i32, p1: i32) -> Result<(), Thrown> {
+        let mut e = ErrBuf::new();
         // SAFETY: as above; sequence ids are below n_seq_max (the callers' invariant, checked by
         // llama.cpp, which logs and ignores an invalid id).
-        unsafe { sys::llama_memory_seq_cp(sys::llama_get_memory(self.raw()), src, dst, p0, p1) }
+        let rc = unsafe {
+            sys::shim::bmoe_memory_seq_cp(self.raw(), src, dst, p0, p1, e.ptr(), e.len())
+        };
+        e.check("llama_memory_seq_cp", rc)
     }
 
     /// The smallest position sequence `seq` holds, -1 when it is empty.
@@ -314,29 +336,36 @@ impl<'m> LlamaContext<'m> {
     /// Sequence `seq`'s state (its cells' positions and per-layer K/V rows, llama.cpp's own
     /// format), `None` when llama.cpp failed (it logs why).
     pub fn state_seq_get(&mut self, seq: i32) -> Option<Vec<u8>> {
-        // SAFETY: live context, exclusively borrowed (no decode running). With flags 0 (host
-        // memory) llama.cpp catches every exception inside and returns 0
-        // (llama-context.cpp, state_seq_get_size), so nothing unwinds through the FFI.
-        let size = unsafe { sys::llama_state_seq_get_size(self.raw(), seq) };
-        if size == 0 {
+        let (mut e, mut size) = (ErrBuf::new(), 0usize);
+        // SAFETY: live context, exclusively borrowed (no decode running). llama.cpp catches
+        // std::exception inside; the shim catches the rest (synchronize, allocation).
+        let rc = unsafe {
+            sys::shim::bmoe_state_seq_get_size(self.raw(), seq, &mut size, e.ptr(), e.len())
+        };
+        if e.check("llama_state_seq_get_size", rc).is_err() || size == 0 {
             return None;
         }
         let mut buf = vec![0u8; size];
-        // SAFETY: `buf` is valid for `size` bytes, the size llama.cpp asked for; host path, which
-        // catches its exceptions and returns 0 (state_seq_get_data).
-        let n = unsafe { sys::llama_state_seq_get_data(self.raw(), buf.as_mut_ptr(), size, seq) };
-        (n == size).then_some(buf)
+        let mut n = 0usize;
+        // SAFETY: `buf` is valid for `size` bytes, the size llama.cpp asked for.
+        let rc = unsafe {
+            let p = buf.as_mut_ptr();
+            sys::shim::bmoe_state_seq_get_data(self.raw(), p, size, seq, &mut n, e.ptr(), e.len())
+        };
+        (e.check("llama_state_seq_get_data", rc).is_ok() && n == size).then_some(buf)
     }
 
     /// Restores a state `state_seq_get` returned into sequence `seq` (empty it first); false when
     /// llama.cpp refused it (wrong magic, other types or sizes, no room).
     pub fn state_seq_set(&mut self, seq: i32, data: &[u8]) -> bool {
-        // SAFETY: live context, exclusively borrowed; `data` valid for its length. The host path
-        // (flags 0) catches every exception, discards what it read and returns 0
-        // (state_seq_set_data).
-        let n =
-            unsafe { sys::llama_state_seq_set_data(self.raw(), data.as_ptr(), data.len(), seq) };
-        n == data.len()
+        let (mut e, mut n) = (ErrBuf::new(), 0usize);
+        // SAFETY: live context, exclusively borrowed; `data` valid for its length. llama.cpp
+        // catches std::exception and discards what it read; the shim catches the rest.
+        let rc = unsafe {
+            let (p, len) = (data.as_ptr(), data.len());
+            sys::shim::bmoe_state_seq_set_data(self.raw(), p, len, seq, &mut n, e.ptr(), e.len())
+        };
+        e.check("llama_state_seq_set_data", rc).is_ok() && n == data.len()
     }
 
     /// Sequences this context can hold.

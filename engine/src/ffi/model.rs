@@ -92,6 +92,38 @@ impl LlamaModel {
         })
     }
 
+    /// Runs llama.cpp's own load of `path` up to the tensor table and stops before any weight is
+    /// allocated or read (`no_alloc`, no mapping): the shape and count checks of the resident load
+    /// (`check_tensor_dims`: "wrong shape", "missing tensor", "wrong number of tensors"), which a
+    /// model built from the header alone never meets. A tensor llama.cpp derives from a damaged
+    /// hyper-parameter gets a dimension below 1 there and `GGML_ASSERT`s (issue 37); here it is
+    /// compared with the file's tensor first, and refused with an exception the shim catches.
+    pub(crate) fn check_shapes(path: &Path, p: &RawLoadParams) -> Result<(), FfiError> {
+        super::backend_init();
+        let cpath =
+            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| FfiError::NulInPath)?;
+        let (mut devs, kvs) = raw_lists(p)?;
+        super::log::clear_recent();
+        let mut err = ErrBuf::new();
+        let mut raw: *mut sys::llama_model = std::ptr::null_mut();
+        // SAFETY: as in `load`. With `no_alloc` llama.cpp gives every weight a zero-sized dummy
+        // buffer and returns before it maps or reads the file's data.
+        let rc = unsafe {
+            let mut mp = model_params(&mut devs, &kvs, p);
+            mp.load_mode = sys::LLAMA_LOAD_MODE_NONE;
+            mp.no_alloc = true;
+            sys::shim::bmoe_model_load_from_file(cpath.as_ptr(), mp, &mut raw, err.ptr(), err.len())
+        };
+        err.check("llama_model_load_from_file", rc)?;
+        // Dropped at once: only the checks were wanted.
+        NonNull::new(raw)
+            .map(LlamaModel::own)
+            .map(drop)
+            .ok_or_else(|| {
+                FfiError::no_result("llama_model_load_from_file", "no reason was logged")
+            })
+    }
+
     /// Builds the model from `meta` (the GGUF's header) without reading or mapping any tensor
     /// data: llama.cpp allocates its weight buffers and leaves them untouched (virtual memory, no
     /// page committed), and every weight tensor it created is returned so that the caller binds

@@ -145,6 +145,8 @@ fn check_hparams(path: &Path, g: &GgufFile, arch: &str) -> Result<Hparams> {
     let n_expert = check_experts(path, g, arch, n_layer)?;
     let heads = check_heads(path, g, arch, n_layer)?;
     check_head_sizes(path, g, arch, &heads, n_embd)?;
+    let n_head = heads.iter().copied().find(|&h| h > 0).unwrap_or(0);
+    super::graph_check::check(path, g, arch, n_head, n_embd)?;
     check_floats(path, g, arch)?;
     check_rope_scaling(path, g, arch)?;
     Ok(Hparams {
@@ -524,11 +526,28 @@ fn check_tensors(path: &Path, g: &GgufFile, hp: &Hparams, n_vocab: Option<usize>
                 | sys::GGML_TYPE_I32
                 | sys::GGML_TYPE_I64
                 | sys::GGML_TYPE_F64
+                // Intermediate types of the dot products, never a stored weight: a Q8_K matrix
+                // faults in the CPU matmul (SIGSEGV, issue 37).
+                | sys::GGML_TYPE_Q8_1
+                | sys::GGML_TYPE_Q8_K
         ) {
             return Err(invalid(
                 path,
                 format!(
                     "tensor {} has type {}: expected a float or quantized weight type",
+                    t.name,
+                    crate::ffi::quant::type_name(t.ty)
+                ),
+            ));
+        }
+        // Vectors (at most one dimension above 1: norms, biases, scales) feed ggml's add and mul, whose CPU
+        // kernels take them in F32 only ("binary_op: unsupported types ... src1: f16", an abort at
+        // the first decode); converters and quantizers always keep them F32.
+        if t.ne.iter().filter(|&&n| n > 1).count() <= 1 && t.ty != sys::GGML_TYPE_F32 {
+            return Err(invalid(
+                path,
+                format!(
+                    "tensor {} is a vector with type {}: expected f32 (a norm, bias or scale)",
                     t.name,
                     crate::ffi::quant::type_name(t.ty)
                 ),

@@ -6,6 +6,7 @@ use std::path::Path;
 use crate::error::{EngineError, Result};
 
 pub mod check;
+mod graph_check;
 pub mod index;
 
 /// Writing GGUF files (the synthetic models of `bmoe-synth`, test fixtures): the gguf builder and

@@ -519,7 +519,7 @@ impl Session<'_> {
         for (k, &(_, start)) in work.iter().enumerate() {
             let seq = k as i32 + 1;
             self.ctx.seq_rm(seq, -1, -1);
-            self.ctx.seq_cp(0, seq, 0, start.min(last) as i32);
+            self.ctx.seq_cp(0, seq, 0, start.min(last) as i32)?;
         }
         let mut rows: Vec<(Vec<i32>, usize, i32, Out)> = Vec::new();
         for (p, &tok) in tokens.iter().enumerate().skip(last) {
@@ -615,7 +615,7 @@ impl Session<'_> {
                     };
                     self.ctx.seq_rm(seq, -1, -1);
                     if start > 0 {
-                        self.ctx.seq_cp(0, seq, 0, start as i32);
+                        self.ctx.seq_cp(0, seq, 0, start as i32)?;
                     }
                     for p in start..c.whole.len() - 1 {
                         rows.push((seq, p, c.whole[p], row_target(c, i, p, ctx_len)));

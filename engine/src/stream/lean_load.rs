@@ -77,6 +77,10 @@ pub(crate) fn unsupported(index: &GgufIndex, arch: &str) -> Option<String> {
 /// A fused expert tensor the file stores as its parts is added to that header (see
 /// `GgufIndex::fused_infos`): llama.cpp creates it from a header alone whatever the file holds.
 pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result<Unfilled> {
+    // The resident load's shape checks first: built from the header alone, llama.cpp sizes each
+    // tensor from the hyper-parameters without comparing it with the file (issue 37).
+    LlamaModel::check_shapes(&index.files()[0].0, params)
+        .map_err(|reason| load_err(index, reason.to_string()))?;
     let fused = index.fused_infos();
     let built = if index.files().len() > 1 || !fused.is_empty() {
         let mut b = GgufBuilder::new(index.tensor_infos().len() + fused.len());

@@ -351,12 +351,24 @@ pub enum Verdict {
 
 /// Runs `bmoe args...` with a time limit and judges it.
 pub fn run_judged(bin: &Path, args: &[&str], limit: Duration) -> (Verdict, Output) {
+    run_judged_with(bin, args, &[], limit)
+}
+
+/// [`run_judged`] with `env` set for the child (the engine's device fuzz drives its own test
+/// binary as the child).
+pub fn run_judged_with(
+    bin: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> (Verdict, Output) {
     let mut cmd = Command::new(bin);
     for (k, _) in std::env::vars() {
         if k.starts_with("BMOE_") {
             cmd.env_remove(k);
         }
     }
+    cmd.envs(env.iter().copied());
     let mut child = cmd
         .args(args)
         .env("GGML_NO_BACKTRACE", "1")
