@@ -20,6 +20,7 @@ pub mod tokenizer;
 mod weights;
 
 pub use error::{EngineError, Result};
+pub use ffi::cpu_variant::{cpu_variant, CpuVariant};
 pub use ffi::error::FfiError;
 pub use ffi::log::set_verbose as set_log_verbose;
 pub use ffi::registry::{backend_names, devices, system_info, Device, DeviceInfo, DeviceKind};
@@ -29,6 +30,7 @@ pub use options::{
     CacheBudget, DecideRequest, DenseWeights, GateKnobs, GenerateOptions, LoadOptions, PacingFault,
     Prefetch, PrefillOptions, PrefixReuse, Sampling, Scoring, SessionOptions, StreamOptions,
 };
+pub use stream::page_moves::{page_moves, PageMoves};
 pub use session::{log_softmax, CancelToken, MovedMemoryInfo, Session};
 pub use telemetry::{
     rss_split, DecideRecord, GenerateRecord, LoadMode, LoadStats, PerplexityRecord,

@@ -9,6 +9,8 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
             "backends": bmoe_engine::backend_names(),
             "devices": devices,
             "system_info": bmoe_engine::system_info(),
+            "cpu_variant": bmoe_engine::cpu_variant(),
+            "page_moves": bmoe_engine::page_moves().label(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -34,5 +36,15 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
         );
     }
     println!("system: {}", bmoe_engine::system_info());
+    println!("cpu variant: {}", bmoe_engine::cpu_variant().line());
+    println!("page moves: {}", page_moves_line(bmoe_engine::page_moves()));
     Ok(())
+}
+
+/// `move` with the mechanism, or `release` with the self-check's reason.
+fn page_moves_line(v: &bmoe_engine::PageMoves) -> String {
+    match v {
+        bmoe_engine::PageMoves::Move => "move (mremap MREMAP_DONTUNMAP keeps evicted pages)".into(),
+        bmoe_engine::PageMoves::Release(why) => format!("release ({why})"),
+    }
 }
