@@ -30,8 +30,8 @@ pub use options::{
     CacheBudget, DecideRequest, DenseWeights, GateKnobs, GenerateOptions, LoadOptions, PacingFault,
     Prefetch, PrefillOptions, PrefixReuse, Sampling, Scoring, SessionOptions, StreamOptions,
 };
-pub use stream::page_moves::{page_moves, PageMoves};
 pub use session::{log_softmax, CancelToken, MovedMemoryInfo, Session};
+pub use stream::page_moves::{page_moves, PageMoves};
 pub use telemetry::{
     rss_split, DecideRecord, GenerateRecord, LoadMode, LoadStats, PerplexityRecord,
     PrefillDevCounters, ReuseOutcome, StopReason, StreamCounters, Timing,

@@ -8,6 +8,7 @@ mod cli;
 mod commands;
 mod compare;
 mod config;
+mod cpus;
 mod direct;
 mod ident;
 mod merge;

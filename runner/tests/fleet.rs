@@ -83,7 +83,11 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
     for r in rows.values() {
         assert_eq!(r["schema_version"], "6");
         // Schema 6: the CPU kernels that ran and the page-move verdict, on every row.
-        assert!(r["cpu_variant"].starts_with("built-in:"), "{}", r["cpu_variant"]);
+        assert!(
+            r["cpu_variant"].starts_with("built-in:"),
+            "{}",
+            r["cpu_variant"]
+        );
         assert_eq!(r["page_moves"], "move");
         assert_eq!(r["cache_hit_pct"], "", "n/a is empty, not -1");
         assert_eq!(r["prefill_device"], "", "the CPU ran prefill");

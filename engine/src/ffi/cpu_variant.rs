@@ -55,7 +55,9 @@ fn cpu_features() -> Vec<String> {
         return Vec::new();
     }
     // SAFETY: `reg` is a live registry entry; the name is NUL-terminated.
-    let f = unsafe { sys::ggml_backend_reg_get_proc_address(reg, c"ggml_backend_get_features".as_ptr()) };
+    let f = unsafe {
+        sys::ggml_backend_reg_get_proc_address(reg, c"ggml_backend_get_features".as_ptr())
+    };
     if f.is_null() {
         return Vec::new();
     }
@@ -93,7 +95,8 @@ mod tests {
 
     #[test]
     fn variant_names_from_the_mapped_module() {
-        let line = |f: &str| format!("7f00-7f10 r-xp 00000000 08:01 12 /data/local/tmp/bmoe/lib/{f}\n");
+        let line =
+            |f: &str| format!("7f00-7f10 r-xp 00000000 08:01 12 /data/local/tmp/bmoe/lib/{f}\n");
         let maps = line("libc.so.6") + &line("libggml-cpu-armv8.6_1.so") + &line("libggml-base.so");
         assert_eq!(variant_in_maps(&maps), "armv8.6_1");
         assert_eq!(variant_in_maps(&line("libggml-cpu.so")), "module");

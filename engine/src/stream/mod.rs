@@ -622,7 +622,10 @@ impl Streamer {
                     // Faulted-in pages kept for this node's misses: a fresh page costs a fault
                     // and its zeroing, which on a small machine is most of a miss's CPU time
                     // besides the read.
-                    match (keep && *moves_left > 0).then(|| r.take_out(at, eb)).flatten() {
+                    match (keep && *moves_left > 0)
+                        .then(|| r.take_out(at, eb))
+                        .flatten()
+                    {
                         Some(pages) => {
                             *moves_left -= 1;
                             spare.push(pages);

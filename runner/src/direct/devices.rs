@@ -38,6 +38,7 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     println!("system: {}", bmoe_engine::system_info());
     println!("cpu variant: {}", bmoe_engine::cpu_variant().line());
     println!("page moves: {}", page_moves_line(bmoe_engine::page_moves()));
+    println!("cores: {}", cores_line());
     Ok(())
 }
 
@@ -47,4 +48,21 @@ fn page_moves_line(v: &bmoe_engine::PageMoves) -> String {
         bmoe_engine::PageMoves::Move => "move (mremap MREMAP_DONTUNMAP keeps evicted pages)".into(),
         bmoe_engine::PageMoves::Release(why) => format!("release ({why})"),
     }
+}
+
+/// The online cores, their maximum frequencies, and the fast ones `cpus = "auto"` would pick.
+fn cores_line() -> String {
+    let cores = match crate::cpus::read_cores(std::path::Path::new("/")) {
+        Ok(c) => c,
+        Err(e) => return format!("unknown ({e})"),
+    };
+    let (fast, why) = crate::cpus::fast_cores(&cores);
+    let freqs: Vec<String> = cores
+        .iter()
+        .map(|c| match c.max_khz {
+            Some(k) => format!("{}:{:.2}", c.id, k as f64 / 1e6),
+            None => format!("{}:?", c.id),
+        })
+        .collect();
+    format!("{} GHz; fast: {fast:?} ({why})", freqs.join(" "))
 }
