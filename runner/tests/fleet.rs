@@ -596,7 +596,7 @@ fn bad_fleet_input_is_refused_before_anything_is_written() {
     let o = p.bmoe(&["merge", "runs/c.csv", "runs/d.csv", "-o", "runs/all.csv"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        text(&o).contains("runs/c.csv is schema 1 but runs/d.csv is schema 5"),
+        text(&o).contains("runs/c.csv is schema 1 but runs/d.csv is schema 6"),
         "{}",
         text(&o)
     );
