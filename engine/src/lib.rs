@@ -21,6 +21,7 @@ mod weights;
 
 pub use error::{EngineError, Result};
 pub use ffi::affinity::{current_thread_cpus, process_cpus};
+pub use ffi::cpu_variant::{cpu_variant, CpuVariant};
 pub use ffi::error::FfiError;
 pub use ffi::log::set_verbose as set_log_verbose;
 pub use ffi::registry::{backend_names, devices, system_info, Device, DeviceInfo, DeviceKind};
@@ -32,6 +33,7 @@ pub use options::{
     StreamOptions,
 };
 pub use session::{log_softmax, CancelToken, MovedMemoryInfo, Session};
+pub use stream::page_moves::{page_moves, PageMoves};
 pub use telemetry::{
     rss_split, DecideRecord, GenerateRecord, LoadMode, LoadStats, PerplexityRecord,
     PrefillDevCounters, ReuseOutcome, StopReason, StreamCounters, Timing,

@@ -47,6 +47,10 @@ pub struct Machine {
     pub cpu_model: String,
     /// CPUs this process may use.
     pub cpu_cores: Option<u32>,
+    /// The CPU kernels in use (`bmoe_engine::CpuVariant::line`).
+    pub cpu_variant: String,
+    /// `move` or `release`: the page-move self-check's verdict.
+    pub page_moves: String,
 }
 
 impl Machine {
@@ -60,8 +64,19 @@ impl Machine {
             cpu_cores: std::thread::available_parallelism()
                 .ok()
                 .and_then(|n| u32::try_from(n.get()).ok()),
+            cpu_variant: bmoe_engine::cpu_variant().line(),
+            page_moves: page_moves_verdict(),
         }
     }
+}
+
+/// The page-move self-check's label, with a `bmoe:` line when it fell back.
+pub fn page_moves_verdict() -> String {
+    let v = bmoe_engine::page_moves();
+    if let bmoe_engine::PageMoves::Release(why) = v {
+        eprintln!("bmoe: page moves: {why}; the expert cache releases evicted pages instead");
+    }
+    v.label().to_string()
 }
 
 fn host_name() -> String {

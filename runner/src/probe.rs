@@ -54,6 +54,23 @@ fn tail(text: &str, n: usize) -> String {
     lines[start..].join(" | ")
 }
 
+/// The command that runs this bmoe again: its executable, or, where it runs through a dynamic
+/// loader named explicitly (dist/aarch64's launcher, docs/phones.md: /proc/self/exe is then the
+/// loader), that loader with the launcher's library folder and program.
+fn self_command() -> anyhow::Result<Command> {
+    let exe = std::env::current_exe().context("finding the bmoe executable for the probe")?;
+    let through_loader = exe
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("ld-linux"));
+    let Some(dir) = exe.parent().filter(|_| through_loader) else {
+        return Ok(Command::new(exe));
+    };
+    let mut c = Command::new(&exe);
+    c.arg("--library-path").arg(dir).arg(dir.join("bmoe"));
+    Ok(c)
+}
+
 /// The default of `--load-timeout`: a 30 GB model read at 20 MB/s (a slow phone's flash, a
 /// busy network share) with room to spare; only a load that is stuck gets near it.
 pub const DEFAULT_LOAD_TIMEOUT_S: u64 = 3600;
@@ -64,9 +81,8 @@ const POLL: Duration = Duration::from_millis(20);
 /// Loads `model` once in a child process and reports how that went; a child still running after
 /// `limit` is killed and the probe fails saying so.
 pub fn probe(model: &Path, limit: Duration) -> anyhow::Result<ProbeResult> {
-    let exe = std::env::current_exe().context("finding the bmoe executable for the probe")?;
     let t0 = Instant::now();
-    let mut child = Command::new(exe)
+    let mut child = self_command()?
         .arg(CHILD_ARG)
         .arg(model)
         // ggml's abort would otherwise try to attach a debugger for a backtrace.

@@ -48,6 +48,21 @@ fn devices_lists_the_cpu_and_the_rpc_backend() {
     assert_eq!(v["devices"][0]["computes_on_host_buffer"], false, "{v}");
 }
 
+/// The CPU kernels in use and the page-move self-check's verdict: this x86 build links its CPU
+/// backend in, and this kernel (5.7 or later, not emulated) moves pages.
+#[test]
+fn devices_names_the_cpu_variant_and_the_page_moves() {
+    let o = bmoe(&["devices"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\ncpu variant: built-in:"), "{out}");
+    assert!(out.contains("\npage moves: move ("), "{out}");
+    let o = bmoe(&["devices", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["cpu_variant"]["variant"], "built-in", "{v}");
+    assert!(v["cpu_variant"]["features"].is_array(), "{v}");
+    assert_eq!(v["page_moves"], "move", "{v}");
+}
+
 #[test]
 fn generate_twice_gives_the_same_bytes() {
     let m = tiny();

@@ -4,6 +4,7 @@ pub mod affinity;
 pub mod batch;
 pub mod buffer;
 pub mod context;
+pub mod cpu_variant;
 pub mod error;
 pub mod file_map;
 pub mod gguf;

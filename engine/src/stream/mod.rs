@@ -4,6 +4,7 @@
 mod cache;
 pub(crate) mod lean_load;
 pub mod memory;
+pub mod page_moves;
 pub mod prefetch;
 mod read_threads;
 
@@ -87,6 +88,9 @@ pub struct Streamer {
     adopted: u64,
     /// Page moves left (`u64::MAX` where the regions' mappings are bounded by their slices).
     moves_left: u64,
+    /// Evicted pages are moved out and kept for the next misses (`page_moves`' self-check
+    /// passed); otherwise they are released.
+    keep_evicted: bool,
     /// Pages the evictions of the current routing node gave up, already faulted in, for its
     /// misses to be read into (whole-page expert slices only).
     spare: Vec<Region>,
@@ -457,6 +461,7 @@ impl Streamer {
         let (prefetcher, pool) = start_readers(&reader, opts, predictor.is_some(), max_read)?;
         let direct = reader.direct().to_vec();
         let moves_left = move_allowance(&layers);
+        let keep_evicted = page_moves::page_moves().moves();
         Ok(Self {
             layers,
             shared,
@@ -475,6 +480,7 @@ impl Streamer {
             counters: StreamCounters::default(),
             adopted: 0,
             moves_left,
+            keep_evicted,
             spare: Vec::new(),
             _dense: dense,
             token_bytes,
@@ -615,6 +621,7 @@ impl Streamer {
         }
         let need = miss.iter().filter(|&&m| m).count() as u64 * layer_bytes;
         let (layers, spare, moves_left) = (&mut self.layers, &mut self.spare, &mut self.moves_left);
+        let keep = self.keep_evicted;
         let protect = |&(l, e): &(u32, u32)| l == il && wanted[e as usize];
         let evicted = lru.make_room(need, self.budget_bytes, protect, |(l, e)| {
             if let Some(layer) = layers.get_mut(&l) {
@@ -623,7 +630,10 @@ impl Streamer {
                     // Faulted-in pages kept for this node's misses: a fresh page costs a fault
                     // and its zeroing, which on a small machine is most of a miss's CPU time
                     // besides the read.
-                    match (*moves_left > 0).then(|| r.take_out(at, eb)).flatten() {
+                    match (keep && *moves_left > 0)
+                        .then(|| r.take_out(at, eb))
+                        .flatten()
+                    {
                         Some(pages) => {
                             *moves_left -= 1;
                             spare.push(pages);

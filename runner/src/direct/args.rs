@@ -311,6 +311,8 @@ impl EngineArgs {
     /// Says so when a streaming flag was given to a model that does not stream: it does nothing.
     fn warn_idle_flags(&self, s: &Settings) {
         if s.moe_stream {
+            // A `bmoe:` line where evicted pages cannot be moved (old kernels, qemu-user).
+            crate::ident::page_moves_verdict();
             return;
         }
         let idle: Vec<&str> = [

@@ -9,6 +9,8 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
             "backends": bmoe_engine::backend_names(),
             "devices": devices,
             "system_info": bmoe_engine::system_info(),
+            "cpu_variant": bmoe_engine::cpu_variant(),
+            "page_moves": bmoe_engine::page_moves().label(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -34,5 +36,42 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
         );
     }
     println!("system: {}", bmoe_engine::system_info());
+    println!("cpu variant: {}", bmoe_engine::cpu_variant().line());
+    println!("page moves: {}", page_moves_line(bmoe_engine::page_moves()));
+    println!("cores: {}", cores_line());
     Ok(())
+}
+
+/// `move` with the mechanism, or `release` with the self-check's reason.
+fn page_moves_line(v: &bmoe_engine::PageMoves) -> String {
+    match v {
+        bmoe_engine::PageMoves::Move => "move (mremap MREMAP_DONTUNMAP keeps evicted pages)".into(),
+        bmoe_engine::PageMoves::Release(why) => format!("release ({why})"),
+    }
+}
+
+/// The usable cores, their maximum frequencies, and what `cpus = "auto"` picks (crate::cores).
+fn cores_line() -> String {
+    use crate::config::cpus::{cpulist, Cpus};
+    let cores = crate::cores::read_topology(
+        std::path::Path::new(crate::cores::SYSFS_CPU),
+        bmoe_engine::process_cpus(),
+    );
+    let freqs: Vec<String> = cores
+        .iter()
+        .map(|c| match c.max_khz {
+            Some(k) => format!("{}:{:.2}", c.id, k as f64 / 1e6),
+            None => format!("{}:?", c.id),
+        })
+        .collect();
+    match crate::cores::choose(&cores, &Cpus::Auto) {
+        Ok(c) if !c.compute.is_empty() => format!(
+            "{} GHz; auto computes on {} ({})",
+            freqs.join(" "),
+            cpulist(&c.compute),
+            c.why
+        ),
+        Ok(c) => format!("{} GHz; {}", freqs.join(" "), c.why),
+        Err(e) => format!("{} GHz; {e}", freqs.join(" ")),
+    }
 }

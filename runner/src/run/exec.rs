@@ -589,6 +589,8 @@ fn unit_base_row(
     base.host = ctx.machine_id.host.clone();
     base.cpu_model = ctx.machine_id.cpu_model.clone();
     base.cpu_cores = ctx.machine_id.cpu_cores;
+    base.cpu_variant = ctx.machine_id.cpu_variant.clone();
+    base.page_moves = ctx.machine_id.page_moves.clone();
     base.model_sha256 = ctx.model_sha.get(&lj.model).cloned().unwrap_or_default();
     base.profile_hash = ident::file_hash16(&unit.profile_path)?;
     Ok(base)

@@ -297,9 +297,9 @@ mod tests {
 
     /// A file an older build wrote (schema 2's columns end at `reuse_reason`, schema 3's at
     /// `prefill_dev_whole_fallback`) is an older header: this build appends next to it, in
-    /// `<stem>.v5.csv`.
+    /// `<stem>.v<SCHEMA_VERSION>.csv`.
     #[test]
-    fn schema_2_and_3_files_rotate_to_v5() {
+    fn schema_2_and_3_files_rotate_to_the_current_version() {
         let cols = Row::columns();
         for last in ["reuse_reason", "prefill_dev_whole_fallback"] {
             let end = cols.iter().position(|c| c == last).unwrap() + 1;
@@ -312,7 +312,10 @@ mod tests {
             let p = d.path().join("nightly.csv");
             std::fs::write(&p, format!("{}\n", cols[..end].join(","))).unwrap();
             let (t, _) = resolve(&p).unwrap();
-            assert_eq!(t.write, d.path().join("nightly.v5.csv"));
+            assert_eq!(
+                t.write,
+                d.path().join(format!("nightly.v{SCHEMA_VERSION}.csv"))
+            );
         }
     }
 
@@ -434,7 +437,7 @@ mod tests {
         assert_eq!(e.rows[0].item, "a");
         assert_eq!(e.rows[0].host, "");
         let (t, rows) = resolve(&p).unwrap();
-        assert_eq!(t.write, d.path().join("x.v5.csv"));
+        assert_eq!(t.write, d.path().join(format!("x.v{SCHEMA_VERSION}.csv")));
         assert!(t.note.unwrap().contains("older bmoe (schema 1)"));
         assert_eq!(rows.len(), 1);
         let mut s = CsvSink::open(&t.write).unwrap();

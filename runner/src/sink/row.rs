@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The columns that hold a resolved setting (what the configuration made of a run), in one list
 /// for every reader that asks whether two rows ran alike: `report` splits a point whose rows
@@ -334,6 +334,15 @@ pub struct Row {
     /// `+/-` is `ppl * nll_stderr`); empty otherwise.
     #[schemars(extend("x-since" = 5, "x-unit" = "nats"))]
     pub nll_stderr: Option<f64>,
+    // ---- schema 6 ----
+    /// The CPU kernels that ran: ggml's CPU variant (`armv8.6_1`, `built-in`) and the features it
+    /// was compiled for (`armv8.6_1: NEON ARM_FMA FP16_VA DOTPROD MATMUL_INT8 SVE ...`).
+    #[schemars(extend("x-since" = 6))]
+    pub cpu_variant: String,
+    /// What the expert cache does with an evicted expert's pages on this system: `move` (kept
+    /// for the next miss) or `release` (the start-up self-check of `MREMAP_DONTUNMAP` failed).
+    #[schemars(extend("x-since" = 6))]
+    pub page_moves: String,
 }
 
 impl Row {
