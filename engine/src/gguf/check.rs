@@ -498,6 +498,48 @@ fn check_vocab(path: &Path, g: &GgufFile) -> Result<Option<usize>> {
     Ok(Some(n))
 }
 
+/// A tensor's type is one ggml's CPU kernels take in its place: a weight in a float or quantized
+/// type, a vector (norm, bias, scale) in f32.
+fn check_tensor_type(path: &Path, t: &TensorInfo) -> Result<()> {
+    // ggml's CPU kernels take no weight in an integer or f64 type: an i32 norm weight, say,
+    // stops the first decode on "binary_op: unsupported types" (an abort).
+    if matches!(
+        t.ty,
+        sys::GGML_TYPE_I8
+            | sys::GGML_TYPE_I16
+            | sys::GGML_TYPE_I32
+            | sys::GGML_TYPE_I64
+            | sys::GGML_TYPE_F64
+            // Intermediate types of the dot products, never a stored weight: a Q8_K matrix
+            // faults in the CPU matmul (SIGSEGV, issue 37).
+            | sys::GGML_TYPE_Q8_1
+            | sys::GGML_TYPE_Q8_K
+    ) {
+        return Err(invalid(
+            path,
+            format!(
+                "tensor {} has type {}: expected a float or quantized weight type",
+                t.name,
+                crate::ffi::quant::type_name(t.ty)
+            ),
+        ));
+    }
+    // Vectors (at most one dimension above 1: norms, biases, scales) feed ggml's add and mul, whose CPU
+    // kernels take them in F32 only ("binary_op: unsupported types ... src1: f16", an abort at
+    // the first decode); converters and quantizers always keep them F32.
+    if t.ne.iter().filter(|&&n| n > 1).count() <= 1 && t.ty != sys::GGML_TYPE_F32 {
+        return Err(invalid(
+            path,
+            format!(
+                "tensor {} is a vector with type {}: expected f32 (a norm, bias or scale)",
+                t.name,
+                crate::ffi::quant::type_name(t.ty)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_tensors(path: &Path, g: &GgufFile, hp: &Hparams, n_vocab: Option<usize>) -> Result<()> {
     let shape = |t: &TensorInfo| format!("{:?}", t.ne);
     for t in g.tensor_infos() {
@@ -517,42 +559,7 @@ fn check_tensors(path: &Path, g: &GgufFile, hp: &Hparams, n_vocab: Option<usize>
                 ));
             }
         }
-        // ggml's CPU kernels take no weight in an integer or f64 type: an i32 norm weight, say,
-        // stops the first decode on "binary_op: unsupported types" (an abort).
-        if matches!(
-            t.ty,
-            sys::GGML_TYPE_I8
-                | sys::GGML_TYPE_I16
-                | sys::GGML_TYPE_I32
-                | sys::GGML_TYPE_I64
-                | sys::GGML_TYPE_F64
-                // Intermediate types of the dot products, never a stored weight: a Q8_K matrix
-                // faults in the CPU matmul (SIGSEGV, issue 37).
-                | sys::GGML_TYPE_Q8_1
-                | sys::GGML_TYPE_Q8_K
-        ) {
-            return Err(invalid(
-                path,
-                format!(
-                    "tensor {} has type {}: expected a float or quantized weight type",
-                    t.name,
-                    crate::ffi::quant::type_name(t.ty)
-                ),
-            ));
-        }
-        // Vectors (at most one dimension above 1: norms, biases, scales) feed ggml's add and mul, whose CPU
-        // kernels take them in F32 only ("binary_op: unsupported types ... src1: f16", an abort at
-        // the first decode); converters and quantizers always keep them F32.
-        if t.ne.iter().filter(|&&n| n > 1).count() <= 1 && t.ty != sys::GGML_TYPE_F32 {
-            return Err(invalid(
-                path,
-                format!(
-                    "tensor {} is a vector with type {}: expected f32 (a norm, bias or scale)",
-                    t.name,
-                    crate::ffi::quant::type_name(t.ty)
-                ),
-            ));
-        }
+        check_tensor_type(path, &t)?;
         let base = t.name.strip_suffix(".weight").unwrap_or(&t.name);
         let suffix = base.rsplit('.').next().unwrap_or(base);
         // Embedding rows and vocabulary: llama.cpp creates these tensors at [n_embd, n_vocab].
