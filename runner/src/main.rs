@@ -8,7 +8,6 @@ mod cli;
 mod commands;
 mod compare;
 mod config;
-mod cores;
 mod direct;
 mod ident;
 mod merge;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// only; modules on one layer do not name each other. The crate root (`main.rs`) is above all.
 const LAYERS: &[&[&str]] = &[
     &["config"],
-    &["cores", "ident", "placement", "probe", "sink"],
+    &["ident", "placement", "probe", "sink"],
     &["schema", "run", "direct", "compare", "merge"],
     &["report", "cli"],
     &["commands"],

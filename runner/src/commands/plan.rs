@@ -217,7 +217,7 @@ fn plan_report(p: &Prepared) -> PlanReport {
 }
 
 /// The cores line of a plan: where compute, readers and loaders run, and why.
-fn cores_line(c: &crate::cores::CoreChoice) -> String {
+fn cores_line(c: &crate::placement::cores::CoreChoice) -> String {
     use crate::config::cpus::cpulist;
     match (c.compute.is_empty(), c.helpers.is_empty()) {
         (true, _) => c.why.clone(),

@@ -418,7 +418,8 @@ fn machine_options(
     s: &Settings,
     model: &std::path::Path,
 ) -> anyhow::Result<(LoadOptions, SessionOptions, ThreadChoice)> {
-    let cores = crate::cores::this_machine(&s.cpus).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cores =
+        crate::placement::cores::this_machine(&s.cpus).map_err(|e| anyhow::anyhow!("{e}"))?;
     let threads = ThreadChoice::resolve(
         s.threads.explicit(),
         match cores.compute.len() {

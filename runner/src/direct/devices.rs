@@ -53,8 +53,8 @@ fn page_moves_line(v: &bmoe_engine::PageMoves) -> String {
 /// The usable cores, their maximum frequencies, and what `cpus = "auto"` picks (crate::cores).
 fn cores_line() -> String {
     use crate::config::cpus::{cpulist, Cpus};
-    let cores = crate::cores::read_topology(
-        std::path::Path::new(crate::cores::SYSFS_CPU),
+    let cores = crate::placement::cores::read_topology(
+        std::path::Path::new(crate::placement::cores::SYSFS_CPU),
         bmoe_engine::process_cpus(),
     );
     let freqs: Vec<String> = cores
@@ -64,7 +64,7 @@ fn cores_line() -> String {
             None => format!("{}:?", c.id),
         })
         .collect();
-    match crate::cores::choose(&cores, &Cpus::Auto) {
+    match crate::placement::cores::choose(&cores, &Cpus::Auto) {
         Ok(c) if !c.compute.is_empty() => format!(
             "{} GHz; auto computes on {} ({})",
             freqs.join(" "),

@@ -1,6 +1,8 @@
 //! Placement before loading: which device prefills (or why the CPU does), and the memory budget
 //! (expert cache, arena slots, compute buffers, KV cache, dense weights) against RAM minus the
 //! floor, where `cache_mb = auto` resolves. Reads only the GGUF header, never the weights.
+pub mod cores;
+
 use std::path::Path;
 
 use bmoe_engine::gguf::index::GgufIndex;
@@ -241,7 +243,7 @@ pub struct Placement {
     /// Compute threads as configured and as they will run on this machine.
     pub threads: bmoe_engine::limits::ThreadChoice,
     /// The cores compute threads and reader/loader threads run on, and why.
-    pub cores: crate::cores::CoreChoice,
+    pub cores: crate::placement::cores::CoreChoice,
     /// Expert cache in MiB after `auto`.
     pub cache_mb: u64,
     /// The budget lines.
@@ -308,7 +310,7 @@ pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement,
         counted: true,
         note,
     });
-    let cores = crate::cores::this_machine(&s.cpus).map_err(PlacementError::Cpus)?;
+    let cores = crate::placement::cores::this_machine(&s.cpus).map_err(PlacementError::Cpus)?;
     let threads = bmoe_engine::limits::ThreadChoice::resolve(
         s.threads.explicit(),
         // Pinned, `auto` is one thread per chosen core, and more than those would share them.
