@@ -45,6 +45,8 @@ const DIRECT: &[(&str, &str)] = &[
         "a static std::string (bad_alloc only), called once for --version",
     ),
     ("llama_sampler_free", "a destructor (noexcept)"),
+    ("llama_vocab_bos", "getter (a stored token id)"),
+    ("llama_vocab_eos", "getter (a stored token id)"),
     ("llama_vocab_is_eog", "set lookup"),
     ("llama_vocab_n_tokens", "getter"),
 ];

@@ -16,9 +16,9 @@ fn gemma() -> Option<PathBuf> {
     common::gemma3()
 }
 
-/// One-token pieces: the context then holds one sequence (n_seq_max = min(16, n_ubatch)), so the
-/// sliding-window cache is 768 cells (512 + the ubatch, padded to 256) and a ~900-token prompt
-/// wraps it: the cells of the earliest positions are overwritten.
+/// One-token pieces: the context then holds few sequences (n_seq_max = min(16, n_batch), and the
+/// batch is kept at 2 or more for whole-choice scoring), so the sliding-window cache is a little
+/// over 512 cells and a ~1,300-token prompt wraps it: the earliest positions' cells are overwritten.
 fn opts(reuse: PrefixReuse) -> SessionOptions {
     SessionOptions {
         threads: 1,
@@ -53,7 +53,7 @@ fn swa_reuse_restores_the_saved_prefix_and_scores_as_two_fresh_pieces() {
     let m = Model::load(&LoadOptions::new(&path)).unwrap();
     // A long screen after the shared prefix: the window cannot keep the prefix's last cells.
     let prefix = format!("Task: read the log and answer. Log: {}", words(0, 120));
-    let a = req(&prefix, &format!("Screen: {} Done?", words(1000, 90)));
+    let a = req(&prefix, &format!("Screen: {} Done?", words(1000, 260)));
     let b = req(&prefix, "Screen: empty. Done?");
 
     for mode in [PrefixReuse::On, PrefixReuse::Auto] {

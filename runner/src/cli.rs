@@ -94,6 +94,9 @@ pub enum Command {
   bmoe devices
   bmoe devices --format json")]
     Devices(direct::DevicesArgs),
+    /// Device profiles: `measure` writes one for the machine it runs on.
+    #[command(subcommand)]
+    Profile(ProfileCommand),
     /// Write a synthetic MoE GGUF.
     #[command(after_long_help = "Examples:
   bmoe synth --preset tiny -o models/tiny.gguf
@@ -400,6 +403,41 @@ pub struct ReportArgs {
     /// Write the best point as a TOML overlay for `--overrides` on check/plan/run.
     #[arg(long, value_name = "FILE")]
     pub write_overrides: Option<PathBuf>,
+}
+
+/// `bmoe profile ...`.
+#[derive(clap::Subcommand)]
+pub enum ProfileCommand {
+    /// Measure this machine (RAM, cores, page size, kernel, page moves, the storage's O_DIRECT
+    /// random-read rate, what is visible of a Hexagon NPU) and write a profile `bmoe check` takes.
+    #[command(after_long_help = "Examples:
+  bmoe profile measure -o profiles/my-phone.toml
+  bmoe profile measure -o profiles/box.toml --file models/small.gguf --seconds 2")]
+    Measure(MeasureArgs),
+}
+
+/// `bmoe profile measure`.
+#[derive(Args)]
+pub struct MeasureArgs {
+    /// The profile to write (its file name without `.toml` is the profile's name).
+    #[arg(short = 'o', long = "output", alias = "out", value_name = "FILE")]
+    pub out: PathBuf,
+    /// Read this file for the storage rate (a model on the storage bmoe will read); default: a
+    /// scratch file of --scratch-mb written beside the output and removed after.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Size of the scratch file, MiB.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(8..=65536))]
+    pub scratch_mb: u64,
+    /// Bytes of each read, KiB (an expert slice: 576 KiB is a Q4_0 expert of a 2048-wide model).
+    #[arg(long, default_value_t = 576, value_parser = clap::value_parser!(u64).range(4..=65536))]
+    pub read_kib: u64,
+    /// Seconds of reading at each count of reads in flight (1, 2, 4, 8).
+    #[arg(long, default_value_t = 1.0)]
+    pub seconds: f64,
+    /// Replace an existing output file.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `bmoe schema`: where the schemas go, or check them.

@@ -10,6 +10,7 @@ mod compare;
 mod config;
 mod direct;
 mod ident;
+mod measure;
 mod merge;
 mod placement;
 mod probe;
@@ -130,5 +131,6 @@ fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode
         Command::Report(a) => commands::report::report(a),
         Command::Compare(a) => commands::compare::compare(a),
         Command::Schema(a) => commands::schema::schema(a),
+        Command::Profile(c) => commands::profile::profile(c),
     }
 }

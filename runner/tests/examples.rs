@@ -298,3 +298,55 @@ fn first_allowed_cpu() -> usize {
         .parse()
         .unwrap()
 }
+
+#[test]
+fn profile_measure_writes_a_profile_that_checks_and_plans_with_its_read_floor() {
+    let p = project_with_examples();
+    let args = [
+        "profile",
+        "measure",
+        "-o",
+        "profiles/here.toml",
+        "--seconds",
+        "0.2",
+        "--scratch-mb",
+        "8",
+    ];
+    let o = p.bmoe(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    let written = p.read("profiles/here.toml");
+    for key in [
+        "ram_mb = ",
+        "read_mib_s = [",
+        "page_moves = ",
+        "kernel = ",
+        "core_max_mhz = [",
+    ] {
+        assert!(written.contains(key), "{key} in {written}");
+    }
+    // The scratch file is gone; the profile checks and plans, with the floor it measured.
+    let left: Vec<_> = std::fs::read_dir(p.path("profiles"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".bmoe-measure"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let o = p.bmoe(&["plan", "jobs/demo.toml", "--profile", "profiles/here.toml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("read floor: one expert of a layer"),
+        "{}",
+        text(&o)
+    );
+    // An existing file is kept unless --force; a name a profile cannot have is refused.
+    let o = p.bmoe(&args);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("exists: give --force"), "{}", text(&o));
+    let o = p.bmoe(&["profile", "measure", "-o", "profiles/bad name.toml"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("expected a file NAME.toml"),
+        "{}",
+        text(&o)
+    );
+}

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["config"],
     &["ident", "placement", "probe", "sink"],
-    &["schema", "run", "direct", "compare", "merge"],
+    &["schema", "run", "direct", "compare", "merge", "measure"],
     &["report", "cli"],
     &["commands"],
 ];

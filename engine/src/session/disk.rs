@@ -23,7 +23,11 @@ const EXT: &str = "bmoe-prefix";
 /// The whole key of a session's entries: the caller's (model content, numerics settings, the
 /// llama.cpp pin) and the engine's own (the CPU kernels llama.cpp uses, the piece widths).
 pub(crate) fn full_key(cache: &PrefixCache, widths: &str) -> String {
-    format!("{}\n{}\n{widths}", cache.key, crate::system_info())
+    format!(
+        "{}\n{}\n{widths}",
+        cache.key,
+        crate::ffi::registry::system_info()
+    )
 }
 
 fn tokens_bytes(tokens: &[i32]) -> Vec<u8> {

@@ -6,6 +6,7 @@ pub mod man;
 pub mod merge;
 pub mod output;
 pub mod plan;
+pub mod profile;
 pub mod report;
 pub mod run;
 pub mod schema;

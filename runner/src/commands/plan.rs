@@ -72,6 +72,9 @@ fn print_plan(p: &Prepared) {
             ),
         }
         println!("  cores: {}", cores_line(&u.placement.cores));
+        if let Some(line) = read_floor_line(&u.profile, &u.placement.dims) {
+            println!("  read floor: {line}");
+        }
         println!("  prefill: {}", u.placement.prefill.reason);
         let s = &u.resolved.settings;
         match &u.placement.prefill.device {
@@ -233,4 +236,25 @@ fn cores_line(c: &crate::placement::cores::CoreChoice) -> String {
             c.why
         ),
     }
+}
+
+/// What one expert miss costs at the storage rate `bmoe profile measure` recorded in the profile:
+/// the floor of a streamed decode that misses.
+fn read_floor_line(
+    profile: &crate::config::profile::Profile,
+    dims: &crate::placement::ModelDims,
+) -> Option<String> {
+    let m = profile.measured.as_ref()?;
+    let (depth, rate) = m.best_read()?;
+    if dims.n_expert == 0 || rate <= 0.0 {
+        return None;
+    }
+    let slice = dims.max_layer_expert_bytes as f64 / dims.n_expert as f64;
+    Some(format!(
+        "one expert of a layer ({:.0} KiB) per {:.2} ms at the profile's measured {:.0} MiB/s ({} KiB reads, {depth} in flight)",
+        slice / 1024.0,
+        1e3 * slice / (rate * (1u64 << 20) as f64),
+        rate,
+        m.read_kib
+    ))
 }

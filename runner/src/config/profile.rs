@@ -77,6 +77,54 @@ pub struct Profile {
     /// Prefill device and prompt-piece values.
     #[serde(default)]
     pub prefill: PrefillValues,
+    /// What `bmoe profile measure` measured on the machine itself (absent in a typed-in profile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Measured>,
+}
+
+/// The `[measured]` table `bmoe profile measure` writes: the machine as measured, not typed in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Measured {
+    /// When and by which bmoe build (free text).
+    pub by: String,
+    /// MemAvailable of /proc/meminfo when measured, MiB.
+    pub ram_available_mb: u64,
+    /// Each usable core's maximum frequency in MHz (0 = the kernel does not say), by CPU number.
+    pub core_max_mhz: Vec<u64>,
+    /// The kernel's page size in bytes.
+    pub page_size: u64,
+    /// The kernel release (`uname -r`).
+    pub kernel: String,
+    /// Whether evicted expert pages are moved (`move`, mremap MREMAP_DONTUNMAP works) or released.
+    #[schemars(regex(pattern = r"^(move|release)$"))]
+    pub page_moves: String,
+    /// Size of each O_DIRECT random read the rates were measured at, KiB (an expert slice).
+    #[schemars(range(min = 4, max = 1048576))]
+    pub read_kib: u64,
+    /// O_DIRECT random-read rate in MiB/s with 1, 2, 4 and 8 reads in flight.
+    #[schemars(length(min = 1, max = 8))]
+    pub read_mib_s: Vec<f64>,
+    /// Hexagon NPU access seen: `/dev/fastrpc-*` nodes and `libcdsprpc.so` copies found.
+    #[serde(default)]
+    pub npu_seen: Vec<String>,
+    /// `/sys/devices/soc0/soc_id` (Qualcomm SoC id), empty when absent.
+    #[serde(default)]
+    pub soc_id: String,
+}
+
+impl Measured {
+    /// Reads in flight for each entry of `read_mib_s`.
+    pub const IN_FLIGHT: [usize; 4] = [1, 2, 4, 8];
+
+    /// The best measured rate and the reads in flight it took.
+    pub fn best_read(&self) -> Option<(usize, f64)> {
+        Self::IN_FLIGHT
+            .iter()
+            .zip(&self.read_mib_s)
+            .map(|(&n, &r)| (n, r))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
 }
 
 /// Reads and checks a profile file.
