@@ -74,6 +74,7 @@ pub(crate) fn check(
         return check_mla(path, g, arch, rot);
     }
     check_rope(path, &rot_key, rot, &kl_key, kl)?;
+    check_sections(path, g, arch, &kl_key, kl)?;
     let kl_swa_key = k("attention.key_length_swa");
     let kl_swa = uint(g, &kl_swa_key).unwrap_or(kl);
     let rot_swa_key = k("rope.dimension_count_swa");
@@ -85,6 +86,28 @@ pub(crate) fn check(
         }
         None => Ok(()),
     }
+}
+
+/// Multi-section rope (`rope.dimension_sections`, qwen35moe and kin): the CPU rope cycles through
+/// the sections' pairs across the head (`(i0/2) % sect_dims`, a division by zero when they sum to
+/// 0) and asserts they fit it (`GGML_ASSERT(sect_dims <= ne0)`, ggml-cpu/ops.cpp), at the first
+/// graph. llama.cpp reads the first four.
+fn check_sections(path: &Path, g: &GgufFile, arch: &str, head_key: &str, head: i64) -> Result<()> {
+    let key = format!("{arch}.rope.dimension_sections");
+    let Some(all) = g.get_int_array(&key) else {
+        return Ok(());
+    };
+    let s: Vec<i64> = all.into_iter().take(4).collect();
+    let sum: i64 = s.iter().map(|v| v.max(&0)).sum();
+    if s.iter().any(|&v| v < 0) || sum < 1 || sum > head {
+        return Err(invalid(
+            path,
+            format!(
+                "{key} = {s:?}: expected sections of at least 0 summing to 1 .. the head size they turn ({head_key} = {head})"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// MLA (`attention.key_length_mla` present): the key splits into a rope part and a part without
