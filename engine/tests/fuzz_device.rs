@@ -7,7 +7,7 @@
 //! CI: a few dozen seeded cases. Long runs: `scripts/fuzz` sets `FUZZ_DEVICE_ITERS`,
 //! `FUZZ_DEVICE_ARCHS`, `FUZZ_SEED`.
 mod common;
-#[path = "../../runner/tests/hostile/mod.rs"]
+#[path = "../../runner/tests/cli/hostile/mod.rs"]
 mod hostile;
 
 use std::path::{Path, PathBuf};

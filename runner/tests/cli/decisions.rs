@@ -1,7 +1,7 @@
 //! Decisions for agent replays (issue 10), through the real binary on the tiny model: expected
 //! answers and accuracy, whole-choice scoring, prefix reuse from the layered setting, `expected`
 //! naming no choice refused by `bmoe check`, and `bmoe compare` reporting an accuracy change.
-mod common;
+use crate::common;
 use std::collections::HashMap;
 
 use common::{text, Project};

@@ -2,7 +2,7 @@
 //! the run's peak resident set (`peak_rss_mib`) agree within 15%, and the same run's model loaded
 //! without reading an expert (`load_mode = lean`) and split its memory as the budget says (the
 //! expert cache anonymous, the dense weights file-backed).
-mod common;
+use crate::common;
 
 use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 use common::{text, Project};

@@ -4,7 +4,7 @@
 //! A streamed run meets the fault in an item: that row carries the file, offset and errno, the
 //! run goes on, the expert is read again by the next item that needs it, and the exit status
 //! says items were refused. A load that hangs is abandoned at `--load-timeout`.
-mod common;
+use crate::common;
 #[path = "common/faultfs.rs"]
 mod faultfs;
 

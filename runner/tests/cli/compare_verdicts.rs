@@ -2,7 +2,7 @@
 //! are named and exit 1, what changed is shown, a speed gate trips, torn rows and duplicate keys
 //! are warned about, a bad cell is named by line, column and value (compare and merge alike), and a
 //! wrong run id lists the runs the file holds.
-mod common;
+use crate::common;
 use common::{text, Project, DECIDE_JOB};
 
 /// A project with one decide run of 6 decisions in `runs/decide.csv` (run id `r1`).

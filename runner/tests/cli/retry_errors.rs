@@ -1,7 +1,7 @@
 //! `bmoe run --retry-errors`: runs again only the items whose latest row in the run failed (here a
 //! prompt too long for the context, then fixed in the input); the new row supersedes the failed
 //! one in `compare`, `merge` and `report`, and with nothing failed there is nothing to do (exit 2).
-mod common;
+use crate::common;
 use common::{data_lines, text, Project, DECIDE_JOB};
 
 /// Three decisions; `d2`'s prompt is `words` words long.

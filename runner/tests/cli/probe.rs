@@ -1,7 +1,7 @@
 //! The probe: `bmoe check` and `bmoe run` load each model once in a child process first; a child
 //! that dies (llama.cpp aborting) becomes `error: <file>: llama.cpp aborted while loading: ...`,
 //! and `run` writes error rows and goes on with the next job.
-mod common;
+use crate::common;
 use common::{data_lines, text, Project, DECIDE_JOB};
 
 fn project() -> Project {

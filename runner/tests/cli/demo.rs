@@ -1,5 +1,5 @@
 //! scripts/demo's showcase: the jobs the script runs fill every headline column of the report.
-mod common;
+use crate::common;
 use common::{repo_root, text, Project};
 
 /// The job files scripts/demo runs, as it names them (`jobs/<name>.toml`).

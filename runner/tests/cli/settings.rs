@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
 

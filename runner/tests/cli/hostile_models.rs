@@ -5,8 +5,8 @@
 //! clear `error:` line.
 //!
 //! Long runs: `scripts/fuzz` (FUZZ_SEED, FUZZ_ITERS, FUZZ_SECS, FUZZ_THREADS, FUZZ_OUT).
-mod common;
-mod hostile;
+use crate::common;
+use crate::hostile;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

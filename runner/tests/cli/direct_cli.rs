@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-mod common;
+use crate::common;
 
 fn bmoe(args: &[&str]) -> Output {
     common::bmoe_command()

@@ -1,7 +1,7 @@
 //! `bmoe report`: the example sweep with repeats, reported in three formats (the JSON checked
 //! against medians recomputed here from the CSV), the best point written back and planned, and
 //! bad input refused clearly.
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 
 use common::{text, Project};

@@ -1,7 +1,7 @@
 //! One reader of bmoe CSVs (issue 30, item 6): `run`, `compare`, `merge` and `report` read a file
 //! the same way: a foreign file refused in the same words, a bad cell named by the file's own
 //! line, and a refused file leaving nothing of itself behind.
-mod common;
+use crate::common;
 
 use common::{text, Project, DECIDE_JOB};
 

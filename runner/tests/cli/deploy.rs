@@ -1,7 +1,7 @@
 //! The examples in deploy/: the manifests parse and agree with themselves (shard counts, run ids),
 //! and the container entrypoint and the Slurm scripts run here with the schedulers' variables set
 //! by hand, end to end: shards, SIGTERM and resume, merge, comparison.
-mod common;
+use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

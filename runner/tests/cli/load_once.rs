@@ -1,7 +1,7 @@
 //! One load per model in a run: sweep points that differ only in session settings keep the loaded
 //! model (`load_s = 0`, `load_read_mib = 0` on the later points), points that change how the model
 //! loads (the expert cache) load it again. Streamed rows say the model loaded the lean way.
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -2,7 +2,7 @@
 //! ```sh block, in order, in one scratch copy of the repository's jobs/ and profiles/ beside the
 //! tiny model, through bash with `bmoe` on PATH. A line's exit status must be 0, or N when its
 //! comment ends with `(exit N)`.
-mod common;
+use crate::common;
 use std::path::Path;
 use std::process::Command;
 

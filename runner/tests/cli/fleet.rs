@@ -2,7 +2,7 @@
 //! appendable; shards run as separate processes merge into what one run writes; SIGTERM stops
 //! cleanly and resumes; exit codes 0/1/2/130; JSON outputs carry the numbers of the text; bad
 //! fleet input is refused before anything is written.
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant};

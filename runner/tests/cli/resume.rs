@@ -1,5 +1,5 @@
 //! A run killed with SIGKILL part way, then resumed: every decision exactly once, no torn row.
-mod common;
+use crate::common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

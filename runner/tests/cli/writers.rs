@@ -3,7 +3,7 @@
 //! that takes no item is an error unless allowed, and an allowed empty shard writes a header-only
 //! CSV; `merge` refuses a set of shards with a gap, creates its output as any file (umask), and
 //! names a conflict's values as the CSV spells them; default run ids differ within a second.
-mod common;
+use crate::common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

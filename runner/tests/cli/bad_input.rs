@@ -1,6 +1,6 @@
 //! Bad input: each case exits non-zero with a clear, positioned error, no panic or backtrace, and
 //! writes nothing (no runs/ folder, no CSV).
-mod common;
+use crate::common;
 use common::{text, Project, DECIDE_JOB};
 
 /// Runs `bmoe run jobs/job.toml` (plus `extra`) and checks the failure: exit 2 (configuration error), every `expect`

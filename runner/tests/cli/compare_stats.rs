@@ -2,7 +2,7 @@
 //! interval and McNemar's p agree with an independent computation in Python's standard library
 //! (same seed), the flipped items are listed, and `--fail-on-regression` exits 1 on a lossy
 //! replay (`n_expert_used` halved) and 0 against itself.
-mod common;
+use crate::common;
 use common::{data_lines, repo_root, text, Project};
 
 /// A decide job over `n` decisions that carry an expected answer, each with its own four

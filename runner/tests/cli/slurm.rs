@@ -6,7 +6,7 @@
 //!
 //! Slurm is required: where it is not installed (scripts/setup --deps-only installs it) or this is
 //! not root, the test fails. Outside CI, `TEST_SLURM=skip` skips it instead.
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! JSON, "did you mean", first-token collisions at their line, JSONL duplicate ids at their line,
 //! a memory budget's fix, an overrides file written for another setup, and sweeps, repeats and
 //! warm-ups from the command line. Through the real binary on the tiny model.
-mod common;
+use crate::common;
 use common::{data_lines, text, Project, DECIDE_JOB};
 
 /// A decide project over `jobs/decisions.jsonl` (3 good decisions) with `job` as jobs/job.toml.

@@ -1,7 +1,7 @@
 //! What every command owes a shell: a quiet end when the reader of stdout goes away, a version
 //! that names the build, no internal command in completions or man pages, and a run summary that
 //! says what each kind of job measured.
-mod common;
+use crate::common;
 use std::process::Stdio;
 
 use common::{text, Project, DECIDE_JOB};

@@ -1,5 +1,5 @@
 //! `bmoe compare`: two runs of one job agree everywhere; a run with another n_expert_used differs.
-mod common;
+use crate::common;
 use common::{text, Project, DECIDE_JOB};
 
 #[test]

@@ -1,5 +1,5 @@
 //! The shipped examples (profiles/, jobs/) check, plan and run against the tiny model.
-mod common;
+use crate::common;
 use common::{text, Project};
 
 /// Puts the repository's profiles/ and jobs/ into a scratch project beside models/tiny.gguf.

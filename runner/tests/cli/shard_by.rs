@@ -1,6 +1,6 @@
 //! `shard_by`: a decide job shards its decisions by a group named in their `meta` (an episode),
 //! so each episode runs whole in one shard, in file order; without it, by item id as before.
-mod common;
+use crate::common;
 
 use common::{text, Project, DECIDE_JOB};
 

@@ -1,0 +1,36 @@
+//! The runner's integration tests, in one test binary: each module runs the real `bmoe` binary
+//! (or reads the repository) the way a user would. One binary rather than one per file: every file
+//! linked its own copy of the dependencies (29 links in a cold build), and the harness packs the
+//! tests of all modules onto the cores instead of running the files one after another.
+//!
+//! Run one module: `cargo test -p bmoe-runner --test cli -- examples::`.
+mod common;
+mod hostile;
+
+mod bad_input;
+mod check_json;
+mod cli_hygiene;
+mod compare;
+mod compare_stats;
+mod compare_verdicts;
+mod decisions;
+mod demo;
+mod deploy;
+mod direct_cli;
+mod examples;
+mod fleet;
+mod hostile_models;
+mod layering;
+mod load_once;
+mod memory_budget;
+mod probe;
+mod reader;
+mod readme;
+mod report;
+mod resume;
+mod retry_errors;
+mod settings;
+mod shard_by;
+mod slurm;
+mod storage_faults;
+mod writers;
