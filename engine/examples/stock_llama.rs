@@ -35,7 +35,10 @@ fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        let number = |v: String| v.parse::<u32>().map_err(|_| format!("{flag}: not a number: {v}"));
+        let number = |v: String| {
+            v.parse::<u32>()
+                .map_err(|_| format!("{flag}: not a number: {v}"))
+        };
         match flag.as_str() {
             "-m" => a.model = value()?,
             "-p" => a.prompt = value()?,
@@ -47,7 +50,10 @@ fn parse() -> Result<Args, String> {
         }
     }
     if a.model.is_empty() || a.prompt.is_empty() {
-        return Err("usage: stock_llama -m MODEL -p PROMPT [-n 64] [-t THREADS] [--ubatch N] [--no-repack]".into());
+        return Err(
+            "usage: stock_llama -m MODEL -p PROMPT [-n 64] [-t THREADS] [--ubatch N] [--no-repack]"
+                .into(),
+        );
     }
     Ok(a)
 }
