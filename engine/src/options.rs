@@ -23,7 +23,9 @@ pub enum DenseWeights {
 pub enum Repack {
     /// Repacked wherever nothing moves the weights after the load: a resident run, no expert
     /// streaming, no prefill device, no offload (every mechanism that moves weights moves them in
-    /// the file's layout, and a repacked tensor takes only whole-tensor writes).
+    /// the file's layout, and a repacked tensor takes only whole-tensor writes). A repacked
+    /// tensor is a copy in anonymous memory even from a mapped file, so a resident model larger
+    /// than memory no longer pages from the file: its weights must fit.
     #[default]
     Auto,
     /// Never: the kernels over the file's own layout everywhere.
