@@ -37,12 +37,14 @@ fn main() {
         .warnings(true)
         .file(&shim)
         .compile("bmoe_shim");
-    // The one shim file that reads llama.cpp's internal structures compiles against the headers
+    // The shim files that read llama.cpp's internal structures compile against the headers
     // of the source tree the sys crate's CMake build was configured from (its CMakeCache), so the
     // layouts are the ones the libraries were compiled with.
     let source = llama_source_tree(&cmake_dir);
     let unlink = PathBuf::from("shim/bmoe_unlink.cpp");
+    let weights = PathBuf::from("shim/bmoe_weights.cpp");
     println!("cargo:rerun-if-changed={}", unlink.display());
+    println!("cargo:rerun-if-changed={}", weights.display());
     cc::Build::new()
         .cpp(true)
         .std("c++17")
@@ -51,6 +53,7 @@ fn main() {
         .include(source.join("ggml/include"))
         .warnings(true)
         .file(&unlink)
+        .file(&weights)
         .compile("bmoe_unlink");
     bindgen::Builder::default()
         .header(header.to_string_lossy())

@@ -29,14 +29,14 @@ pub use ffi::rpc::add_server as add_rpc_server;
 pub use model::{LeanLoadInfo, Model, ModelInfo};
 pub use options::{
     CacheBudget, DecideRequest, DenseWeights, GateKnobs, GenerateOptions, LoadOptions, PacingFault,
-    Prefetch, PrefillOptions, PrefixCache, PrefixReuse, Sampling, Scoring, SessionOptions,
+    Prefetch, PrefillOptions, PrefixCache, PrefixReuse, Repack, Sampling, Scoring, SessionOptions,
     StreamOptions,
 };
 pub use session::{log_softmax, CancelToken, MovedMemoryInfo, Session};
 pub use stream::page_moves::{page_moves, PageMoves};
 pub use telemetry::{
     rss_split, DecideRecord, GenerateRecord, LoadMode, LoadStats, PerplexityRecord,
-    PrefillDevCounters, ReuseOutcome, StopReason, StreamCounters, Timing,
+    PrefillDevCounters, Repacked, ReuseOutcome, StopReason, StreamCounters, Timing,
 };
 pub use tokenizer::Tokenizer;
 

@@ -487,6 +487,7 @@ impl Model {
             mmap: true,
             kv_overrides,
             gpu_layers: placed.gpu_layers,
+            repack: opts.repacks(),
         };
         let (raw, dense_maps, lean_capture) =
             load_raw(opts, &index, &arch, &params, &mut warnings)?;
@@ -529,6 +530,10 @@ impl Model {
                 .zip(crate::telemetry::storage_read_bytes())
                 .map(|(a, b)| b.saturating_sub(a)),
             graph_nodes: capture.as_ref().map(|c| c.nodes.len()),
+            repacked: {
+                let (tensors, bytes) = raw.repacked();
+                crate::telemetry::Repacked { tensors, bytes }
+            },
         };
         Ok(Self::assemble(
             opts,

@@ -15,6 +15,23 @@ pub enum DenseWeights {
     Anon,
 }
 
+/// Whether llama.cpp may convert weights into the CPU's repacked layouts at load (`repack`):
+/// its extra buffer types (`CPU_REPACK`: Q4_0 -> `q4_0_8x8` on AVX2, `q4_0_4x8` with i8mm, ...),
+/// whose GEMMs run faster than the kernels over the file's own layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Repack {
+    /// Repacked wherever nothing moves the weights after the load: a resident run, no expert
+    /// streaming, no prefill device, no offload (every mechanism that moves weights moves them in
+    /// the file's layout, and a repacked tensor takes only whole-tensor writes). A repacked
+    /// tensor is a copy in anonymous memory even from a mapped file, so a resident model larger
+    /// than memory no longer pages from the file: its weights must fit.
+    #[default]
+    Auto,
+    /// Never: the kernels over the file's own layout everywhere.
+    Off,
+}
+
 /// How much memory the expert cache may hold (`cache_mb`).
 ///
 /// One value, so a budget can never be set and then silently overridden by an automatic size.
@@ -204,6 +221,8 @@ pub struct LoadOptions {
     /// Every layer on this device, llama.cpp's own offload (`n_gpu_layers` = all): the compute
     /// floor device-prefill benchmarks compare against. Not with `stream` or `prefill`.
     pub offload: Option<String>,
+    /// Whether weights may be repacked for the CPU's faster kernels.
+    pub repack: Repack,
 }
 
 impl LoadOptions {
@@ -232,6 +251,15 @@ impl LoadOptions {
             limits::ROUTED_FULL.check(p.routed_full)?;
         }
         Ok(())
+    }
+
+    /// Whether the load asks llama.cpp for its repacked layouts (`use_extra_bufts`): `repack =
+    /// auto` on a load whose weights nothing moves afterwards.
+    pub fn repacks(&self) -> bool {
+        self.repack == Repack::Auto
+            && self.stream.is_none()
+            && self.prefill.is_none()
+            && self.offload.is_none()
     }
 
     /// Load `path` on the CPU with llama.cpp's mmap path.

@@ -216,6 +216,18 @@ pub struct LoadStats {
     /// Nodes of a one-token graph, where the load ran one to learn the graph (streaming, a
     /// prefill device): each is a barrier for the compute threads.
     pub graph_nodes: Option<usize>,
+    /// The weights llama.cpp converted into the CPU's repacked layouts (`repack`).
+    pub repacked: Repacked,
+}
+
+/// Weights held in llama.cpp's repacked CPU layout (buffer type `CPU_REPACK`), whose kernels
+/// the CPU then runs; zero when the load asked for none or the CPU has none for their types.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Repacked {
+    /// Weight tensors repacked.
+    pub tensors: usize,
+    /// Their bytes in the file's layout.
+    pub bytes: u64,
 }
 
 /// Why a `generate` stopped.

@@ -201,7 +201,7 @@ fn g18b_default_widths_reuse_on_the_grid() {
 
 #[test]
 fn g18b_streamed_with_an_evicting_cache() {
-    let resident = Model::load(&LoadOptions::new(common::tiny())).unwrap();
+    let resident = Model::load(&common::in_file_layout(common::tiny())).unwrap();
     let off = replay(&resident, PrefixReuse::Off);
     drop(resident);
     // A cache smaller than one token's experts evicts on every layer.

@@ -52,7 +52,7 @@ fn with_device(name: &str) -> LoadOptions {
 
 #[test]
 fn an_unknown_device_leaves_the_run_on_the_cpu_and_says_so() {
-    let cpu = run(&Model::load(&LoadOptions::new(common::tiny())).unwrap());
+    let cpu = run(&Model::load(&common::in_file_layout(common::tiny())).unwrap());
     let m = Model::load(&with_device("HTP0")).unwrap();
     assert_eq!(m.info().prefill_device, None);
     assert!(
@@ -75,7 +75,7 @@ use common::gates::{arena_run as run_all, device, load, loopback, narrow};
 fn g16_g17_arena_on_the_loopback_device_equals_the_cpu() {
     let name = loopback();
     assert!(name.starts_with("RPC"), "{name}");
-    let cpu_model = Model::load(&LoadOptions::new(common::tiny())).unwrap();
+    let cpu_model = Model::load(&common::in_file_layout(common::tiny())).unwrap();
     let cpu = run(&cpu_model);
     let m = Model::load(&with_device(&name)).unwrap();
     assert_eq!(m.info().prefill_device.as_deref(), Some(name.as_str()));
@@ -412,7 +412,7 @@ fn g18b_prefix_reuse_on_the_loopback_device() {
             .map(|r| s.decide(r).unwrap())
             .collect()
     };
-    let cpu = Model::load(&LoadOptions::new(common::tiny())).unwrap();
+    let cpu = Model::load(&common::in_file_layout(common::tiny())).unwrap();
     let off = replay(&cpu, PrefixReuse::Off);
     drop(cpu);
     let m = load(&common::tiny(), None, Some(device(&name, true)));
@@ -611,7 +611,7 @@ fn g23_the_routed_full_fallback_fires_is_counted_and_stays_identical() {
 fn offload_to_the_loopback_device_equals_the_cpu_and_collides_with_streaming() {
     let name = loopback();
     let path = common::tiny();
-    let cpu = run(&Model::load(&LoadOptions::new(&path)).unwrap());
+    let cpu = run(&Model::load(&common::in_file_layout(&path)).unwrap());
     let m = Model::load(&LoadOptions {
         offload: Some(name.clone()),
         ..LoadOptions::new(&path)
@@ -647,7 +647,7 @@ fn offload_to_the_loopback_device_equals_the_cpu_and_collides_with_streaming() {
 fn explain_prefill_profiles_device_graphs_and_changes_no_result() {
     let name = loopback();
     let path = common::tiny();
-    let cpu = run(&Model::load(&LoadOptions::new(&path)).unwrap());
+    let cpu = run(&Model::load(&common::in_file_layout(&path)).unwrap());
     let plain = Model::load(&with_device(&name)).unwrap();
     run(&plain);
     assert!(plain.explain_prefill().is_none(), "off unless asked for");

@@ -162,7 +162,7 @@ fn a_failed_read_stops_the_decode_and_the_session_recovers() {
         n_predict: 20,
         ..Default::default()
     };
-    let resident = Model::load(&LoadOptions::new(&src))
+    let resident = Model::load(&common::in_file_layout(&src))
         .unwrap()
         .session(&common::session_opts())
         .unwrap()

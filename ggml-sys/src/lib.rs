@@ -211,6 +211,15 @@ pub mod shim {
             n_absent: usize,
             n_unlinked: *mut usize,
         ) -> i32;
+        /// Counts `model`'s weight tensors held in a buffer of the buffer type named `buft_name`
+        /// and their bytes (`shim/bmoe_weights.cpp`). Returns 0, or 1 (nothing counted) on a
+        /// throw.
+        pub fn bmoe_model_weights_in(
+            model: *const llama_model,
+            buft_name: *const c_char,
+            n_tensors: *mut usize,
+            n_bytes: *mut u64,
+        ) -> i32;
     }
 
     /// The references were cleared.

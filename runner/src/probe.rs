@@ -217,6 +217,7 @@ pub fn run_child(model: &Path) -> anyhow::Result<()> {
         stream: None,
         prefill: None,
         offload: None,
+        repack: bmoe_engine::Repack::Auto,
     })?;
     let mut s = m.session(&SessionOptions {
         threads: 1,

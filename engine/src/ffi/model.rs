@@ -27,6 +27,9 @@ pub struct RawLoadParams {
     pub kv_overrides: Vec<KvOverride>,
     /// Layers on the first non-CPU device (`n_gpu_layers`; -1 = all).
     pub gpu_layers: i32,
+    /// Let llama.cpp's CPU extra buffer types take the weights they repack (`use_extra_bufts`).
+    /// Only `load` honours it: the other loads must leave the weights in the file's layout.
+    pub repack: bool,
 }
 
 impl RawLoadParams {
@@ -38,6 +41,7 @@ impl RawLoadParams {
             mmap: true,
             kv_overrides: vec![],
             gpu_layers: 0,
+            repack: false,
         }
     }
 }
@@ -83,7 +87,8 @@ impl LlamaModel {
         // the load call, which copies what it keeps. The shim writes `raw` and at most `err.len()`
         // bytes of message.
         let rc = unsafe {
-            let mp = model_params(&mut devs, &kvs, p);
+            let mut mp = model_params(&mut devs, &kvs, p);
+            mp.use_extra_bufts = p.repack;
             sys::shim::bmoe_model_load_from_file(cpath.as_ptr(), mp, &mut raw, err.ptr(), err.len())
         };
         err.check("llama_model_load_from_file", rc)?;
@@ -220,6 +225,22 @@ impl LlamaModel {
         }
     }
 
+    /// The weight tensors llama.cpp holds in its repacked CPU layout (buffer type `CPU_REPACK`)
+    /// and their bytes in the file's layout; `(0, 0)` when the count could not be taken.
+    pub fn repacked(&self) -> (usize, u64) {
+        let (mut n, mut bytes) = (0usize, 0u64);
+        // SAFETY: a live model; the shim reads tensor pointers and buffer-type names only, writes
+        // the two counts, and catches whatever throws.
+        let rc = unsafe {
+            sys::shim::bmoe_model_weights_in(self.raw(), c"CPU_REPACK".as_ptr(), &mut n, &mut bytes)
+        };
+        if rc == 0 {
+            (n, bytes)
+        } else {
+            (0, 0)
+        }
+    }
+
     /// llama.cpp's one-line description (`qwen3moe ?B Q4_0`).
     pub fn desc(&self) -> String {
         let mut buf = vec![0u8; 256];
@@ -344,6 +365,8 @@ fn model_params(
         sys::LLAMA_LOAD_MODE_NONE
     };
     mp.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
+    // Weights stay in the file's byte layout (every mechanism that moves them needs it) unless
+    // the one load that may repack turns this on.
     mp.use_extra_bufts = false;
     mp.n_gpu_layers = p.gpu_layers;
     mp.kv_overrides = if p.kv_overrides.is_empty() {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use bmoe_engine::test_support::start_loopback_server;
 use bmoe_engine::Device;
 use bmoe_engine::Prefetch;
+use bmoe_engine::Repack;
 use bmoe_engine::{
     CancelToken, DecideRequest, GateKnobs, GenerateOptions, LoadOptions, Model, PrefillOptions,
     SessionOptions, StreamCounters, StreamOptions,
@@ -53,6 +54,8 @@ pub fn stream_run(path: &Path, stream: Option<StreamOptions>) -> (Outcome, Strea
     let lean = stream.as_ref().is_some_and(|s| !s.llama_load);
     let m = Model::load(&LoadOptions {
         stream,
+        // The resident reference in the file's layout, as the streamed runs compute (issue 32).
+        repack: Repack::Off,
         ..LoadOptions::new(path)
     })
     .expect("load");
@@ -253,6 +256,8 @@ pub fn load(path: &Path, stream: Option<StreamOptions>, p: Option<PrefillOptions
     Model::load(&LoadOptions {
         stream,
         prefill: p,
+        // The all-CPU reference in the file's layout, as the arena's runs compute (issue 32).
+        repack: Repack::Off,
         ..LoadOptions::new(path)
     })
     .expect("load")

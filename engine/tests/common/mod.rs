@@ -30,6 +30,16 @@ pub fn model(key: &str, spec: &SynthSpec) -> PathBuf {
         .clone()
 }
 
+/// A resident load of `path` in the file's own layout (`repack = off`): the reference a streamed
+/// or device run, which computes on the file's layout, is compared with bit for bit. (On x86
+/// the tiny model's types have no repacked kernel; on ARM its Q8_0 experts do.)
+pub fn in_file_layout(path: impl Into<PathBuf>) -> bmoe_engine::LoadOptions {
+    bmoe_engine::LoadOptions {
+        repack: bmoe_engine::Repack::Off,
+        ..bmoe_engine::LoadOptions::new(path)
+    }
+}
+
 /// The tiny qwen3moe model.
 pub fn tiny() -> PathBuf {
     model(

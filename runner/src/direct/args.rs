@@ -431,6 +431,8 @@ fn machine_options(
         path: model.to_path_buf(),
         // llama.cpp's own offload is a benchmark baseline (engine/examples/bench_prefill.rs).
         offload: None,
+        // Repacked where nothing moves the weights; a setting of its own comes with issue 32.
+        repack: bmoe_engine::Repack::Auto,
         n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
         stream: s.moe_stream.then(|| StreamOptions {
             cache: match s.cache_mb {

@@ -518,6 +518,8 @@ pub fn engine_options(
     let load = bmoe_engine::LoadOptions {
         path: model.to_path_buf(),
         offload: None,
+        // Repacked where nothing moves the weights; a setting of its own comes with issue 32.
+        repack: bmoe_engine::Repack::Auto,
         n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
         stream: s.moe_stream.then_some(bmoe_engine::StreamOptions {
             // `auto` was resolved here against the profile's RAM, not the machine this runs on.
