@@ -174,6 +174,32 @@ type Mechanisms = (
     Option<Arc<Mutex<crate::device::arena::Arena>>>,
 );
 
+/// Whether this load repacks (`LoadOptions::repacks`), and only where the weights fit: a repacked
+/// tensor is an anonymous copy, so a resident model larger than the memory left would no longer
+/// page from its file but be killed. Such a load keeps the file's layout and says so.
+fn repack_fits(
+    opts: &LoadOptions,
+    index: &crate::gguf::index::GgufIndex,
+    warnings: &mut Vec<String>,
+) -> bool {
+    if !opts.repacks() {
+        return false;
+    }
+    let (need, left) = (
+        index.total_file_bytes(),
+        crate::stream::memory::available_bytes(),
+    );
+    if need > left {
+        warnings.push(format!(
+            "repack off: the model's {} MiB would be copied into memory, and {} MiB are available; its weights page from the file in their own layout",
+            need >> 20,
+            left >> 20
+        ));
+        return false;
+    }
+    true
+}
+
 /// `n_expert_used` as a metadata override, checked against the model's experts.
 fn expert_override(
     opts: &LoadOptions,
@@ -487,7 +513,7 @@ impl Model {
             mmap: true,
             kv_overrides,
             gpu_layers: placed.gpu_layers,
-            repack: opts.repacks(),
+            repack: repack_fits(opts, &index, &mut warnings),
         };
         let (raw, dense_maps, lean_capture) =
             load_raw(opts, &index, &arch, &params, &mut warnings)?;

@@ -161,6 +161,7 @@ fn coverage(arch: SynthArch) {
     let mut wrong = Vec::new();
     let mut shared = Shared::default();
     for name in CELLS {
+        let started = std::time::Instant::now();
         let gap = GAPS
             .iter()
             .find(|(a, c, _, _)| *a == arch.name() && *c == name);
@@ -183,7 +184,9 @@ fn coverage(arch: SynthArch) {
                 }
             },
         };
-        eprintln!("{} {name}: {status} {note}", arch.name());
+        // The cell's wall time, so a slow suite shows which gate costs it (not asserted).
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!("{} {name}: {status} {note} ({secs:.1} s)", arch.name());
         rows.push_str(&format!("{}\t{name}\t{status}\t{note}\n", arch.name()));
     }
     std::fs::write(dir.join(format!("{}.tsv", arch.name())), rows).unwrap();

@@ -286,3 +286,85 @@ fn a_streamed_load_repacks_nothing() {
     .expect("load");
     assert_eq!(m.load_stats().repacked.tensors, 0);
 }
+
+/// A 64-expert model of about 200 MiB: more than the memory cap the next test gives its child.
+fn large_model() -> std::path::PathBuf {
+    common::model(
+        "repack-larger-than-cap",
+        &SynthSpec {
+            n_expert: 64,
+            ..SynthSpec::preset(Preset::Small, SynthArch::Qwen3Moe)
+        },
+    )
+}
+
+/// The child's side of the next test: inside the capped cgroup, `auto` must keep the file's
+/// layout (a repacked copy would not fit) and say so.
+fn capped_child(path: std::ffi::OsString) {
+    let m = Model::load(&LoadOptions::new(path)).expect("load under the cap");
+    assert_eq!(m.load_stats().repacked.tensors, 0, "{:?}", m.warnings());
+    assert!(
+        m.warnings().iter().any(|w| w.starts_with("repack off:")),
+        "{:?}",
+        m.warnings()
+    );
+}
+
+/// A resident model larger than the memory left is not repacked (a repacked tensor is an
+/// anonymous copy: the process would be killed instead of paging from the file): the same load
+/// repacks without a cap and keeps the file's layout under a cgroup v1 memory cap of 128 MiB.
+/// Needs root and the v1 memory controller (this machine and CI have both); skips elsewhere.
+#[test]
+fn a_model_larger_than_the_memory_left_is_not_repacked() {
+    if let Some(path) = std::env::var_os("BMOE_REPACK_CAPPED_CHILD") {
+        return capped_child(path);
+    }
+    let cgroup = std::path::Path::new("/sys/fs/cgroup/memory")
+        .join(format!("bmoe-repack-test-{}", std::process::id()));
+    if std::fs::create_dir(&cgroup).is_err() {
+        eprintln!("skipped: cannot create a v1 memory cgroup (needs root)");
+        return;
+    }
+    let path = large_model();
+    let bytes = std::fs::metadata(&path).unwrap().len();
+    assert!(bytes > 160 << 20, "the model must exceed the cap: {bytes}");
+    // Uncapped, the same load repacks where the CPU has the kernels (AVX2: Q4_0).
+    let free = Model::load(&LoadOptions::new(&path)).expect("load");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        assert!(
+            free.load_stats().repacked.tensors > 0,
+            "{:?}",
+            free.warnings()
+        );
+    }
+    drop(free);
+    std::fs::write(
+        cgroup.join("memory.limit_in_bytes"),
+        (128u64 << 20).to_string(),
+    )
+    .unwrap();
+    // The shell joins the cgroup, then becomes this test binary running only this test.
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("echo $$ > \"$1/cgroup.procs\" && shift && exec \"$@\"")
+        .arg("sh")
+        .arg(&cgroup)
+        .arg(&exe)
+        .args([
+            "--exact",
+            "a_model_larger_than_the_memory_left_is_not_repacked",
+        ])
+        .args(["--nocapture", "--test-threads", "1"])
+        .env("BMOE_REPACK_CAPPED_CHILD", &path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir(&cgroup);
+    assert!(
+        out.status.success(),
+        "capped child: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
