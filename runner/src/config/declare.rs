@@ -635,9 +635,11 @@ mod tests {
             assert_eq!(
                 h,
                 w,
-                "docs/configuration.md's table row {} differs from the declaration in \
-                 runner/src/config/declare.rs (edit the declaration and paste docs_rows())",
-                i + 1
+                "docs/configuration.md's table row {} differs from its declaration in \
+                 runner/src/config/declare.rs: edit the declaration, then replace the table's \
+                 rows with these:\n{}\n",
+                i + 1,
+                want.join("\n")
             );
         }
         assert_eq!(have.len(), want.len(), "docs rows vs declared settings");
