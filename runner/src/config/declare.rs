@@ -8,8 +8,8 @@
 //! The CSV columns that record settings ([`row_with_settings`], [`with_recorded_settings`],
 //! [`SETTING_COLUMNS`]) live here too, in column order: columns are only ever appended.
 use bmoe_engine::limits::{
-    self, FloatRange, IntDefault, IntRange, CACHE_FLOOR_MB, CONTEXT, CPU_UBATCH, DEVICE_UBATCH,
-    MIN_TOKENS, N_EXPERT_USED,
+    self, FloatRange, IntRange, CACHE_FLOOR_MB, CONTEXT, CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS,
+    N_EXPERT_USED,
 };
 use bmoe_engine::{CacheBudget, LoadOptions, SessionOptions};
 use schemars::JsonSchema;
@@ -127,9 +127,10 @@ macro_rules! declare_settings {
         /// Sets every engine option the settings decide alone: `load.stream` and `load.prefill`
         /// are filled where the caller made them `Some` (placement decides whether they exist,
         /// the threads, the cores and the cache size, and may overwrite after this).
+        // `()` is the entry of a setting placement maps.
+        #[allow(clippy::no_effect, unused_variables)]
         pub fn to_engine(s: &Settings, load: &mut LoadOptions, session: &mut SessionOptions) {
             $(
-                #[allow(unused_variables)]
                 let ($es, $el, $ess) = (s, &mut *load, &mut *session);
                 $map;
             )*
@@ -143,7 +144,8 @@ macro_rules! declare_settings {
         docs ($dty:expr, $ddef:expr, $dopt:expr, $dmeaning:expr $(,)?);
     })*])*) => {
         /// The rows of docs/configuration.md's table of layered values, `[engine]` keys first.
-        pub fn docs_rows() -> Vec<String> {
+        #[cfg(test)]
+        fn docs_rows() -> Vec<String> {
             let mut rows = Vec::new();
             $($(
                 rows.push(format!(
@@ -486,25 +488,29 @@ fn to_json<T: Serialize>(v: &T) -> Value {
 }
 
 /// The docs' type cell of an integer setting: `integer 0..1024`.
+#[cfg(test)]
 fn int_type(r: &IntRange) -> String {
     format!("integer {}..{}", r.min, r.max)
 }
 
 /// The docs' type cell of an integer setting that also takes `"auto"`.
+#[cfg(test)]
 fn count_type(r: &IntRange) -> String {
     format!("{} or `\"auto\"`", int_type(r))
 }
 
 /// The docs' type cell of a real setting: `number in (0, 1]`.
+#[cfg(test)]
 fn float_type(r: &FloatRange) -> String {
     r.expected().trim_start_matches("a ").to_string()
 }
 
 /// The docs' default cell of an integer setting.
+#[cfg(test)]
 fn int_default_doc(r: &IntRange) -> String {
     match r.default {
-        IntDefault::Auto => "`\"auto\"`".into(),
-        IntDefault::N(n) => n.to_string(),
+        limits::IntDefault::Auto => "`\"auto\"`".into(),
+        limits::IntDefault::N(n) => n.to_string(),
     }
 }
 
