@@ -623,32 +623,56 @@ pub(crate) use with_recorded_settings;
 mod tests {
     use super::*;
 
-    /// docs/configuration.md's rows of layered values, as written.
-    fn documented_rows() -> Vec<String> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
-        let text = std::fs::read_to_string(path).expect("docs/configuration.md");
-        text.lines()
-            .filter(|l| l.starts_with("| engine |") || l.starts_with("| prefill |"))
-            .map(str::to_string)
-            .collect()
+    const DOCS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
+
+    /// Whether a line of docs/configuration.md is a row of the layered-values table.
+    fn is_row(l: &str) -> bool {
+        l.starts_with("| engine |") || l.starts_with("| prefill |")
     }
 
+    /// docs/configuration.md with the table's rows (one run of lines) replaced by `rows`.
+    fn with_rows(text: &str, rows: &[String]) -> String {
+        let lines: Vec<&str> = text.lines().collect();
+        let first = lines.iter().position(|l| is_row(l)).unwrap_or(lines.len());
+        let end = first + lines[first..].iter().take_while(|l| is_row(l)).count();
+        let mut out: Vec<&str> = lines[..first].to_vec();
+        out.extend(rows.iter().map(String::as_str));
+        out.extend(&lines[end..]);
+        out.join("\n") + "\n"
+    }
+
+    /// The table must be what the declarations generate. `BMOE_BLESS=1` rewrites its rows
+    /// (after adding or editing a declaration) instead of failing.
     #[test]
     fn the_docs_table_is_generated_from_the_declarations() {
-        let want = docs_rows();
-        let have = documented_rows();
-        for (i, (w, h)) in want.iter().zip(&have).enumerate() {
+        let text = std::fs::read_to_string(DOCS).expect("docs/configuration.md");
+        let want = with_rows(&text, &docs_rows());
+        if std::env::var_os("BMOE_BLESS").is_some() {
+            std::fs::write(DOCS, &want).expect("writing docs/configuration.md");
+            return;
+        }
+        let have: Vec<&str> = text.lines().filter(|l| is_row(l)).collect();
+        let rows = docs_rows();
+        for (i, (w, h)) in rows.iter().zip(&have).enumerate() {
             assert_eq!(
                 h,
                 w,
                 "docs/configuration.md's table row {} differs from its declaration in \
-                 runner/src/config/declare.rs: edit the declaration, then replace the table's \
-                 rows with these:\n{}\n",
-                i + 1,
-                want.join("\n")
+                 runner/src/config/declare.rs: edit the declaration, then run \
+                 `BMOE_BLESS=1 cargo test -p bmoe-runner --bins declare` to rewrite the table",
+                i + 1
             );
         }
-        assert_eq!(have.len(), want.len(), "docs rows vs declared settings");
+        assert_eq!(
+            have.len(),
+            rows.len(),
+            "docs/configuration.md's table vs the declarations: run \
+             `BMOE_BLESS=1 cargo test -p bmoe-runner --bins declare` to rewrite the table"
+        );
+        assert_eq!(
+            text, want,
+            "docs/configuration.md's table rows are not one run of lines"
+        );
     }
 
     #[test]
