@@ -552,9 +552,11 @@ macro_rules! row_with_settings {
         $(#[$m])*
         pub struct $name {
             $($head)*
-            /// Compute threads used (the setting capped to the cores this process may use).
+            /// Compute threads used: the `threads` setting capped to the cores this process may use
+            /// (`auto` = those cores).
             pub threads: u32,
-            /// Context size the session got.
+            /// Context size the session enforces (as configured; 0 resolved to the model's training
+            /// context).
             #[schemars(extend("x-unit" = "tokens"))]
             pub context: u32,
             /// Expert streaming on.
@@ -562,7 +564,7 @@ macro_rules! row_with_settings {
             /// Expert cache budget after `auto` resolved (0 when not streaming).
             #[schemars(extend("x-unit" = "MiB"))]
             pub cache_mb: u64,
-            /// Expert-read lanes.
+            /// Expert-read lanes (`auto` resolved).
             pub io_threads: u32,
             /// Dense weights placement.
             pub dense_weights: String,
@@ -578,7 +580,7 @@ macro_rules! row_with_settings {
             /// Narrowest piece sent to the device.
             #[schemars(extend("x-unit" = "tokens"))]
             pub min_tokens: u32,
-            /// Arena loader threads.
+            /// Arena loader threads (`auto` resolved).
             pub loaders: u32,
             /// Routed arena on.
             pub routed: bool,

@@ -524,6 +524,41 @@ mod tests {
         }
     }
 
+    /// docs/telemetry.md's rows of the configuration columns (`threads` to `n_expert_used`,
+    /// declared in config/declare.rs) are what the schema says of them: type, unit, schema
+    /// version and description.
+    #[test]
+    fn setting_column_rows_are_the_declarations() {
+        let doc = include_str!("../../../docs/telemetry.md");
+        let schema = super::super::schema::telemetry_schema();
+        let cols = Row::columns();
+        let first = cols.iter().position(|c| c == "threads").unwrap();
+        let last = cols.iter().position(|c| c == "n_expert_used").unwrap();
+        for c in &cols[first..=last] {
+            let p = &schema["properties"][c.as_str()];
+            let want = format!(
+                "| `{c}` | {} | {} | {} | {} |",
+                p["type"].as_str().unwrap_or_default(),
+                p["x-unit"].as_str().unwrap_or_default(),
+                p["x-since"].as_u64().unwrap_or(1),
+                p["description"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .replace('\n', " ")
+            );
+            let have = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{c}` |")))
+                .unwrap_or_default()
+                .replace("|  |", "| |");
+            assert_eq!(
+                have,
+                want.replace("|  |", "| |"),
+                "docs/telemetry.md's row of {c} vs its declaration in config/declare.rs"
+            );
+        }
+    }
+
     /// Columns are only appended: the header a schema-1 build wrote (the checked-in fixture) is a
     /// prefix of this build's, and `schema_version` is the first column schema 2 added.
     #[test]
