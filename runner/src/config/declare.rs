@@ -697,4 +697,57 @@ mod tests {
             "SessionOptions::default() vs the declared defaults"
         );
     }
+
+    #[test]
+    fn settings_reach_their_engine_options() {
+        let s = Settings {
+            context: 100,
+            cache_mb: CacheMb::Mib(5),
+            io_threads: Count::N(3),
+            dense_weights: DenseWeights::Anon,
+            prefetch: Prefetch::Off,
+            min_tokens: 8,
+            loaders: Count::N(5),
+            device_ubatch: 128,
+            cpu_ubatch: 64,
+            routed: false,
+            routed_full: 0.5,
+            explain: true,
+            n_expert_used: 2,
+            prefix_reuse: PrefixReuse::Off,
+            ..Settings::default()
+        };
+        let mut load = LoadOptions {
+            stream: Some(bmoe_engine::StreamOptions::default()),
+            prefill: Some(bmoe_engine::PrefillOptions::default()),
+            ..LoadOptions::default()
+        };
+        let mut session = SessionOptions::default();
+        to_engine(&s, &mut load, &mut session);
+        let (st, p) = (load.stream.unwrap(), load.prefill.unwrap());
+        assert_eq!(load.n_expert_used, Some(2));
+        assert_eq!(
+            (st.cache, st.io_threads, st.dense_weights, st.prefetch),
+            (
+                CacheBudget::Mib(5),
+                3,
+                bmoe_engine::DenseWeights::Anon,
+                bmoe_engine::Prefetch::Off
+            )
+        );
+        assert_eq!(
+            (p.min_tokens, p.loaders, p.routed, p.routed_full, p.explain),
+            (8, 5, false, 0.5, true)
+        );
+        assert_eq!(
+            (session.n_ctx, session.n_ubatch, session.n_ubatch_device),
+            (100, 64, 128)
+        );
+        assert_eq!(session.prefix_reuse, bmoe_engine::PrefixReuse::Off);
+        // Without a prefill device the device pieces are the CPU's width.
+        let mut load = LoadOptions::default();
+        to_engine(&s, &mut load, &mut session);
+        assert_eq!(session.n_ubatch_device, 64);
+        assert!(load.stream.is_none() && load.prefill.is_none());
+    }
 }
