@@ -85,8 +85,8 @@ pub struct PrefillDevCounters {
     pub routed: u64,
     /// Routed pairs read at the routing node (the prediction missed them).
     pub demand: u64,
-    /// Layers read whole by the routed-full fallback (the layer before routed to more than
-    /// `routed_full` of its experts).
+    /// Layers read whole by the routed-full fallback (the layer before routed to a larger share
+    /// of its experts than [`crate::PrefillOptions`]'s whole-layer threshold).
     pub whole_fallback: u64,
     /// Bytes of `read_bytes` the arena read from the GGUF (the rest came from memory).
     pub file_read_bytes: u64,

@@ -55,52 +55,20 @@ fn layered_defaults_are_the_definitions() {
             assert_eq!(v, &int_default_json(&r), "Settings::default().{name}");
         }
     }
-    assert_eq!(d["routed_full"], Value::from(limits::ROUTED_FULL.default));
 }
 
 #[test]
 fn engine_option_defaults_are_the_definitions() {
     let s = Settings::default();
+    // Every option a declaration maps is checked by config/declare.rs's
+    // `engine_option_defaults_are_the_declared_defaults`; threads are placement's.
     let session = bmoe_engine::SessionOptions::default();
-    assert_eq!(session.n_ctx, s.context, "SessionOptions.n_ctx vs context");
-    assert_eq!(
-        session.n_ubatch, s.cpu_ubatch,
-        "SessionOptions.n_ubatch vs cpu_ubatch"
-    );
-    assert_eq!(
-        session.n_ubatch_device, s.device_ubatch,
-        "SessionOptions.n_ubatch_device vs device_ubatch"
-    );
-    assert_eq!(session.prefix_reuse, s.prefix_reuse.engine());
     assert_eq!(
         session.threads,
         s.threads
             .or(limits::usable_cores())
             .min(limits::usable_cores())
     );
-    let stream = bmoe_engine::StreamOptions::default();
-    let want = match s.cache_mb {
-        super::settings::CacheMb::Auto => bmoe_engine::CacheBudget::Auto {
-            floor_mb: s.cache_floor_mb,
-        },
-        super::settings::CacheMb::Mib(n) => bmoe_engine::CacheBudget::Mib(n),
-    };
-    assert_eq!(
-        stream.cache, want,
-        "StreamOptions: cache_mb with the default floor"
-    );
-    assert_eq!(
-        stream.io_threads as u32,
-        s.io_threads.or(limits::AUTO_IO_THREADS)
-    );
-    assert_eq!(stream.dense_weights, s.dense_weights.engine());
-    assert_eq!(stream.prefetch, s.prefetch.engine());
-    let prefill = bmoe_engine::PrefillOptions::default();
-    assert_eq!(prefill.min_tokens, s.min_tokens);
-    assert_eq!(prefill.loaders as u32, s.loaders.or(limits::auto_loaders()));
-    assert_eq!(prefill.routed, s.routed);
-    assert_eq!(prefill.routed_full, s.routed_full);
-    assert_eq!(prefill.explain, s.explain);
     let generate = bmoe_engine::GenerateOptions::default();
     let job_default: super::job::Job = toml::from_str(
         "name = \"j\"\nmodel = \"m.gguf\"\nkind = \"generate\"\ncsv = \"o.csv\"\nprompts = [\"a\"]\n",

@@ -3,6 +3,7 @@
 #[cfg(test)]
 mod agreement;
 pub mod cpus;
+pub mod declare;
 pub mod diag;
 pub mod job;
 pub mod jsonl;

@@ -3,12 +3,11 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use bmoe_engine::limits::{
-    self, CACHE_FLOOR_MB, CONTEXT, CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS, N_EXPERT_USED,
-};
+use bmoe_engine::limits;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 
 pub use super::cpus::Cpus;
+pub use super::declare::{to_engine, EngineValues, PrefillValues, SettingFlags, Settings, KEYS};
 use serde::{Deserialize, Serialize};
 
 /// Expert cache size: a number of MiB, or `auto` (what the memory budget leaves).
@@ -193,21 +192,24 @@ fn count_schema(r: &bmoe_engine::limits::IntRange, doc: &str) -> Schema {
     })
 }
 
-fn threads_schema(_: &mut SchemaGenerator) -> Schema {
+/// The schema of the setting's values (its range from `limits`).
+pub fn threads_schema(_: &mut SchemaGenerator) -> Schema {
     count_schema(
         &bmoe_engine::limits::THREADS,
         "Compute threads, or \"auto\" (the cores this process may use: CPU affinity and cgroup quota). A number above those cores is capped to them.",
     )
 }
 
-fn io_threads_schema(_: &mut SchemaGenerator) -> Schema {
+/// The schema of the setting's values (its range from `limits`).
+pub fn io_threads_schema(_: &mut SchemaGenerator) -> Schema {
     count_schema(
         &bmoe_engine::limits::IO_THREADS,
         "Expert-read lanes, or \"auto\" (4). Lanes block in the kernel rather than spin, so they are not capped to the cores.",
     )
 }
 
-fn loaders_schema(_: &mut SchemaGenerator) -> Schema {
+/// The schema of the setting's values (its range from `limits`).
+pub fn loaders_schema(_: &mut SchemaGenerator) -> Schema {
     count_schema(
         &bmoe_engine::limits::LOADERS,
         "Arena loader threads, or \"auto\" (the usable cores, at most 8).",
@@ -326,179 +328,6 @@ impl fmt::Display for PrefixReuse {
     }
 }
 
-/// A profile's `[engine]` table: values for the CPU side (all optional; defaults fill the rest).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EngineValues {
-    /// Compute threads, or "auto".
-    #[schemars(schema_with = "threads_schema")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub threads: Option<Count>,
-    /// Context size in tokens (0 = the model's training context).
-    #[schemars(range(min = CONTEXT.min, max = CONTEXT.max))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub context: Option<u32>,
-    /// Stream routed experts from the GGUF instead of mapping the whole model.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub moe_stream: Option<bool>,
-    /// Expert cache in MiB, or "auto".
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_mb: Option<CacheMb>,
-    /// MiB of RAM the budget leaves to the OS and other apps.
-    #[schemars(range(min = CACHE_FLOOR_MB.min, max = CACHE_FLOOR_MB.max))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_floor_mb: Option<u64>,
-    /// Parallel expert-read lanes, or "auto".
-    #[schemars(schema_with = "io_threads_schema")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub io_threads: Option<Count>,
-    /// Dense weights placement while streaming: mmap or anon.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dense_weights: Option<DenseWeights>,
-    /// Expert reads ahead while streaming: router or off.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prefetch: Option<Prefetch>,
-    /// Reuse the KV cache's common prefix between decisions: auto, on or off.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prefix_reuse: Option<PrefixReuse>,
-    /// CPUs the compute threads run on: "auto" (the fast cores where some are slower), a list, or
-    /// a CPU list such as "4-7"; readers and loaders get the others.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<Cpus>,
-}
-
-/// A profile's `[prefill]` table: the prefill device and prompt-piece widths.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PrefillValues {
-    /// ggml device that runs wide prefill pieces (HTP0 = Hexagon NPU), or "none".
-    #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9_]*$"))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device: Option<String>,
-    /// Narrowest prompt piece sent to the device; narrower tails run on the CPU.
-    #[schemars(range(min = MIN_TOKENS.min, max = MIN_TOKENS.max))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_tokens: Option<u32>,
-    /// Arena loader threads, or "auto".
-    #[schemars(schema_with = "loaders_schema")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub loaders: Option<Count>,
-    /// Prompt piece width (ubatch) on the device.
-    #[schemars(range(min = DEVICE_UBATCH.min, max = DEVICE_UBATCH.max))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device_ubatch: Option<u32>,
-    /// Prompt piece width (ubatch) on the CPU.
-    #[schemars(range(min = CPU_UBATCH.min, max = CPU_UBATCH.max))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu_ubatch: Option<u32>,
-    /// Read only the experts each graph routes to (true) or whole layers (false).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub routed: Option<bool>,
-    /// A layer routing more than this share of its experts gets the next layer read whole.
-    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub routed_full: Option<f64>,
-    /// Profile device prefill: every node of a device graph timed alone (slows prefill); the
-    /// report goes to stderr and to `<csv>.explain.jsonl`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub explain: Option<bool>,
-    /// Experts used per token (top-k) override; 0 = the model's own. Lossy when changed.
-    #[schemars(range(min = N_EXPERT_USED.min, max = N_EXPERT_USED.max))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub n_expert_used: Option<u32>,
-}
-
-/// Every layered value, resolved: defaults < profile < job overrides < sweep point < `BMOE_*` <
-/// `--set`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Settings {
-    /// Compute threads, or "auto".
-    #[schemars(schema_with = "threads_schema")]
-    pub threads: Count,
-    /// Context size in tokens (0 = the model's training context).
-    #[schemars(range(min = CONTEXT.min, max = CONTEXT.max))]
-    pub context: u32,
-    /// Stream routed experts.
-    pub moe_stream: bool,
-    /// Expert cache in MiB, or "auto".
-    pub cache_mb: CacheMb,
-    /// MiB of RAM kept free.
-    #[schemars(range(min = CACHE_FLOOR_MB.min, max = CACHE_FLOOR_MB.max))]
-    pub cache_floor_mb: u64,
-    /// Expert-read lanes, or "auto".
-    #[schemars(schema_with = "io_threads_schema")]
-    pub io_threads: Count,
-    /// Dense weights placement.
-    pub dense_weights: DenseWeights,
-    /// Expert reads ahead while streaming.
-    pub prefetch: Prefetch,
-    /// Prefill device name or "none".
-    #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9_]*$"))]
-    pub device: String,
-    /// Narrowest piece on the device.
-    #[schemars(range(min = MIN_TOKENS.min, max = MIN_TOKENS.max))]
-    pub min_tokens: u32,
-    /// Arena loader threads, or "auto".
-    #[schemars(schema_with = "loaders_schema")]
-    pub loaders: Count,
-    /// ubatch on the device.
-    #[schemars(range(min = DEVICE_UBATCH.min, max = DEVICE_UBATCH.max))]
-    pub device_ubatch: u32,
-    /// ubatch on the CPU.
-    #[schemars(range(min = CPU_UBATCH.min, max = CPU_UBATCH.max))]
-    pub cpu_ubatch: u32,
-    /// Routed arena.
-    pub routed: bool,
-    /// Whole-layer threshold of the routed arena.
-    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
-    pub routed_full: f64,
-    /// Profile device prefill (slows it).
-    pub explain: bool,
-    /// top-k override (0 = the model's).
-    #[schemars(range(min = N_EXPERT_USED.min, max = N_EXPERT_USED.max))]
-    pub n_expert_used: u32,
-    /// Prefix reuse between decisions: auto (bit-identical to a fresh prefill), on (whole common
-    /// prefix, fastest) or off.
-    pub prefix_reuse: PrefixReuse,
-    /// CPUs the compute threads run on, or "auto".
-    pub cpus: Cpus,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            threads: count_default(&limits::THREADS),
-            context: limits::CONTEXT.default_u32(),
-            moe_stream: false,
-            cache_mb: match limits::CACHE_MB.default_n() {
-                None => CacheMb::Auto,
-                Some(n) => CacheMb::Mib(n),
-            },
-            cache_floor_mb: u64::from(limits::CACHE_FLOOR_MB.default_u32()),
-            io_threads: count_default(&limits::IO_THREADS),
-            dense_weights: DenseWeights::Mmap,
-            prefetch: Prefetch::Router,
-            device: "none".into(),
-            min_tokens: limits::MIN_TOKENS.default_u32(),
-            loaders: count_default(&limits::LOADERS),
-            device_ubatch: limits::DEVICE_UBATCH.default_u32(),
-            cpu_ubatch: limits::CPU_UBATCH.default_u32(),
-            routed: true,
-            routed_full: limits::ROUTED_FULL.default,
-            explain: false,
-            n_expert_used: limits::N_EXPERT_USED.default_u32(),
-            prefix_reuse: PrefixReuse::Auto,
-            cpus: Cpus::Auto,
-        }
-    }
-}
-
-/// A count setting's default from its definition in `limits`.
-fn count_default(r: &limits::IntRange) -> Count {
-    r.default_n().map_or(Count::Auto, |n| Count::N(n as u32))
-}
-
 impl Settings {
     /// The prefill device named, if any.
     pub fn device_name(&self) -> Option<&str> {
@@ -506,29 +335,6 @@ impl Settings {
             .then_some(self.device.as_str())
     }
 }
-
-/// The layered keys, in documentation order.
-pub const KEYS: &[&str] = &[
-    "threads",
-    "context",
-    "moe_stream",
-    "cache_mb",
-    "cache_floor_mb",
-    "io_threads",
-    "dense_weights",
-    "prefetch",
-    "device",
-    "min_tokens",
-    "loaders",
-    "device_ubatch",
-    "cpu_ubatch",
-    "routed",
-    "routed_full",
-    "explain",
-    "n_expert_used",
-    "prefix_reuse",
-    "cpus",
-];
 
 /// The schema of one layered key (from [`Settings`]'s schema), for overrides, sweeps and `--set`.
 pub fn key_schemas(gen: &mut SchemaGenerator) -> serde_json::Map<String, serde_json::Value> {

@@ -1,75 +1,16 @@
 //! Command-line arguments of the one-shot commands.
 use std::path::PathBuf;
 
-use bmoe_engine::limits::{self, FloatRange, IntRange, ThreadChoice};
-use bmoe_engine::{CacheBudget, LoadOptions, PrefillOptions, SessionOptions, StreamOptions};
+use bmoe_engine::limits::{self, ThreadChoice};
+use bmoe_engine::{LoadOptions, PrefillOptions, SessionOptions, StreamOptions};
 use clap::Args;
 
+use crate::config::declare::{float_in, int_in};
 use crate::config::layers::{self, LayerInputs};
 use crate::config::profile::load_profile;
-use crate::config::settings::{
-    auto_loaders, CacheMb, Count, Cpus, DenseWeights, Prefetch, PrefixReuse, Settings,
-    AUTO_IO_THREADS,
-};
+use crate::config::settings::{to_engine, SettingFlags, Settings};
 use crate::placement;
 
-/// A flag's integer value, checked against the setting's range in `limits`.
-fn int_in(s: &str, r: &IntRange) -> Result<u32, String> {
-    r.parse(s)
-        .map_err(|e| e.to_string())
-        .and_then(|v| u32::try_from(v).map_err(|_| format!("{v} does not fit in 32 bits")))
-}
-
-/// A flag's count (`auto` or a number in the setting's range).
-fn count_in(s: &str, r: &IntRange) -> Result<Count, String> {
-    let c: Count = s.parse()?;
-    if let Count::N(n) = c {
-        r.check(u64::from(n)).map_err(|e| e.to_string())?;
-    }
-    Ok(c)
-}
-
-fn float_in(s: &str, r: &FloatRange) -> Result<f64, String> {
-    r.parse(s).map_err(|e| e.to_string())
-}
-
-fn cpus_arg(s: &str) -> Result<Cpus, String> {
-    s.parse()
-}
-
-fn threads_arg(s: &str) -> Result<Count, String> {
-    count_in(s, &limits::THREADS)
-}
-fn io_threads_arg(s: &str) -> Result<Count, String> {
-    count_in(s, &limits::IO_THREADS)
-}
-fn loaders_arg(s: &str) -> Result<Count, String> {
-    count_in(s, &limits::LOADERS)
-}
-fn ctx_arg(s: &str) -> Result<u32, String> {
-    int_in(s, &limits::CONTEXT)
-}
-fn ubatch_arg(s: &str) -> Result<u32, String> {
-    int_in(s, &limits::CPU_UBATCH)
-}
-fn device_ubatch_arg(s: &str) -> Result<u32, String> {
-    int_in(s, &limits::DEVICE_UBATCH)
-}
-fn min_tokens_arg(s: &str) -> Result<u32, String> {
-    int_in(s, &limits::MIN_TOKENS)
-}
-fn n_expert_used_arg(s: &str) -> Result<u32, String> {
-    int_in(s, &limits::N_EXPERT_USED)
-}
-fn cache_mb_arg(s: &str) -> Result<CacheMb, String> {
-    s.parse()
-}
-fn cache_floor_arg(s: &str) -> Result<u64, String> {
-    limits::CACHE_FLOOR_MB.parse(s).map_err(|e| e.to_string())
-}
-fn routed_full_arg(s: &str) -> Result<f64, String> {
-    float_in(s, &limits::ROUTED_FULL)
-}
 fn n_predict_arg(s: &str) -> Result<u32, String> {
     int_in(s, &limits::N_PREDICT)
 }
@@ -187,73 +128,12 @@ pub struct EngineArgs {
     /// Any profile key as KEY=VALUE (repeatable), over the profile and BMOE_* and under the flags.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
-    /// Compute threads, or `auto`: the cores this process may use (affinity, cgroup quota); more is capped to them.
-    #[arg(short = 't', long, value_parser = threads_arg, help_heading = "Threads and memory")]
-    pub threads: Option<Count>,
-    /// CPUs the compute threads run on: `auto` (the fast cores where some are slower) or a CPU list such as `4-7`.
-    #[arg(long, value_parser = cpus_arg, help_heading = "Threads and memory")]
-    pub cpus: Option<Cpus>,
-    /// Context size in tokens (0 = the model's training context).
-    #[arg(short = 'c', long, alias = "ctx", value_parser = ctx_arg, help_heading = "Threads and memory")]
-    pub context: Option<u32>,
-    /// Prompt piece width on the CPU.
-    #[arg(long, alias = "ubatch", value_parser = ubatch_arg, help_heading = "Threads and memory")]
-    pub cpu_ubatch: Option<u32>,
-    /// Override the model's experts per token (0 = the model's own).
-    #[arg(long, value_parser = n_expert_used_arg, help_heading = "Threads and memory")]
-    pub n_expert_used: Option<u32>,
-    /// Stream routed experts from the GGUF instead of relying on the page cache.
-    #[arg(long, help_heading = "Expert streaming")]
-    pub moe_stream: bool,
-    /// Expert cache budget in MiB when streaming (0 = no cache), or `auto`: what the memory
-    /// budget leaves (the profile's RAM, or this machine's available memory, minus the floor).
-    #[arg(long, value_parser = cache_mb_arg, help_heading = "Expert streaming")]
-    pub cache_mb: Option<CacheMb>,
-    /// MiB of memory left to everything else when the cache is `auto`.
-    #[arg(long, value_parser = cache_floor_arg, help_heading = "Expert streaming")]
-    pub cache_floor_mb: Option<u64>,
-    /// Read lanes when streaming, or `auto` (4).
-    #[arg(long, value_parser = io_threads_arg, help_heading = "Expert streaming")]
-    pub io_threads: Option<Count>,
-    /// Dense weights when streaming: left in the file mapping (`mmap`) or copied (`anon`).
-    #[arg(long, value_enum, help_heading = "Expert streaming")]
-    pub dense_weights: Option<DenseWeights>,
-    /// With --moe-stream: read ahead the experts the next layer is predicted to route to
-    /// (`router`: the next layer's router on this layer's input; `repeat`: what it routed to on
-    /// the previous token) or not (`off`).
-    #[arg(long, value_enum, help_heading = "Expert streaming")]
-    pub prefetch: Option<Prefetch>,
+    #[command(flatten)]
+    pub settings: SettingFlags,
     /// With --moe-stream: load through llama.cpp's own loader, which reads the whole file
     /// (experts included) at load, instead of the header and dense weights only. For comparison.
-    #[arg(long, help_heading = "Expert streaming")]
+    #[arg(long, help_heading = "Expert streaming", display_order = 14)]
     pub llama_load: bool,
-    /// Run wide prefill pieces on this ggml device (e.g. HTP0, CUDA0), or `none`.
-    #[arg(long, alias = "prefill-device", help_heading = "Prefill device")]
-    pub device: Option<String>,
-    /// Pieces at least this wide run on the prefill device.
-    #[arg(long, alias = "prefill-min-tokens", value_parser = min_tokens_arg, help_heading = "Prefill device")]
-    pub min_tokens: Option<u32>,
-    /// Prompt piece width on the prefill device.
-    #[arg(long, alias = "prefill-ubatch", value_parser = device_ubatch_arg, help_heading = "Prefill device")]
-    pub device_ubatch: Option<u32>,
-    /// Threads filling the prefill device's arena (apart from --io-threads), or `auto` (the usable cores, at most 8).
-    #[arg(long, alias = "prefill-loaders", value_parser = loaders_arg, help_heading = "Prefill device")]
-    pub loaders: Option<Count>,
-    /// Read whole layers into the arena instead of only the routed experts (`routed = false`).
-    #[arg(long, alias = "no-prefill-routed", help_heading = "Prefill device")]
-    pub no_routed: bool,
-    /// A layer routing to more than this share of its experts gets the next layer read whole.
-    #[arg(long, alias = "prefill-routed-full", value_parser = routed_full_arg, help_heading = "Prefill device")]
-    pub routed_full: Option<f64>,
-    /// Profile device prefill: every node of a device graph timed alone, per op and backend,
-    /// bytes copied between CPU and device, splits, and why each op left on the CPU is there
-    /// (slows prefill; needs a prefill device).
-    #[arg(long, alias = "explain-prefill", help_heading = "Prefill device")]
-    pub explain: bool,
-    /// Prefix reuse between consecutive decisions: auto (bit-identical to a fresh prefill), on
-    /// (whole common prefix, fastest) or off.
-    #[arg(long, value_enum, help_heading = "Decisions")]
-    pub prefix_reuse: Option<PrefixReuse>,
     /// Print llama.cpp's log on stderr: set from the global `-v`.
     #[arg(skip)]
     pub verbose: bool,
@@ -277,37 +157,6 @@ pub struct Direct {
 }
 
 impl EngineArgs {
-    /// The setting flags given on the command line, as a layer.
-    fn flags(&self) -> serde_json::Map<String, serde_json::Value> {
-        use serde_json::{json, Value};
-        let mut m = serde_json::Map::new();
-        let mut put = |k: &str, v: Option<Value>| {
-            if let Some(v) = v {
-                m.insert(k.to_string(), v);
-            }
-        };
-        put("threads", self.threads.as_ref().map(to_json));
-        put("context", self.context.map(|v| json!(v)));
-        put("cpu_ubatch", self.cpu_ubatch.map(|v| json!(v)));
-        put("n_expert_used", self.n_expert_used.map(|v| json!(v)));
-        put("moe_stream", self.moe_stream.then_some(json!(true)));
-        put("cache_mb", self.cache_mb.as_ref().map(to_json));
-        put("cache_floor_mb", self.cache_floor_mb.map(|v| json!(v)));
-        put("io_threads", self.io_threads.as_ref().map(to_json));
-        put("dense_weights", self.dense_weights.as_ref().map(to_json));
-        put("prefetch", self.prefetch.as_ref().map(to_json));
-        put("device", self.device.as_ref().map(|d| json!(d)));
-        put("min_tokens", self.min_tokens.map(|v| json!(v)));
-        put("device_ubatch", self.device_ubatch.map(|v| json!(v)));
-        put("loaders", self.loaders.as_ref().map(to_json));
-        put("routed", self.no_routed.then_some(json!(false)));
-        put("routed_full", self.routed_full.map(|v| json!(v)));
-        put("explain", self.explain.then_some(json!(true)));
-        put("prefix_reuse", self.prefix_reuse.as_ref().map(to_json));
-        put("cpus", self.cpus.as_ref().map(to_json));
-        m
-    }
-
     /// Says so when a streaming flag was given to a model that does not stream: it does nothing.
     fn warn_idle_flags(&self, s: &Settings) {
         if s.moe_stream {
@@ -316,11 +165,11 @@ impl EngineArgs {
             return;
         }
         let idle: Vec<&str> = [
-            ("--cache-mb", self.cache_mb.is_some()),
-            ("--cache-floor-mb", self.cache_floor_mb.is_some()),
-            ("--io-threads", self.io_threads.is_some()),
-            ("--dense-weights", self.dense_weights.is_some()),
-            ("--prefetch", self.prefetch.is_some()),
+            ("--cache-mb", self.settings.cache_mb.is_some()),
+            ("--cache-floor-mb", self.settings.cache_floor_mb.is_some()),
+            ("--io-threads", self.settings.io_threads.is_some()),
+            ("--dense-weights", self.settings.dense_weights.is_some()),
+            ("--prefetch", self.settings.prefetch.is_some()),
         ]
         .into_iter()
         .filter_map(|(f, given)| given.then_some(f))
@@ -363,7 +212,7 @@ impl EngineArgs {
     /// options: through the profile's placement when one is given, else against this machine.
     pub fn resolve(&self) -> anyhow::Result<Direct> {
         let mut inputs = LayerInputs {
-            flags: self.flags(),
+            flags: self.settings.layer(),
             ..LayerInputs::default()
         };
         for s in &self.sets {
@@ -427,58 +276,26 @@ fn machine_options(
             n => n as u32,
         },
     );
-    let load = LoadOptions {
-        path: model.to_path_buf(),
-        // llama.cpp's own offload is a benchmark baseline (engine/examples/bench_prefill.rs).
-        offload: None,
-        // Repacked where nothing moves the weights; a setting of its own comes with issue 32.
-        repack: bmoe_engine::Repack::Auto,
-        n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
+    let mut load = LoadOptions {
         stream: s.moe_stream.then(|| StreamOptions {
-            cache: match s.cache_mb {
-                CacheMb::Mib(n) => CacheBudget::Mib(n),
-                // `auto`: this machine's available memory minus the floor, sized at load.
-                CacheMb::Auto => CacheBudget::Auto {
-                    floor_mb: s.cache_floor_mb,
-                },
-            },
-            io_threads: s.io_threads.or(AUTO_IO_THREADS) as usize,
-            dense_weights: s.dense_weights.engine(),
-            read_all_experts: false,
-            llama_load: false,
-            prefetch: s.prefetch.engine(),
             cpus: cores.helpers.clone(),
+            ..StreamOptions::default()
         }),
         prefill: s.device_name().map(|d| PrefillOptions {
             device: d.to_string(),
-            min_tokens: s.min_tokens,
-            loaders: s.loaders.or(auto_loaders()) as usize,
-            routed: s.routed,
-            routed_full: s.routed_full,
-            explain: s.explain,
             cpus: cores.helpers.clone(),
             ..PrefillOptions::default()
         }),
+        ..LoadOptions::new(model)
     };
-    let session = SessionOptions {
+    let mut session = SessionOptions {
         threads: threads.used,
-        n_ctx: s.context,
-        n_ubatch: s.cpu_ubatch,
-        n_ubatch_device: if s.device_name().is_some() {
-            s.device_ubatch
-        } else {
-            s.cpu_ubatch
-        },
-        prefix_reuse: s.prefix_reuse.engine(),
         cpus: cores.compute,
         ..SessionOptions::default()
     };
+    // `auto` cache: this machine's available memory minus the floor, sized at load.
+    to_engine(s, &mut load, &mut session);
     Ok((load, session, threads))
-}
-
-/// A flag's value as the layer holds it (the same JSON a profile's value would be).
-fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
-    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
 }
 
 /// `--scoring` of `bmoe decide`.

@@ -515,21 +515,10 @@ pub fn engine_options(
     s: &Settings,
     model: &Path,
 ) -> (bmoe_engine::LoadOptions, bmoe_engine::SessionOptions) {
-    let load = bmoe_engine::LoadOptions {
-        path: model.to_path_buf(),
-        offload: None,
-        // Repacked where nothing moves the weights; a setting of its own comes with issue 32.
-        repack: bmoe_engine::Repack::Auto,
-        n_expert_used: (s.n_expert_used > 0).then_some(s.n_expert_used),
-        stream: s.moe_stream.then_some(bmoe_engine::StreamOptions {
-            // `auto` was resolved here against the profile's RAM, not the machine this runs on.
-            cache: bmoe_engine::CacheBudget::Mib(p.cache_mb),
-            io_threads: s.io_threads.or(crate::config::settings::AUTO_IO_THREADS) as usize,
-            dense_weights: s.dense_weights.engine(),
-            read_all_experts: false,
-            llama_load: false,
-            prefetch: s.prefetch.engine(),
+    let mut load = bmoe_engine::LoadOptions {
+        stream: s.moe_stream.then(|| bmoe_engine::StreamOptions {
             cpus: p.cores.helpers.clone(),
+            ..Default::default()
         }),
         prefill: p
             .prefill
@@ -537,28 +526,22 @@ pub fn engine_options(
             .as_ref()
             .map(|d| bmoe_engine::PrefillOptions {
                 device: d.clone(),
-                min_tokens: s.min_tokens,
-                loaders: s.loaders.or(crate::config::settings::auto_loaders()) as usize,
-                routed: s.routed,
-                routed_full: s.routed_full,
-                explain: s.explain,
                 cpus: p.cores.helpers.clone(),
                 ..Default::default()
             }),
+        ..bmoe_engine::LoadOptions::new(model)
     };
-    let session = bmoe_engine::SessionOptions {
+    let mut session = bmoe_engine::SessionOptions {
         threads: p.threads.used,
-        n_ctx: p.n_ctx as u32,
-        n_ubatch: s.cpu_ubatch,
-        // Without a device the context need not be sized for the device's wider pieces.
-        n_ubatch_device: if p.prefill.device.is_some() {
-            s.device_ubatch
-        } else {
-            s.cpu_ubatch
-        },
-        prefix_reuse: s.prefix_reuse.engine(),
         cpus: p.cores.compute.clone(),
         ..bmoe_engine::SessionOptions::default()
     };
+    crate::config::settings::to_engine(s, &mut load, &mut session);
+    // `auto` was resolved here against the profile's RAM, not the machine this runs on; the
+    // context is the one placement sized the budget for.
+    if let Some(st) = load.stream.as_mut() {
+        st.cache = bmoe_engine::CacheBudget::Mib(p.cache_mb);
+    }
+    session.n_ctx = p.n_ctx as u32;
     (load, session)
 }

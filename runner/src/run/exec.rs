@@ -892,7 +892,7 @@ fn base_row(
     // The hash only labels rows; a file that cannot be read again gets an empty one, not a
     // failed run.
     let hash = model_hash(&lj.model, d.data_start).unwrap_or_default();
-    Row {
+    crate::config::declare::with_recorded_settings!(s => Row {
         run_id: run_id.to_string(),
         job: lj.job.name.clone(),
         kind: lj.job.kind.to_string(),
@@ -904,29 +904,17 @@ fn base_row(
         build: build.to_string(),
         arch,
         threads: u.placement.threads.used,
-        threads_setting: s.threads.to_string(),
         context: u.placement.n_ctx as u32,
-        moe_stream: s.moe_stream,
         cache_mb: u.placement.cache_mb,
-        io_threads: s.io_threads.or(crate::config::settings::AUTO_IO_THREADS),
-        dense_weights: s.dense_weights.to_string(),
-        prefetch: s.prefetch.to_string(),
         prefill_device: u.placement.prefill.device.clone().unwrap_or_default(),
         prefill_device_plan: u.placement.prefill.device.clone().unwrap_or_default(),
-        prefill_device_requested: s.device_name().unwrap_or_default().to_string(),
-        device_ubatch: s.device_ubatch,
-        cpu_ubatch: s.cpu_ubatch,
-        min_tokens: s.min_tokens,
-        loaders: s.loaders.or(crate::config::settings::auto_loaders()),
-        routed: s.routed,
-        routed_full: s.routed_full,
         n_expert_used,
         load_s,
         schema_version: Some(SCHEMA_VERSION),
         git_commit: ident::GIT_COMMIT.to_string(),
         llama_cpp: ident::LLAMA_CPP.to_string(),
         ..sampling_columns(lj)
-    }
+    })
 }
 
 /// The sampling columns of a generate row; empty on other kinds, and the seeded-only ones empty

@@ -402,31 +402,27 @@ mod tests {
         let old = &cols[..cols.iter().position(|c| c == "schema_version").unwrap()];
         let mut w = csv::Writer::from_writer(Vec::new());
         w.write_record(old).unwrap();
-        let mut rec: Vec<String> = old.iter().map(|_| String::new()).collect();
+        // Each column at its default as this build writes it (numbers 0, flags false, the
+        // rest empty), then the few that matter here.
+        let default_line = String::from_utf8(Row::default().to_line().unwrap()).unwrap();
+        let defaults: Vec<String> = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_reader(default_line.as_bytes())
+            .records()
+            .next()
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(str::to_string)
+            .collect();
+        let mut rec: Vec<String> = defaults[..old.len()].to_vec();
         for (i, c) in old.iter().enumerate() {
-            rec[i] = match c.as_str() {
-                "run_id" => "r".into(),
-                "item" => "a".into(),
-                "cache_hit_pct" => "-1".into(),
-                "model_bytes" | "threads" | "context" | "cache_mb" | "io_threads"
-                | "device_ubatch" | "cpu_ubatch" | "min_tokens" | "loaders" | "n_expert_used"
-                | "n_prompt" | "tokens" | "evictions" | "prefill_dev_tokens"
-                | "prefill_dev_nodes" | "prefill_dev_routed" | "prefill_dev_demand" => "0".into(),
-                "routed_full"
-                | "load_s"
-                | "prefill_s"
-                | "prefill_tps"
-                | "decode_s"
-                | "tok_s"
-                | "read_mib"
-                | "io_s"
-                | "stall_s"
-                | "cache_resident_mib"
-                | "prefill_dev_read_mib"
-                | "prefill_dev_stall_s" => "0.0".into(),
-                "moe_stream" | "routed" | "cancelled" | "stopped_eog" => "false".into(),
-                _ => String::new(),
-            };
+            match c.as_str() {
+                "run_id" => rec[i] = "r".into(),
+                "item" => rec[i] = "a".into(),
+                "cache_hit_pct" => rec[i] = "-1".into(),
+                _ => {}
+            }
         }
         w.write_record(&rec).unwrap();
         let text = w.into_inner().unwrap();

@@ -9,36 +9,9 @@ use serde::{Deserialize, Serialize};
 /// a column is appended; a file without the column was written by version 1.
 pub const SCHEMA_VERSION: u32 = 6;
 
-/// The columns that hold a resolved setting (what the configuration made of a run), in one list
-/// for every reader that asks whether two rows ran alike: `report` splits a point whose rows
-/// differ in them, `compare` lists those that changed between two runs.
-pub const SETTING_COLUMNS: &[&str] = &[
-    "threads_setting",
-    "threads",
-    "context",
-    "moe_stream",
-    "cache_mb",
-    "io_threads",
-    "dense_weights",
-    "prefill_device_requested",
-    "prefill_device_plan",
-    "device_ubatch",
-    "cpu_ubatch",
-    "min_tokens",
-    "loaders",
-    "routed",
-    "routed_full",
-    "n_expert_used",
-    "prefetch",
-    "scoring",
-    "temperature",
-    "top_k",
-    "top_p",
-    "seed",
-    "n_predict",
-    "chat",
-];
+pub use crate::config::declare::SETTING_COLUMNS;
 
+crate::config::declare::row_with_settings! {
 /// One row of the telemetry CSV (see docs/telemetry.md).
 ///
 /// No `deny_unknown_fields`: a newer build's extra columns are ignored when this build reads its
@@ -71,41 +44,7 @@ pub struct Row {
     pub build: String,
     /// `general.architecture`.
     pub arch: String,
-    /// Compute threads used (the setting capped to the cores this process may use).
-    pub threads: u32,
-    /// Context size the session got.
-    #[schemars(extend("x-unit" = "tokens"))]
-    pub context: u32,
-    /// Expert streaming on.
-    pub moe_stream: bool,
-    /// Expert cache budget after `auto` resolved (0 when not streaming).
-    #[schemars(extend("x-unit" = "MiB"))]
-    pub cache_mb: u64,
-    /// Expert-read lanes.
-    pub io_threads: u32,
-    /// Dense weights placement.
-    pub dense_weights: String,
-    /// The device that ran prefill pieces of this item (`prefill_dev_tokens > 0`); empty when the
-    /// CPU ran all of it (schema 1 wrote the planned device here; see `prefill_device_plan`).
-    pub prefill_device: String,
-    /// ubatch on the device.
-    #[schemars(extend("x-unit" = "tokens"))]
-    pub device_ubatch: u32,
-    /// ubatch on the CPU.
-    #[schemars(extend("x-unit" = "tokens"))]
-    pub cpu_ubatch: u32,
-    /// Narrowest piece sent to the device.
-    #[schemars(extend("x-unit" = "tokens"))]
-    pub min_tokens: u32,
-    /// Arena loader threads.
-    pub loaders: u32,
-    /// Routed arena on.
-    pub routed: bool,
-    /// Whole-layer threshold of the routed arena.
-    #[schemars(extend("x-unit" = "fraction"))]
-    pub routed_full: f64,
-    /// Experts used per token (effective top-k).
-    pub n_expert_used: u32,
+} then {
     /// Model load time of this (job, profile point).
     #[schemars(extend("x-unit" = "s"))]
     pub load_s: f64,
@@ -312,7 +251,7 @@ pub struct Row {
     #[schemars(extend("x-since" = 3, "x-unit" = "%"))]
     pub overlap_pct: Option<f64>,
     /// Layers the device arena read whole by the routed-full fallback (the layer before routed to
-    /// more than `routed_full` of its experts).
+    /// a larger share of its experts than the whole-layer threshold).
     #[schemars(extend("x-since" = 3, "x-unit" = "count"))]
     pub prefill_dev_whole_fallback: u64,
     // ---- schema 4 ----
@@ -343,6 +282,7 @@ pub struct Row {
     /// for the next miss) or `release` (the start-up self-check of `MREMAP_DONTUNMAP` failed).
     #[schemars(extend("x-since" = 6))]
     pub page_moves: String,
+}
 }
 
 impl Row {
@@ -580,6 +520,41 @@ mod tests {
             assert!(
                 doc.lines().any(|l| l.starts_with(&format!("| `{c}` |"))),
                 "docs/telemetry.md does not list column {c}"
+            );
+        }
+    }
+
+    /// docs/telemetry.md's rows of the configuration columns (`threads` to `n_expert_used`,
+    /// declared in config/declare.rs) are what the schema says of them: type, unit, schema
+    /// version and description.
+    #[test]
+    fn setting_column_rows_are_the_declarations() {
+        let doc = include_str!("../../../docs/telemetry.md");
+        let schema = super::super::schema::telemetry_schema();
+        let cols = Row::columns();
+        let first = cols.iter().position(|c| c == "threads").unwrap();
+        let last = cols.iter().position(|c| c == "n_expert_used").unwrap();
+        for c in &cols[first..=last] {
+            let p = &schema["properties"][c.as_str()];
+            let want = format!(
+                "| `{c}` | {} | {} | {} | {} |",
+                p["type"].as_str().unwrap_or_default(),
+                p["x-unit"].as_str().unwrap_or_default(),
+                p["x-since"].as_u64().unwrap_or(1),
+                p["description"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .replace('\n', " ")
+            );
+            let have = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{c}` |")))
+                .unwrap_or_default()
+                .replace("|  |", "| |");
+            assert_eq!(
+                have,
+                want.replace("|  |", "| |"),
+                "docs/telemetry.md's row of {c} vs its declaration in config/declare.rs"
             );
         }
     }

@@ -1,0 +1,753 @@
+//! Every layered setting declared once: its name, type, default (from the engine's `limits`),
+//! doc line, layer section (`[engine]` or `[prefill]`), schema attributes, one-shot CLI flag,
+//! the engine option it sets and its row in docs/configuration.md. The profile's `[engine]` and
+//! `[prefill]` tables, the resolved [`Settings`], [`KEYS`], the one-shot flags, the mapping into
+//! the engine's options and the docs table are all generated from the table below, so adding a
+//! setting is one entry here plus the engine option it reaches.
+//!
+//! The CSV columns that record settings ([`row_with_settings`], [`with_recorded_settings`],
+//! [`SETTING_COLUMNS`]) live here too, in column order: columns are only ever appended.
+use bmoe_engine::limits::{
+    self, FloatRange, IntRange, CACHE_FLOOR_MB, CONTEXT, CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS,
+    N_EXPERT_USED,
+};
+use bmoe_engine::{CacheBudget, LoadOptions, SessionOptions};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::settings::{
+    auto_loaders, io_threads_schema, loaders_schema, threads_schema, CacheMb, Count, Cpus,
+    DenseWeights, Prefetch, PrefixReuse, AUTO_IO_THREADS,
+};
+
+/// The table: one entry per setting, in [`KEYS`] order (the order of [`Settings`]' fields and of
+/// the schemas' properties). Each entry is `engine { .. }` or `prefill { .. }` (its profile
+/// table) holding:
+/// - the doc line (the schemas' description) and `name: Type = default;`
+/// - `schema [..];` attributes of the layer and resolved fields (schemars ranges)
+/// - `flag [..] field: Type => |v| layer value;` the one-shot flag (clap attributes, help text)
+///   and the layer value it gives (`None` when not given)
+/// - `engine |s, load, session| ..;` what it sets in the engine's options (`()` where placement
+///   decides: threads, cores, the cache size, whether a stream or a prefill device exists)
+/// - `docs (type, default, engine option, meaning);` its row in docs/configuration.md
+macro_rules! declare_settings {
+    // Sort the entries into their profile tables, keeping the table order.
+    (@split [$($e:tt)*] [$($p:tt)*] [$($all:tt)*]) => {
+        declare_settings!(@emit [$($e)*] [$($p)*] [$($all)*]);
+    };
+    (@split [$($e:tt)*] [$($p:tt)*] [$($all:tt)*] engine { $($body:tt)* } $($rest:tt)*) => {
+        declare_settings!(@split [$($e)* { $($body)* }] [$($p)*] [$($all)* { $($body)* }] $($rest)*);
+    };
+    (@split [$($e:tt)*] [$($p:tt)*] [$($all:tt)*] prefill { $($body:tt)* } $($rest:tt)*) => {
+        declare_settings!(@split [$($e)*] [$($p)* { $($body)* }] [$($all)* { $($body)* }] $($rest)*);
+    };
+    (@emit [$($e:tt)*] [$($p:tt)*] [$($all:tt)*]) => {
+        declare_settings!(@layer EngineValues
+            "A profile's `[engine]` table: values for the CPU side (all optional; defaults fill the rest)."
+            $($e)*);
+        declare_settings!(@layer PrefillValues
+            "A profile's `[prefill]` table: the prefill device and prompt-piece widths."
+            $($p)*);
+        declare_settings!(@resolved $($all)*);
+        declare_settings!(@docs [engine $($e)*] [prefill $($p)*]);
+    };
+    (@layer $name:ident $what:literal $({
+        $(#[doc = $doc:literal])* $key:ident : $ty:ty = $default:expr;
+        schema [$(#[$sattr:meta])*];
+        flag [$(#[$fattr:meta])*] $flag:ident : $fty:ty => |$fv:ident| $layer:expr;
+        engine |$es:ident, $el:ident, $ess:ident| $map:expr;
+        docs ($dty:expr, $ddef:expr, $dopt:expr, $dmeaning:expr $(,)?);
+    })*) => {
+        #[doc = $what]
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $(
+                $(#[doc = $doc])*
+                $(#[$sattr])*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $key: Option<$ty>,
+            )*
+        }
+    };
+    (@resolved $({
+        $(#[doc = $doc:literal])* $key:ident : $ty:ty = $default:expr;
+        schema [$(#[$sattr:meta])*];
+        flag [$(#[$fattr:meta])*] $flag:ident : $fty:ty => |$fv:ident| $layer:expr;
+        engine |$es:ident, $el:ident, $ess:ident| $map:expr;
+        docs ($dty:expr, $ddef:expr, $dopt:expr, $dmeaning:expr $(,)?);
+    })*) => {
+        /// Every layered value, resolved: defaults < profile < job overrides < sweep point <
+        /// `BMOE_*` < `--set`.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct Settings {
+            $(
+                $(#[doc = $doc])*
+                $(#[$sattr])*
+                pub $key: $ty,
+            )*
+        }
+
+        impl Default for Settings {
+            fn default() -> Self {
+                Self { $($key: $default,)* }
+            }
+        }
+
+        /// The layered keys, in documentation order.
+        pub const KEYS: &[&str] = &[$(stringify!($key)),*];
+
+        /// The setting flags of the one-shot commands: each is the profile key of the same name
+        /// (old spellings stay as aliases) and has no default of its own, so an unset flag takes
+        /// its value from the layers below it.
+        #[derive(Debug, Clone, clap::Args)]
+        pub struct SettingFlags {
+            $(
+                $(#[$fattr])*
+                pub $flag: $fty,
+            )*
+        }
+
+        impl SettingFlags {
+            /// The flags given on the command line, as a layer.
+            pub fn layer(&self) -> serde_json::Map<String, Value> {
+                let mut m = serde_json::Map::new();
+                $(
+                    let $fv = self.$flag.clone();
+                    if let Some(v) = $layer {
+                        m.insert(stringify!($key).to_string(), v);
+                    }
+                )*
+                m
+            }
+        }
+
+        /// Sets every engine option the settings decide alone: `load.stream` and `load.prefill`
+        /// are filled where the caller made them `Some` (placement decides whether they exist,
+        /// the threads, the cores and the cache size, and may overwrite after this).
+        // `()` is the entry of a setting placement maps.
+        #[allow(clippy::no_effect, unused_variables)]
+        pub fn to_engine(s: &Settings, load: &mut LoadOptions, session: &mut SessionOptions) {
+            $(
+                let ($es, $el, $ess) = (s, &mut *load, &mut *session);
+                $map;
+            )*
+        }
+    };
+    (@docs $([$section:ident $({
+        $(#[doc = $doc:literal])* $key:ident : $ty:ty = $default:expr;
+        schema [$(#[$sattr:meta])*];
+        flag [$(#[$fattr:meta])*] $flag:ident : $fty:ty => |$fv:ident| $layer:expr;
+        engine |$es:ident, $el:ident, $ess:ident| $map:expr;
+        docs ($dty:expr, $ddef:expr, $dopt:expr, $dmeaning:expr $(,)?);
+    })*])*) => {
+        /// The rows of docs/configuration.md's table of layered values, `[engine]` keys first.
+        #[cfg(test)]
+        fn docs_rows() -> Vec<String> {
+            let mut rows = Vec::new();
+            $($(
+                rows.push(format!(
+                    "| {} | `{}` | {} | {} | {} | {} |",
+                    stringify!($section),
+                    stringify!($key),
+                    $dty,
+                    $ddef,
+                    $dopt,
+                    $dmeaning
+                ));
+            )*)*
+            rows
+        }
+    };
+    ($($entries:tt)*) => {
+        declare_settings!(@split [] [] [] $($entries)*);
+    };
+}
+
+declare_settings! {
+    engine {
+        /// Compute threads, or "auto".
+        threads: Count = count_default(&limits::THREADS);
+        schema [#[schemars(schema_with = "threads_schema")]];
+        flag [
+            /// Compute threads, or `auto`: the cores this process may use (affinity, cgroup quota); more is capped to them.
+            #[arg(short = 't', long, value_parser = |s: &str| count_in(s, &limits::THREADS), help_heading = "Threads and memory", display_order = 3)]
+        ] threads: Option<Count> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| ();
+        docs (count_type(&limits::THREADS), int_default_doc(&limits::THREADS), "`SessionOptions.threads`",
+            r#"compute threads. `auto` = the cores this process may use (its CPU affinity and its cgroup's CPU quota: a Kubernetes CPU limit, a Slurm allocation). A number above those cores is capped to them with one line (`bmoe plan` shows both; rows record `threads` used and `threads_setting`): ggml's compute threads spin at barriers, and 8 threads on 2 cores run 50-100x slower"#,
+        );
+    }
+    engine {
+        /// Context size in tokens (0 = the model's training context).
+        context: u32 = CONTEXT.default_u32();
+        schema [#[schemars(range(min = CONTEXT.min, max = CONTEXT.max))]];
+        flag [
+            /// Context size in tokens (0 = the model's training context).
+            #[arg(short = 'c', long, alias = "ctx", value_parser = |s: &str| int_in(s, &CONTEXT), help_heading = "Threads and memory", display_order = 5)]
+        ] context: Option<u32> => |v| v.map(|v| json!(v));
+        engine |s, load, session| session.n_ctx = s.context;
+        docs (int_type(&CONTEXT), int_default_doc(&CONTEXT), "`SessionOptions.n_ctx`",
+            r#"context in tokens; 0 = the model's training context. It is the limit every length check uses (a prompt longer than it is refused; generation that reaches it stops with `stopped = context_full`). llama.cpp allocates its KV cache rounded up to a multiple of 256, but clamps its batch to the context asked for, so prompt pieces are never wider than `min(ubatch, context)`"#,
+        );
+    }
+    engine {
+        /// Stream routed experts from the GGUF instead of mapping the whole model.
+        moe_stream: bool = false;
+        schema [];
+        flag [
+            /// Stream routed experts from the GGUF instead of relying on the page cache.
+            #[arg(long, help_heading = "Expert streaming", display_order = 8)]
+        ] moe_stream: bool => |v| v.then_some(json!(true));
+        engine |s, load, session| ();
+        docs ("bool", "false", "`LoadOptions.stream` is `Some` only when true",
+            r#"stream routed experts from the GGUF instead of mapping the whole model"#,
+        );
+    }
+    engine {
+        /// Expert cache in MiB, or "auto".
+        cache_mb: CacheMb = match limits::CACHE_MB.default_n() {
+            None => CacheMb::Auto,
+            Some(n) => CacheMb::Mib(n),
+        };
+        schema [];
+        flag [
+            /// Expert cache budget in MiB when streaming (0 = no cache), or `auto`: what the memory
+            /// budget leaves (the profile's RAM, or this machine's available memory, minus the floor).
+            #[arg(long, value_parser = |s: &str| s.parse::<CacheMb>(), help_heading = "Expert streaming", display_order = 9)]
+        ] cache_mb: Option<CacheMb> => |v| v.as_ref().map(to_json);
+        // Without a profile `auto` is this machine's available memory minus the floor, sized at
+        // load; placement with a profile overwrites it with the size it resolved.
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.cache = match s.cache_mb {
+                CacheMb::Mib(n) => CacheBudget::Mib(n),
+                CacheMb::Auto => CacheBudget::Auto { floor_mb: s.cache_floor_mb },
+            };
+        };
+        docs (count_type(&limits::CACHE_MB), int_default_doc(&limits::CACHE_MB), "`StreamOptions.cache_mb`",
+            r#"expert cache in MiB; `auto` = what the memory budget leaves (at most every expert); ignored (0) without `moe_stream`"#,
+        );
+    }
+    engine {
+        /// MiB of RAM the budget leaves to the OS and other apps.
+        cache_floor_mb: u64 = u64::from(CACHE_FLOOR_MB.default_u32());
+        schema [#[schemars(range(min = CACHE_FLOOR_MB.min, max = CACHE_FLOOR_MB.max))]];
+        flag [
+            /// MiB of memory left to everything else when the cache is `auto`.
+            #[arg(long, value_parser = |s: &str| CACHE_FLOOR_MB.parse(s).map_err(|e| e.to_string()), help_heading = "Expert streaming", display_order = 10)]
+        ] cache_floor_mb: Option<u64> => |v| v.map(|v| json!(v));
+        engine |s, load, session| ();
+        docs (int_type(&CACHE_FLOOR_MB), int_default_doc(&CACHE_FLOOR_MB), "(placement)",
+            r#"RAM left to the OS and other apps: the budget is `ram_mb - cache_floor_mb`"#,
+        );
+    }
+    engine {
+        /// Parallel expert-read lanes, or "auto".
+        io_threads: Count = count_default(&limits::IO_THREADS);
+        schema [#[schemars(schema_with = "io_threads_schema")]];
+        flag [
+            /// Read lanes when streaming, or `auto` (4).
+            #[arg(long, value_parser = |s: &str| count_in(s, &limits::IO_THREADS), help_heading = "Expert streaming", display_order = 11)]
+        ] io_threads: Option<Count> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.io_threads = s.io_threads.or(AUTO_IO_THREADS) as usize;
+        };
+        docs (count_type(&limits::IO_THREADS), format!("{} ({AUTO_IO_THREADS})", int_default_doc(&limits::IO_THREADS)), "`StreamOptions.io_threads`",
+            r#"parallel expert-read lanes. Not capped to the cores: a lane blocks in the kernel on its read, it does not spin"#,
+        );
+    }
+    engine {
+        /// Dense weights placement while streaming: mmap or anon.
+        dense_weights: DenseWeights = DenseWeights::Mmap;
+        schema [];
+        flag [
+            /// Dense weights when streaming: left in the file mapping (`mmap`) or copied (`anon`).
+            #[arg(long, value_enum, help_heading = "Expert streaming", display_order = 12)]
+        ] dense_weights: Option<DenseWeights> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.dense_weights = s.dense_weights.engine();
+        };
+        docs ("`\"mmap\"` or `\"anon\"`", "`mmap`", "`StreamOptions.dense_weights`",
+            r#"where non-expert weights live while streaming"#,
+        );
+    }
+    engine {
+        /// Expert reads ahead while streaming: router, eager, repeat or off.
+        prefetch: Prefetch = Prefetch::Router;
+        schema [];
+        flag [
+            /// With --moe-stream: read ahead the experts the next layer is predicted to route to
+            /// (`router`: the next layer's router on this layer's input; `repeat`: what it routed to on
+            /// the previous token) or not (`off`).
+            #[arg(long, value_enum, help_heading = "Expert streaming", display_order = 13)]
+        ] prefetch: Option<Prefetch> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.prefetch = s.prefetch.engine();
+        };
+        docs ("`\"router\"`, `\"eager\"`, `\"repeat\"` or `\"off\"`", "`\"router\"`", "`StreamOptions.prefetch`",
+            r#"expert reads ahead while streaming: at each routing node of a decode step, the next MoE layer's router applied to this layer's router input predicts its experts (`repeat`: the experts the next layer routed to on the previous token), and those not in the cache are read on two lanes of their own while this layer computes; the next routing node copies what arrived, waits for what is in flight and reads the rest. A wrong prediction costs only bandwidth and a copy (gate G19); prefill pieces wider than 4 tokens are not predicted. `router` and `repeat` read only once 64 candidates were scored and at least half of the recent ones turned out to be misses (predictions go on being scored, on one routing node in seven while paused); `eager` reads the router's prediction from the first token on, never paused. Rows record `prefetched` and `overlap_pct`. The one-shot flag is `--prefetch`"#,
+        );
+    }
+    prefill {
+        /// ggml device that runs wide prefill pieces (HTP0 = Hexagon NPU), or "none".
+        device: String = "none".into();
+        schema [#[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9_]*$"))]];
+        flag [
+            /// Run wide prefill pieces on this ggml device (e.g. HTP0, CUDA0), or `none`.
+            #[arg(long, alias = "prefill-device", help_heading = "Prefill device", display_order = 15)]
+        ] device: Option<String> => |v| v.map(|d| json!(d));
+        engine |s, load, session| ();
+        docs ("device name (`HTP0`, ...) or `\"none\"`", "`none`", "`LoadOptions.prefill` is `Some` only when named and placement keeps it",
+            r#"ggml device that runs wide prefill pieces"#,
+        );
+    }
+    prefill {
+        /// Narrowest prompt piece sent to the device; narrower tails run on the CPU.
+        min_tokens: u32 = MIN_TOKENS.default_u32();
+        schema [#[schemars(range(min = MIN_TOKENS.min, max = MIN_TOKENS.max))]];
+        flag [
+            /// Pieces at least this wide run on the prefill device.
+            #[arg(long, alias = "prefill-min-tokens", value_parser = |s: &str| int_in(s, &MIN_TOKENS), help_heading = "Prefill device", display_order = 16)]
+        ] min_tokens: Option<u32> => |v| v.map(|v| json!(v));
+        engine |s, load, session| if let Some(p) = load.prefill.as_mut() {
+            p.min_tokens = s.min_tokens;
+        };
+        docs (int_type(&MIN_TOKENS), int_default_doc(&MIN_TOKENS), "`PrefillOptions.min_tokens`",
+            r#"narrowest piece sent to the device; narrower tails run on the CPU. At least 2: a one-token device piece has the shape of a decode step, and llama.cpp's graph reuse could run a decode on a graph scheduled for the device. Must be <= `device_ubatch` and <= `context` (when not 0) with a device named"#,
+        );
+    }
+    prefill {
+        /// Arena loader threads, or "auto".
+        loaders: Count = count_default(&limits::LOADERS);
+        schema [#[schemars(schema_with = "loaders_schema")]];
+        flag [
+            /// Threads filling the prefill device's arena (apart from --io-threads), or `auto` (the usable cores, at most 8).
+            #[arg(long, alias = "prefill-loaders", value_parser = |s: &str| count_in(s, &limits::LOADERS), help_heading = "Prefill device", display_order = 18)]
+        ] loaders: Option<Count> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| if let Some(p) = load.prefill.as_mut() {
+            p.loaders = s.loaders.or(auto_loaders()) as usize;
+        };
+        docs (count_type(&limits::LOADERS), int_default_doc(&limits::LOADERS), "`PrefillOptions.loaders`",
+            r#"arena loader threads; `auto` = the usable cores, at most 8"#,
+        );
+    }
+    prefill {
+        /// Prompt piece width (ubatch) on the device.
+        device_ubatch: u32 = DEVICE_UBATCH.default_u32();
+        schema [#[schemars(range(min = DEVICE_UBATCH.min, max = DEVICE_UBATCH.max))]];
+        flag [
+            /// Prompt piece width on the prefill device.
+            #[arg(long, alias = "prefill-ubatch", value_parser = |s: &str| int_in(s, &DEVICE_UBATCH), help_heading = "Prefill device", display_order = 17)]
+        ] device_ubatch: Option<u32> => |v| v.map(|v| json!(v));
+        // Without a device the context need not be sized for the device's wider pieces.
+        engine |s, load, session| session.n_ubatch_device = if load.prefill.is_some() {
+            s.device_ubatch
+        } else {
+            s.cpu_ubatch
+        };
+        docs (int_type(&DEVICE_UBATCH), int_default_doc(&DEVICE_UBATCH), "`SessionOptions.n_ubatch_device`",
+            r#"prompt piece width on the device; must be >= `min_tokens` when a device is named"#,
+        );
+    }
+    prefill {
+        /// Prompt piece width (ubatch) on the CPU.
+        cpu_ubatch: u32 = CPU_UBATCH.default_u32();
+        schema [#[schemars(range(min = CPU_UBATCH.min, max = CPU_UBATCH.max))]];
+        flag [
+            /// Prompt piece width on the CPU.
+            #[arg(long, alias = "ubatch", value_parser = |s: &str| int_in(s, &CPU_UBATCH), help_heading = "Threads and memory", display_order = 6)]
+        ] cpu_ubatch: Option<u32> => |v| v.map(|v| json!(v));
+        engine |s, load, session| session.n_ubatch = s.cpu_ubatch;
+        docs (int_type(&CPU_UBATCH), int_default_doc(&CPU_UBATCH), "`SessionOptions.n_ubatch`",
+            r#"prompt piece width on the CPU: a perplexity window's pieces; a decision's or generate's prompt is cut at min(this, 128) (the reuse grid, `prefix_reuse`)"#,
+        );
+    }
+    prefill {
+        /// Read only the experts each graph routes to (true) or whole layers (false).
+        routed: bool = true;
+        schema [];
+        flag [
+            /// Read whole layers into the arena instead of only the routed experts (`routed = false`).
+            #[arg(long, alias = "no-prefill-routed", help_heading = "Prefill device", display_order = 19)]
+        ] no_routed: bool => |v| v.then_some(json!(false));
+        engine |s, load, session| if let Some(p) = load.prefill.as_mut() {
+            p.routed = s.routed;
+        };
+        docs ("bool", "true", "`PrefillOptions.routed`",
+            r#"read only routed experts into the arena (false: whole layers)"#,
+        );
+    }
+    prefill {
+        /// A layer routing more than this share of its experts gets the next layer read whole.
+        routed_full: f64 = limits::ROUTED_FULL.default;
+        schema [#[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]];
+        flag [
+            /// A layer routing to more than this share of its experts gets the next layer read whole.
+            #[arg(long, alias = "prefill-routed-full", value_parser = |s: &str| float_in(s, &limits::ROUTED_FULL), help_heading = "Prefill device", display_order = 20)]
+        ] routed_full: Option<f64> => |v| v.map(|v| json!(v));
+        engine |s, load, session| if let Some(p) = load.prefill.as_mut() {
+            p.routed_full = s.routed_full;
+        };
+        docs (float_type(&limits::ROUTED_FULL), limits::ROUTED_FULL.default, "`PrefillOptions.routed_full`",
+            r#"a layer routing more than this share of its experts gets the next layer read whole"#,
+        );
+    }
+    prefill {
+        /// Profile device prefill: every node of a device graph timed alone (slows prefill); the
+        /// report goes to stderr and to `<csv>.explain.jsonl`.
+        explain: bool = false;
+        schema [];
+        flag [
+            /// Profile device prefill: every node of a device graph timed alone, per op and backend,
+            /// bytes copied between CPU and device, splits, and why each op left on the CPU is there
+            /// (slows prefill; needs a prefill device).
+            #[arg(long, alias = "explain-prefill", help_heading = "Prefill device", display_order = 21)]
+        ] explain: bool => |v| v.then_some(json!(true));
+        engine |s, load, session| if let Some(p) = load.prefill.as_mut() {
+            p.explain = s.explain;
+        };
+        docs ("bool", "false", "`PrefillOptions.explain`",
+            r#"profile device prefill (`--explain` on the one-shot commands): every node of a device graph timed alone, per op and backend, copies, splits, and why each op left on the CPU is there; per unit on stderr and one JSON line in `<csv>.explain.jsonl`. Slows prefill"#,
+        );
+    }
+    prefill {
+        /// Experts used per token (top-k) override; 0 = the model's own. Lossy when changed.
+        n_expert_used: u32 = N_EXPERT_USED.default_u32();
+        schema [#[schemars(range(min = N_EXPERT_USED.min, max = N_EXPERT_USED.max))]];
+        flag [
+            /// Override the model's experts per token (0 = the model's own).
+            #[arg(long, value_parser = |s: &str| int_in(s, &N_EXPERT_USED), help_heading = "Threads and memory", display_order = 7)]
+        ] n_expert_used: Option<u32> => |v| v.map(|v| json!(v));
+        engine |s, load, session| load.n_expert_used = (s.n_expert_used > 0).then_some(s.n_expert_used);
+        docs (int_type(&N_EXPERT_USED), int_default_doc(&N_EXPERT_USED), "`LoadOptions.n_expert_used` (`None` for 0)",
+            r#"experts per token (top-k) override; 0 = the model's. Lossy when changed; the engine refuses values above the model's expert count"#,
+        );
+    }
+    engine {
+        /// Reuse the KV cache's common prefix between decisions: auto (bit-identical to a fresh
+        /// prefill), on (whole common prefix, fastest) or off.
+        prefix_reuse: PrefixReuse = PrefixReuse::Auto;
+        schema [];
+        flag [
+            /// Prefix reuse between consecutive decisions: auto (bit-identical to a fresh prefill), on
+            /// (whole common prefix, fastest) or off.
+            #[arg(long, value_enum, help_heading = "Decisions", display_order = 22)]
+        ] prefix_reuse: Option<PrefixReuse> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| session.prefix_reuse = s.prefix_reuse.engine();
+        docs ("`\"auto\"`, `\"on\"` or `\"off\"`", "`\"auto\"`", "`SessionOptions.prefix_reuse`",
+            r#"what a decision keeps of the KV cache the previous call left: `auto` = the common token prefix cut back to a prompt-piece boundary: a decision's and a generate's prompt is cut into CPU pieces at multiples of min(`cpu_ubatch`, 128) from position 0 (the 128-token grid, docs/benchmarks.md "Exact reuse on a 128-token grid"), so a reuse runs the very pieces a fresh prefill runs and the scores are bit for bit those of a fresh prefill whatever ran before (with a prefill device the grid is `device_ubatch`); `on` = the whole common prefix, the rest prefilled in a first piece up to the next grid step and then on the grid, kept back so that first piece has at least 64 rows where a fresh prefill runs those rows in a piece of 64 or more (ggml's flash attention rounds a narrower piece differently); fewest tokens prefilled, scores measured bit for bit equal to `off` on the tests' trace but not exact by construction; `off` = every decision prefills from an empty cache. On a memory that cannot keep a prefix by dropping the rest (sliding-window layers, whose cache holds the window's cells only and whose oldest cells new tokens overwrite; a recurrent state), a decision saves sequence 0's state where its rendered `prefix` ends and the next decision that starts with those tokens restores it (`reuse = restore`) instead of prefilling them; else it clears (`miss`, with the reason). Rows record `n_reused`, `n_prefilled` and `reuse` (docs/telemetry.md). The one-shot flag is `--prefix-reuse`"#,
+        );
+    }
+    engine {
+        /// CPUs the compute threads run on: "auto" (the fast cores where some are slower), a list, or
+        /// a CPU list such as "4-7"; readers and loaders get the others.
+        cpus: Cpus = Cpus::Auto;
+        schema [];
+        flag [
+            /// CPUs the compute threads run on: `auto` (the fast cores where some are slower) or a CPU list such as `4-7`.
+            #[arg(long, value_parser = |s: &str| s.parse::<Cpus>(), help_heading = "Threads and memory", display_order = 4)]
+        ] cpus: Option<Cpus> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| ();
+        docs ("`\"auto\"`, a list of CPU numbers, or a CPU list such as `\"4-7\"`", "`\"auto\"`", "`SessionOptions.cpus` (compute), `StreamOptions.cpus` and `PrefillOptions.cpus` (the rest)",
+            r#"the CPUs the compute threads run on, one thread per CPU through ggml's threadpool mask (`strict_cpu`); the reader and loader threads get the other usable CPUs. `auto` = the cores whose `cpufreq/cpuinfo_max_freq` under `/sys/devices/system/cpu` is at least 75% of the fastest core's, when some cores are slower than that (a phone's efficiency cores); where every core is within 75%, or the kernel gives no frequencies (most VMs), nothing is pinned. With cores chosen, `threads = "auto"` is their count. A CPU this process may not use is an error. `--set cpus=4-7` (a comma there starts a sweep: write `0-3+6`); the one-shot flag is `--cpus`; `bmoe plan` prints the cores and why"#,
+        );
+    }
+}
+
+/// A count setting's default from its definition in `limits`.
+fn count_default(r: &IntRange) -> Count {
+    r.default_n().map_or(Count::Auto, |n| Count::N(n as u32))
+}
+
+/// A flag's integer value, checked against the setting's range in `limits`.
+pub fn int_in(s: &str, r: &IntRange) -> Result<u32, String> {
+    r.parse(s)
+        .map_err(|e| e.to_string())
+        .and_then(|v| u32::try_from(v).map_err(|_| format!("{v} does not fit in 32 bits")))
+}
+
+/// A flag's count (`auto` or a number in the setting's range).
+fn count_in(s: &str, r: &IntRange) -> Result<Count, String> {
+    let c: Count = s.parse()?;
+    if let Count::N(n) = c {
+        r.check(u64::from(n)).map_err(|e| e.to_string())?;
+    }
+    Ok(c)
+}
+
+/// A flag's real value, checked against the setting's range in `limits`.
+pub fn float_in(s: &str, r: &FloatRange) -> Result<f64, String> {
+    r.parse(s).map_err(|e| e.to_string())
+}
+
+/// A flag's value as the layer holds it (the same JSON a profile's value would be).
+fn to_json<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// The docs' type cell of an integer setting: `integer 0..1024`.
+#[cfg(test)]
+fn int_type(r: &IntRange) -> String {
+    format!("integer {}..{}", r.min, r.max)
+}
+
+/// The docs' type cell of an integer setting that also takes `"auto"`.
+#[cfg(test)]
+fn count_type(r: &IntRange) -> String {
+    format!("{} or `\"auto\"`", int_type(r))
+}
+
+/// The docs' type cell of a real setting: `number in (0, 1]`.
+#[cfg(test)]
+fn float_type(r: &FloatRange) -> String {
+    r.expected().trim_start_matches("a ").to_string()
+}
+
+/// The docs' default cell of an integer setting.
+#[cfg(test)]
+fn int_default_doc(r: &IntRange) -> String {
+    match r.default {
+        limits::IntDefault::Auto => "`\"auto\"`".into(),
+        limits::IntDefault::N(n) => n.to_string(),
+    }
+}
+
+/// The columns that hold a resolved setting (what the configuration made of a run), in one list
+/// for every reader that asks whether two rows ran alike: `report` splits a point whose rows
+/// differ in them, `compare` lists those that changed between two runs.
+pub const SETTING_COLUMNS: &[&str] = &[
+    "threads_setting",
+    "threads",
+    "context",
+    "moe_stream",
+    "cache_mb",
+    "io_threads",
+    "dense_weights",
+    "prefill_device_requested",
+    "prefill_device_plan",
+    "device_ubatch",
+    "cpu_ubatch",
+    "min_tokens",
+    "loaders",
+    "routed",
+    "routed_full",
+    "n_expert_used",
+    "prefetch",
+    "scoring",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "n_predict",
+    "chat",
+];
+
+/// The CSV row struct with its configuration columns (`threads` to `n_expert_used`, in column
+/// order) between the identity columns (`{ .. }`) and the rest (`then { .. }`): the column order
+/// is the field order, and columns are only ever appended.
+macro_rules! row_with_settings {
+    ($(#[$m:meta])* pub struct $name:ident { $($head:tt)* } then { $($tail:tt)* }) => {
+        $(#[$m])*
+        pub struct $name {
+            $($head)*
+            /// Compute threads used: the `threads` setting capped to the cores this process may use
+            /// (`auto` = those cores).
+            pub threads: u32,
+            /// Context size the session enforces (as configured; 0 resolved to the model's training
+            /// context).
+            #[schemars(extend("x-unit" = "tokens"))]
+            pub context: u32,
+            /// Expert streaming on.
+            pub moe_stream: bool,
+            /// Expert cache budget after `auto` resolved (0 when not streaming).
+            #[schemars(extend("x-unit" = "MiB"))]
+            pub cache_mb: u64,
+            /// Expert-read lanes (`auto` resolved).
+            pub io_threads: u32,
+            /// Dense weights placement.
+            pub dense_weights: String,
+            /// The device that ran prefill pieces of this item (`prefill_dev_tokens > 0`); empty when the
+            /// CPU ran all of it (schema 1 wrote the planned device here; see `prefill_device_plan`).
+            pub prefill_device: String,
+            /// ubatch on the device.
+            #[schemars(extend("x-unit" = "tokens"))]
+            pub device_ubatch: u32,
+            /// ubatch on the CPU.
+            #[schemars(extend("x-unit" = "tokens"))]
+            pub cpu_ubatch: u32,
+            /// Narrowest piece sent to the device.
+            #[schemars(extend("x-unit" = "tokens"))]
+            pub min_tokens: u32,
+            /// Arena loader threads (`auto` resolved).
+            pub loaders: u32,
+            /// Routed arena on.
+            pub routed: bool,
+            /// Whole-layer threshold of the routed arena.
+            #[schemars(extend("x-unit" = "fraction"))]
+            pub routed_full: f64,
+            /// Experts used per token (effective top-k).
+            pub n_expert_used: u32,
+            $($tail)*
+        }
+    };
+}
+pub(crate) use row_with_settings;
+
+/// A row literal (`Row { .., ..base }`) with the columns that record settings as resolved
+/// (`threads_setting`, `io_threads`, `prefetch`, `device_ubatch`, ...) filled from `$s`, a
+/// `&Settings`; the columns placement decides (threads used, context, cache size, devices) are
+/// the caller's.
+macro_rules! with_recorded_settings {
+    ($s:expr => $row:ident { $($body:tt)* }) => {{
+        let s: &$crate::config::settings::Settings = $s;
+        $row {
+            threads_setting: s.threads.to_string(),
+            moe_stream: s.moe_stream,
+            io_threads: s.io_threads.or($crate::config::settings::AUTO_IO_THREADS),
+            dense_weights: s.dense_weights.to_string(),
+            prefetch: s.prefetch.to_string(),
+            prefill_device_requested: s.device_name().unwrap_or_default().to_string(),
+            device_ubatch: s.device_ubatch,
+            cpu_ubatch: s.cpu_ubatch,
+            min_tokens: s.min_tokens,
+            loaders: s.loaders.or($crate::config::settings::auto_loaders()),
+            routed: s.routed,
+            routed_full: s.routed_full,
+            $($body)*
+        }
+    }};
+}
+pub(crate) use with_recorded_settings;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOCS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
+
+    /// Whether a line of docs/configuration.md is a row of the layered-values table.
+    fn is_row(l: &str) -> bool {
+        l.starts_with("| engine |") || l.starts_with("| prefill |")
+    }
+
+    /// docs/configuration.md with the table's rows (one run of lines) replaced by `rows`.
+    fn with_rows(text: &str, rows: &[String]) -> String {
+        let lines: Vec<&str> = text.lines().collect();
+        let first = lines.iter().position(|l| is_row(l)).unwrap_or(lines.len());
+        let end = first + lines[first..].iter().take_while(|l| is_row(l)).count();
+        let mut out: Vec<&str> = lines[..first].to_vec();
+        out.extend(rows.iter().map(String::as_str));
+        out.extend(&lines[end..]);
+        out.join("\n") + "\n"
+    }
+
+    /// The table must be what the declarations generate. `BMOE_BLESS=1` rewrites its rows
+    /// (after adding or editing a declaration) instead of failing.
+    #[test]
+    fn the_docs_table_is_generated_from_the_declarations() {
+        let text = std::fs::read_to_string(DOCS).expect("docs/configuration.md");
+        let want = with_rows(&text, &docs_rows());
+        if std::env::var_os("BMOE_BLESS").is_some() {
+            std::fs::write(DOCS, &want).expect("writing docs/configuration.md");
+            return;
+        }
+        let have: Vec<&str> = text.lines().filter(|l| is_row(l)).collect();
+        let rows = docs_rows();
+        for (i, (w, h)) in rows.iter().zip(&have).enumerate() {
+            assert_eq!(
+                h,
+                w,
+                "docs/configuration.md's table row {} differs from its declaration in \
+                 runner/src/config/declare.rs: edit the declaration, then run \
+                 `BMOE_BLESS=1 cargo test -p bmoe-runner --bins declare` to rewrite the table",
+                i + 1
+            );
+        }
+        assert_eq!(
+            have.len(),
+            rows.len(),
+            "docs/configuration.md's table vs the declarations: run \
+             `BMOE_BLESS=1 cargo test -p bmoe-runner --bins declare` to rewrite the table"
+        );
+        assert_eq!(
+            text, want,
+            "docs/configuration.md's table rows are not one run of lines"
+        );
+    }
+
+    #[test]
+    fn engine_option_defaults_are_the_declared_defaults() {
+        let s = Settings::default();
+        let mut load = LoadOptions {
+            stream: Some(bmoe_engine::StreamOptions::default()),
+            prefill: Some(bmoe_engine::PrefillOptions::default()),
+            ..LoadOptions::default()
+        };
+        let mut session = SessionOptions::default();
+        let (load0, session0) = (load.clone(), session.clone());
+        to_engine(&s, &mut load, &mut session);
+        assert_eq!(
+            load, load0,
+            "LoadOptions::default() vs the declared defaults"
+        );
+        assert_eq!(
+            session, session0,
+            "SessionOptions::default() vs the declared defaults"
+        );
+    }
+
+    #[test]
+    fn settings_reach_their_engine_options() {
+        let s = Settings {
+            context: 100,
+            cache_mb: CacheMb::Mib(5),
+            io_threads: Count::N(3),
+            dense_weights: DenseWeights::Anon,
+            prefetch: Prefetch::Off,
+            min_tokens: 8,
+            loaders: Count::N(5),
+            device_ubatch: 128,
+            cpu_ubatch: 64,
+            routed: false,
+            routed_full: 0.5,
+            explain: true,
+            n_expert_used: 2,
+            prefix_reuse: PrefixReuse::Off,
+            ..Settings::default()
+        };
+        let mut load = LoadOptions {
+            stream: Some(bmoe_engine::StreamOptions::default()),
+            prefill: Some(bmoe_engine::PrefillOptions::default()),
+            ..LoadOptions::default()
+        };
+        let mut session = SessionOptions::default();
+        to_engine(&s, &mut load, &mut session);
+        let (st, p) = (load.stream.unwrap(), load.prefill.unwrap());
+        assert_eq!(load.n_expert_used, Some(2));
+        assert_eq!(
+            (st.cache, st.io_threads, st.dense_weights, st.prefetch),
+            (
+                CacheBudget::Mib(5),
+                3,
+                bmoe_engine::DenseWeights::Anon,
+                bmoe_engine::Prefetch::Off
+            )
+        );
+        assert_eq!(
+            (p.min_tokens, p.loaders, p.routed, p.routed_full, p.explain),
+            (8, 5, false, 0.5, true)
+        );
+        assert_eq!(
+            (session.n_ctx, session.n_ubatch, session.n_ubatch_device),
+            (100, 64, 128)
+        );
+        assert_eq!(session.prefix_reuse, bmoe_engine::PrefixReuse::Off);
+        // Without a prefill device the device pieces are the CPU's width.
+        let mut load = LoadOptions::default();
+        to_engine(&s, &mut load, &mut session);
+        assert_eq!(session.n_ubatch_device, 64);
+        assert!(load.stream.is_none() && load.prefill.is_none());
+    }
+}
