@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::settings::{
     auto_loaders, io_threads_schema, loaders_schema, threads_schema, CacheMb, Count, Cpus,
-    DenseWeights, Prefetch, PrefixReuse, AUTO_IO_THREADS,
+    DenseWeights, Prefetch, PrefixReuse, Repack, AUTO_IO_THREADS,
 };
 
 /// The table: one entry per setting, in [`KEYS`] order (the order of [`Settings`]' fields and of
@@ -454,6 +454,20 @@ declare_settings! {
             r#"the CPUs the compute threads run on, one thread per CPU through ggml's threadpool mask (`strict_cpu`); the reader and loader threads get the other usable CPUs. `auto` = the cores whose `cpufreq/cpuinfo_max_freq` under `/sys/devices/system/cpu` is at least 75% of the fastest core's, when some cores are slower than that (a phone's efficiency cores); where every core is within 75%, or the kernel gives no frequencies (most VMs), nothing is pinned. With cores chosen, `threads = "auto"` is their count. A CPU this process may not use is an error. `--set cpus=4-7` (a comma there starts a sweep: write `0-3+6`); the one-shot flag is `--cpus`; `bmoe plan` prints the cores and why"#,
         );
     }
+    engine {
+        /// Weights in llama.cpp's repacked CPU layouts where the CPU has a kernel for their type:
+        /// "auto" or "off".
+        repack: Repack = Repack::Auto;
+        schema [];
+        flag [
+            /// Weights in llama.cpp's repacked CPU layouts (faster kernels): auto or off.
+            #[arg(long, value_enum, help_heading = "Threads and memory", display_order = 8)]
+        ] repack: Option<Repack> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| load.repack = s.repack.engine();
+        docs ("`\"auto\"` or `\"off\"`", "`\"auto\"`", "`LoadOptions.repack`",
+            r#"`auto` = llama.cpp's repacked CPU layouts (its `CPU_REPACK` buffer type: Q4_0 as `q4_0_8x8` with AVX2, `q4_0_4x8` with i8mm, ...) for every weight whose type has a repacked kernel on this CPU, where nothing moves the weights after the load (a resident run without a prefill device) and the model fits in the memory left (a repacked weight is an anonymous copy; a larger model keeps the file's layout and the load says `repack off:`). `off` = the kernels over the file's own layout everywhere. Rows record the setting (`repack`) and the weights held repacked (`repacked_tensors`); `bmoe devices` says whether this CPU has repacked kernels"#,
+        );
+    }
 }
 
 /// A count setting's default from its definition in `limits`.
@@ -542,6 +556,7 @@ pub const SETTING_COLUMNS: &[&str] = &[
     "seed",
     "n_predict",
     "chat",
+    "repack",
 ];
 
 /// The CSV row struct with its configuration columns (`threads` to `n_expert_used`, in column

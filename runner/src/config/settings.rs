@@ -291,6 +291,38 @@ impl fmt::Display for Prefetch {
     }
 }
 
+/// Whether weights may take llama.cpp's repacked CPU layouts (the engine's `Repack`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Repack {
+    /// Repacked wherever the CPU has a repacked kernel for the type and the weights fit in memory.
+    #[default]
+    Auto,
+    /// The kernels over the file's own layout everywhere.
+    Off,
+}
+
+impl Repack {
+    /// The engine's value.
+    pub fn engine(self) -> bmoe_engine::Repack {
+        match self {
+            Repack::Auto => bmoe_engine::Repack::Auto,
+            Repack::Off => bmoe_engine::Repack::Off,
+        }
+    }
+}
+
+impl fmt::Display for Repack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Repack::Auto => "auto",
+            Repack::Off => "off",
+        })
+    }
+}
+
 /// Prefix reuse between consecutive decisions of a session (the engine's `PrefixReuse`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, clap::ValueEnum,

@@ -578,6 +578,7 @@ fn unit_base_row(
     );
     if let Ok(m) = loaded {
         let st = m.load_stats();
+        base.repacked_tensors = Some(st.repacked.tensors as u64);
         base.load_mode = st.mode.as_str().to_string();
         base.load_read_mib = if reused {
             Some(0.0)
@@ -585,6 +586,7 @@ fn unit_base_row(
             st.read_bytes.map(mib)
         };
     }
+    base.repack = unit.resolved.settings.repack.to_string();
     base.shard = ctx.opts.filter.shard.map(|s| s.label()).unwrap_or_default();
     base.host = ctx.machine_id.host.clone();
     base.cpu_model = ctx.machine_id.cpu_model.clone();

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 pub use crate::config::declare::SETTING_COLUMNS;
 
@@ -282,6 +282,15 @@ pub struct Row {
     /// for the next miss) or `release` (the start-up self-check of `MREMAP_DONTUNMAP` failed).
     #[schemars(extend("x-since" = 6))]
     pub page_moves: String,
+    // ---- schema 7 ----
+    /// The `repack` setting: `auto` (llama.cpp's repacked CPU layouts where the CPU has a kernel
+    /// for the type) or `off`.
+    #[schemars(extend("x-since" = 7))]
+    pub repack: String,
+    /// Weight tensors held in the CPU's repacked layout (`CPU_REPACK`) by the model that ran;
+    /// 0 = every kernel ran over the file's own layout; empty when the model did not load.
+    #[schemars(extend("x-since" = 7, "x-unit" = "tensors"))]
+    pub repacked_tensors: Option<u64>,
 }
 }
 

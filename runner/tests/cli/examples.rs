@@ -350,3 +350,55 @@ fn profile_measure_writes_a_profile_that_checks_and_plans_with_its_read_floor() 
         text(&o)
     );
 }
+
+/// `repack` is a setting like any other: a sweep over it runs a resident model with Q4_0 experts
+/// (a type with a repacked kernel on AVX2 and on ARM with dotprod or i8mm) both ways, and every
+/// row records the setting and the weights the model that ran held repacked.
+#[test]
+fn a_repack_sweep_records_the_setting_and_the_repacked_weights() {
+    let p = Project::new();
+    let o = p.bmoe(&[
+        "synth",
+        "-o",
+        "models/q4.gguf",
+        "--embd",
+        "256",
+        "--ff",
+        "256",
+        "--expert-type",
+        "q4_0",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    p.decisions("jobs/d.jsonl", 2);
+    p.write(
+        "jobs/repack.toml",
+        r#"
+name = "repack"
+model = "../models/q4.gguf"
+kind = "decide"
+profile = "../profiles/host.toml"
+csv = "../runs/repack.csv"
+decisions_file = "d.jsonl"
+[sweep]
+repack = ["auto", "off"]
+"#,
+    );
+    let o = p.bmoe(&["run", "jobs/repack.toml", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = p.read("runs/repack.csv");
+    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
+    let h = rdr.headers().unwrap().clone();
+    let col = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let (setting, tensors) = (col("repack"), col("repacked_tensors"));
+    let mut seen = std::collections::BTreeMap::new();
+    for r in rdr.records() {
+        let r = r.unwrap();
+        let n: u64 = r[tensors].parse().unwrap();
+        seen.insert(r[setting].to_string(), n);
+    }
+    assert_eq!(seen.get("off"), Some(&0), "{seen:?}");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        assert!(seen.get("auto").is_some_and(|n| *n > 0), "{seen:?}");
+    }
+}
