@@ -13,6 +13,7 @@ pub mod io;
 pub mod limits;
 pub mod model;
 pub mod options;
+pub mod plan;
 pub mod session;
 pub mod stream;
 pub mod telemetry;

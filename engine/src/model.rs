@@ -174,6 +174,67 @@ type Mechanisms = (
     Option<Arc<Mutex<crate::device::arena::Arena>>>,
 );
 
+/// `cache_mb = "auto"` on this machine: the plan's one formula ([`crate::plan`]) against the
+/// memory available before the load, for sessions of the default shape.
+#[derive(Debug, Clone, Copy)]
+struct AutoCache {
+    floor_mb: u64,
+    available_mib: f64,
+    fixed_mib: f64,
+}
+
+/// `opts` with an `auto` expert cache resolved to MiB by the plan, and how, when it was `auto`.
+fn resolve_auto_cache(
+    opts: &LoadOptions,
+    index: &crate::gguf::index::GgufIndex,
+    placed: &Placed,
+) -> (LoadOptions, Option<AutoCache>) {
+    let mut resolved = opts.clone();
+    let Some(st) = resolved.stream.as_mut() else {
+        return (resolved, None);
+    };
+    let crate::options::CacheBudget::Auto { floor_mb } = st.cache else {
+        return (resolved, None);
+    };
+    let prefill = match &placed.prefill_device {
+        Some(d) => crate::plan::PrefillPlace {
+            device: Some(d.clone()),
+            reason: String::new(),
+            cpu_because: None,
+        },
+        None => crate::plan::PrefillPlace::on_cpu(String::new()),
+    };
+    let plan = crate::plan::plan_with(
+        crate::plan::ModelDims::of(index),
+        prefill,
+        opts,
+        &crate::options::SessionOptions::default(),
+        crate::plan::Memory::this_machine(floor_mb),
+    );
+    st.cache = crate::options::CacheBudget::Mib(plan.cache_mb);
+    let auto = AutoCache {
+        floor_mb,
+        available_mib: plan.ram_mib,
+        fixed_mib: plan.fixed_mib(),
+    };
+    (resolved, Some(auto))
+}
+
+/// The default, so the one a user may not know chose for them: under a tight memory cap the
+/// floor and the rest of the plan can take everything and leave no cache at all.
+fn auto_cache_warning(a: &AutoCache, st: &Streamer, warnings: &mut Vec<String>) {
+    if st.budget_bytes > 0 {
+        return;
+    }
+    warnings.push(format!(
+        "cache_mb = auto: {:.0} MiB available at load, minus cache_floor_mb = {} MiB left to everything else and {:.0} MiB the rest of the plan holds (dense weights, KV cache, compute buffers), leaves no expert cache, below one token's routed experts ({:.1} MiB): every token reads all its experts; set cache_mb, or a cache_floor_mb that leaves room",
+        a.available_mib,
+        a.floor_mb,
+        a.fixed_mib,
+        st.token_bytes as f64 / 1048576.0,
+    ));
+}
+
 /// Whether this load repacks (`LoadOptions::repacks`), and only where the weights fit: a repacked
 /// tensor is an anonymous copy, so a resident model larger than the memory left would no longer
 /// page from its file but be killed. Such a load keeps the file's layout and says so.
@@ -248,7 +309,10 @@ fn place_devices(opts: &LoadOptions, cpu: Device, warnings: &mut Vec<String>) ->
                 placed.arena_device = Some(d);
                 placed.prefill_device = Some(name);
             }
-            crate::device::Resolution::Cpu(reason) => warnings.push(reason),
+            crate::device::Resolution::Cpu(why) => warnings.push(format!(
+                "prefill device {}: {why}; the whole run stays on the CPU",
+                p.device
+            )),
         }
     }
     if let Some(name) = &opts.offload {
@@ -375,31 +439,13 @@ fn open_reader(
 }
 
 /// What the user should know about the cache a streamer was given.
-fn cache_warnings(
-    so: &crate::options::StreamOptions,
-    st: &Streamer,
-    available: u64,
-    budget: u64,
-    warnings: &mut Vec<String>,
-) {
-    let token_mib = st.token_bytes as f64 / 1048576.0;
-    match so.cache {
-        // The default, so the one a user may not know chose for them: under a tight
-        // memory cap the floor can take everything and leave no cache at all.
-        crate::options::CacheBudget::Auto { floor_mb } if budget < st.token_bytes => {
-            warnings.push(format!(
-                "cache_mb = auto: {} MiB available at load, minus cache_floor_mb = {floor_mb} MiB left to everything else, leaves an expert cache of {} MiB, below one token's routed experts ({token_mib:.1} MiB): every token reads all its experts; set cache_mb, or a cache_floor_mb that leaves room",
-                available >> 20,
-                budget >> 20,
-            ));
-        }
-        _ if budget > 0 && budget < st.token_bytes => {
-            warnings.push(format!(
-                "expert cache of {} MiB is below one token's routed experts ({token_mib:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
-                budget >> 20,
-            ));
-        }
-        _ => {}
+fn cache_warnings(st: &Streamer, budget: u64, warnings: &mut Vec<String>) {
+    if budget > 0 && budget < st.token_bytes {
+        warnings.push(format!(
+            "expert cache of {} MiB is below one token's routed experts ({:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
+            budget >> 20,
+            st.token_bytes as f64 / 1048576.0,
+        ));
     }
     if st.direct.iter().any(|d| !d) {
         warnings.push("O_DIRECT is not usable on the model's file system; expert reads go through the page cache".into());
@@ -421,8 +467,8 @@ fn build_streamer(
     let Some(so) = &opts.stream else {
         return Ok(None);
     };
-    let available = crate::stream::memory::available_bytes();
-    let budget = so.cache.bytes(available);
+    // `auto` was resolved by the plan at the start of the load (`resolve_auto_cache`).
+    let budget = so.cache.bytes(crate::stream::memory::available_bytes());
     let mut exec = raw.exec().lock();
     let st = Streamer::new(
         capture,
@@ -433,7 +479,7 @@ fn build_streamer(
         reader.clone(),
         &mut exec.quiet(),
     )?;
-    cache_warnings(so, &st, available, budget, warnings);
+    cache_warnings(&st, budget, warnings);
     if so.dense_weights == crate::options::DenseWeights::Anon {
         if let Some(m) = dense_maps {
             m.release_file_pages();
@@ -508,6 +554,8 @@ impl Model {
         let kv_overrides = expert_override(opts, &index, &arch)?;
         let mut warnings = Vec::new();
         let placed = place_devices(opts, cpu, &mut warnings)?;
+        let (resolved, auto_cache) = resolve_auto_cache(opts, &index, &placed);
+        let opts = &resolved;
         let params = RawLoadParams {
             devices: placed.devices.clone(),
             mmap: true,
@@ -545,6 +593,11 @@ impl Model {
             dense_maps.as_ref(),
             &mut warnings,
         )?;
+        if let (Some(a), Some(st)) = (auto_cache, &stream) {
+            if let Ok(st) = st.lock() {
+                auto_cache_warning(&a, &st, &mut warnings);
+            }
+        }
         let load_stats = LoadStats {
             mode: if dense_maps.is_some() {
                 LoadMode::Lean

@@ -37,7 +37,9 @@ pub enum Repack {
 /// One value, so a budget can never be set and then silently overridden by an automatic size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheBudget {
-    /// Available memory at load minus `floor_mb` MiB (`cache_mb = "auto"`).
+    /// `cache_mb = "auto"`: what the load's plan ([`crate::plan`]) leaves of the memory
+    /// available at load minus `floor_mb` MiB, after the dense weights, KV cache and compute
+    /// buffers, at most every expert: the same formula a profile's placement uses.
     Auto {
         /// MiB left to everything else (`cache_floor_mb`).
         floor_mb: u64,
@@ -47,7 +49,8 @@ pub enum CacheBudget {
 }
 
 impl CacheBudget {
-    /// The budget in bytes, given the memory available now.
+    /// The budget in bytes, given the memory available now (`auto` here is only the floor's
+    /// share: a load resolves `auto` through its plan first).
     pub fn bytes(self, available: u64) -> u64 {
         match self {
             Self::Auto { floor_mb } => available.saturating_sub(floor_mb << 20),

@@ -12,7 +12,8 @@ use crate::ffi::registry::{devices, Device, DeviceKind};
 pub enum Resolution {
     /// The named device, found and opened.
     Device(Device, String),
-    /// The run stays on the CPU, for this reason.
+    /// The run stays on the CPU, for this reason (`HTP0 is not in this build's registry, ...`:
+    /// each caller frames it).
     Cpu(String),
 }
 
@@ -21,21 +22,16 @@ pub fn resolve(name: &str) -> Resolution {
     let Some(dev) = Device::by_name(name) else {
         let known: Vec<String> = devices().into_iter().map(|d| d.name).collect();
         return Resolution::Cpu(format!(
-            "prefill device {name} is not in this build's registry (it has: {}); the whole run stays on the CPU",
+            "{name} is not in this build's registry, which has: {}",
             known.join(", ")
         ));
     };
     let info = dev.info();
     if info.kind == DeviceKind::Cpu {
-        return Resolution::Cpu(format!(
-            "prefill device {name} is the CPU; the whole run stays on the CPU"
-        ));
+        return Resolution::Cpu(format!("{name} is the CPU"));
     }
     if !dev.opens() {
-        return Resolution::Cpu(format!(
-            "prefill device {name} ({}) does not open; the whole run stays on the CPU",
-            info.description
-        ));
+        return Resolution::Cpu(format!("{name} ({}) does not open", info.description));
     }
     Resolution::Device(dev, info.name)
 }

@@ -25,7 +25,7 @@ pub fn plan(t: FormattedTarget) -> anyhow::Result<ExitCode> {
 fn print_plan(p: &Prepared) {
     for u in &p.units {
         let j = &p.jobs[u.job];
-        let d = &u.placement.dims;
+        let d = &u.placement.plan.dims;
         println!(
             "job {} ({}) on profile {} ({}), point {}",
             j.job.name,
@@ -53,7 +53,7 @@ fn print_plan(p: &Prepared) {
         println!("  values:");
         for (k, v, o) in &u.resolved.origins {
             let shown_v = if k == "cache_mb" && v == "auto" {
-                format!("auto -> {}", u.placement.cache_mb)
+                format!("auto -> {}", u.placement.plan.cache_mb)
             } else {
                 v.clone()
             };
@@ -72,20 +72,23 @@ fn print_plan(p: &Prepared) {
             ),
         }
         println!("  cores: {}", cores_line(&u.placement.cores));
-        if let Some(line) = read_floor_line(&u.profile, &u.placement.dims) {
+        if let Some(line) = read_floor_line(&u.profile, &u.placement.plan.dims) {
             println!("  read floor: {line}");
         }
-        println!("  prefill: {}", u.placement.prefill.reason);
+        println!("  prefill: {}", u.placement.plan.prefill.reason);
         let s = &u.resolved.settings;
-        match &u.placement.prefill.device {
+        match &u.placement.plan.prefill.device {
             Some(dev) => println!(
                 "  ubatch: {dev} {} (pieces >= {} tokens), CPU {}",
                 s.device_ubatch, s.min_tokens, s.cpu_ubatch
             ),
             None => println!("  ubatch: CPU {}", s.cpu_ubatch),
         }
-        println!("  memory budget (context {} tokens):", u.placement.n_ctx);
-        println!("{}", u.placement.table());
+        println!(
+            "  memory budget (context {} tokens):",
+            u.placement.plan.n_ctx
+        );
+        println!("{}", u.placement.plan.table());
         println!();
     }
 }
@@ -153,9 +156,9 @@ fn plan_report(p: &Prepared) -> PlanReport {
         .iter()
         .map(|u| {
             let j = &p.jobs[u.job];
-            let d = &u.placement.dims;
+            let d = &u.placement.plan.dims;
             let s = &u.resolved.settings;
-            let dev = u.placement.prefill.device.clone();
+            let dev = u.placement.plan.prefill.device.clone();
             PlanUnit {
                 job: j.job.name.clone(),
                 file: shown(&j.src.path),
@@ -185,19 +188,14 @@ fn plan_report(p: &Prepared) -> PlanReport {
                 device_ubatch: dev.as_ref().map(|_| s.device_ubatch),
                 min_tokens: dev.as_ref().map(|_| s.min_tokens),
                 prefill_device: dev,
-                prefill_reason: u.placement.prefill.reason.clone(),
+                prefill_reason: u.placement.plan.prefill.reason.clone(),
                 cpu_ubatch: s.cpu_ubatch,
-                context: u.placement.n_ctx,
-                cache_mb: u.placement.cache_mb,
-                counted_mib: u
-                    .placement
-                    .budget
-                    .iter()
-                    .filter(|l| l.counted)
-                    .map(|l| l.mib)
-                    .sum(),
+                context: u.placement.plan.n_ctx,
+                cache_mb: u.placement.plan.cache_mb,
+                counted_mib: u.placement.plan.total_mib(),
                 budget: u
                     .placement
+                    .plan
                     .budget
                     .iter()
                     .map(|l| PlanBudgetLine {
@@ -207,9 +205,9 @@ fn plan_report(p: &Prepared) -> PlanReport {
                         note: l.note.clone(),
                     })
                     .collect(),
-                available_mib: u.placement.available_mib,
-                ram_mib: u.placement.ram_mib,
-                floor_mib: u.placement.floor_mib,
+                available_mib: u.placement.plan.available_mib,
+                ram_mib: u.placement.plan.ram_mib,
+                floor_mib: u.placement.plan.floor_mib,
             }
         })
         .collect();
@@ -242,7 +240,7 @@ fn cores_line(c: &crate::placement::cores::CoreChoice) -> String {
 /// the floor of a streamed decode that misses.
 fn read_floor_line(
     profile: &crate::config::profile::Profile,
-    dims: &crate::placement::ModelDims,
+    dims: &bmoe_engine::plan::ModelDims,
 ) -> Option<String> {
     let m = profile.measured.as_ref()?;
     let (depth, rate) = m.best_read()?;

@@ -576,7 +576,7 @@ macro_rules! row_with_settings {
             pub context: u32,
             /// Expert streaming on.
             pub moe_stream: bool,
-            /// Expert cache budget after `auto` resolved (0 when not streaming).
+            /// Expert cache the loaded model's streamer was granted, in MiB (0 when not streaming).
             #[schemars(extend("x-unit" = "MiB"))]
             pub cache_mb: u64,
             /// Expert-read lanes (`auto` resolved).

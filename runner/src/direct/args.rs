@@ -2,13 +2,13 @@
 use std::path::PathBuf;
 
 use bmoe_engine::limits::{self, ThreadChoice};
-use bmoe_engine::{LoadOptions, PrefillOptions, SessionOptions, StreamOptions};
+use bmoe_engine::{LoadOptions, SessionOptions};
 use clap::Args;
 
 use crate::config::declare::{float_in, int_in};
 use crate::config::layers::{self, LayerInputs};
 use crate::config::profile::load_profile;
-use crate::config::settings::{to_engine, SettingFlags, Settings};
+use crate::config::settings::{SettingFlags, Settings};
 use crate::placement;
 
 fn n_predict_arg(s: &str) -> Result<u32, String> {
@@ -196,7 +196,7 @@ impl EngineArgs {
         };
         let place = match profile {
             Some(pr) => placement::place_prefill(pr, s),
-            None => placement::in_registry(name),
+            None => bmoe_engine::plan::PrefillPlace::resolve(name),
         };
         match placement::device_fallback(Some(name), origin, &place, self.allow_cpu_fallback) {
             Some(Err(e)) => anyhow::bail!(e),
@@ -246,8 +246,7 @@ impl EngineArgs {
         let (mut load, session, threads) = match &profile {
             Some(pr) => {
                 let p = placement::place(pr, &s, &self.model)?;
-                let (load, session) = placement::engine_options(&p, &s, &self.model);
-                (load, session, p.threads)
+                (p.load, p.session, p.threads)
             }
             None => machine_options(&s, &self.model)?,
         };
@@ -262,39 +261,14 @@ impl EngineArgs {
     }
 }
 
-/// The engine options for `s` on this machine (no profile): `auto` values resolve here.
+/// The engine options for `s` on this machine (no profile): `cache_mb = "auto"` stays `auto`,
+/// which the engine resolves at load with the same plan against this machine's memory.
 fn machine_options(
     s: &Settings,
     model: &std::path::Path,
 ) -> anyhow::Result<(LoadOptions, SessionOptions, ThreadChoice)> {
-    let cores =
-        crate::placement::cores::this_machine(&s.cpus).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let threads = ThreadChoice::resolve(
-        s.threads.explicit(),
-        match cores.compute.len() {
-            0 => limits::usable_cores(),
-            n => n as u32,
-        },
-    );
-    let mut load = LoadOptions {
-        stream: s.moe_stream.then(|| StreamOptions {
-            cpus: cores.helpers.clone(),
-            ..StreamOptions::default()
-        }),
-        prefill: s.device_name().map(|d| PrefillOptions {
-            device: d.to_string(),
-            cpus: cores.helpers.clone(),
-            ..PrefillOptions::default()
-        }),
-        ..LoadOptions::new(model)
-    };
-    let mut session = SessionOptions {
-        threads: threads.used,
-        cpus: cores.compute,
-        ..SessionOptions::default()
-    };
-    // `auto` cache: this machine's available memory minus the floor, sized at load.
-    to_engine(s, &mut load, &mut session);
+    let (threads, cores) = placement::threads_and_cores(s).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (load, session) = placement::requested_options(s, model, threads.used, &cores);
     Ok((load, session, threads))
 }
 

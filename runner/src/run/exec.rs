@@ -520,8 +520,7 @@ fn run_unit(ctx: &Ctx, out: &mut Out, models: &mut Models, unit: &Unit) -> anyho
         return Ok(());
     }
     out.progress.start_unit(&label, pending.len() as u64);
-    let (load_opts, sess_opts) =
-        crate::placement::engine_options(&unit.placement, &unit.resolved.settings, &lj.model);
+    let (load_opts, sess_opts) = (unit.placement.load.clone(), unit.placement.session.clone());
     let probe_error = models.probe_error(ctx.opts, &lj.model)?;
     let outcome = models.load(&load_opts, probe_error, &lj.model, ctx.opts.load_timeout);
     let reused = outcome.reused;
@@ -579,6 +578,10 @@ fn unit_base_row(
     if let Ok(m) = loaded {
         let st = m.load_stats();
         base.repacked_tensors = Some(st.repacked.tensors as u64);
+        // What the model reports it got, not what was planned: the device that joined, the
+        // cache the streamer was granted.
+        base.prefill_device = m.info().prefill_device.clone().unwrap_or_default();
+        base.cache_mb = m.stream_budget_bytes().map_or(0, |b| b >> 20);
         base.load_mode = st.mode.as_str().to_string();
         base.load_read_mib = if reused {
             Some(0.0)
@@ -879,7 +882,7 @@ fn base_row(
     build: &str,
 ) -> Row {
     let s = &u.resolved.settings;
-    let d = &u.placement.dims;
+    let d = &u.placement.plan.dims;
     let (file_bytes, arch, n_expert_used) = match model {
         Some(m) => {
             let i = m.info();
@@ -906,10 +909,10 @@ fn base_row(
         build: build.to_string(),
         arch,
         threads: u.placement.threads.used,
-        context: u.placement.n_ctx as u32,
-        cache_mb: u.placement.cache_mb,
-        prefill_device: u.placement.prefill.device.clone().unwrap_or_default(),
-        prefill_device_plan: u.placement.prefill.device.clone().unwrap_or_default(),
+        context: u.placement.plan.n_ctx as u32,
+        cache_mb: u.placement.plan.cache_mb,
+        prefill_device: u.placement.plan.prefill.device.clone().unwrap_or_default(),
+        prefill_device_plan: u.placement.plan.prefill.device.clone().unwrap_or_default(),
         n_expert_used,
         load_s,
         schema_version: Some(SCHEMA_VERSION),

@@ -328,7 +328,7 @@ impl UnitCtx<'_> {
         match crate::placement::device_fallback(
             resolved.settings.device_name(),
             resolved.origin("device"),
-            &placement.prefill,
+            &placement.plan.prefill,
             self.sel.allow_cpu_fallback,
         ) {
             Some(Err(e)) => {
@@ -341,7 +341,7 @@ impl UnitCtx<'_> {
             )),
             None => {}
         }
-        if resolved.settings.explain && placement.prefill.device.is_none() {
+        if resolved.settings.explain && placement.plan.prefill.device.is_none() {
             warnings.push(format!(
                 "{} on profile {} (point {label}): explain ({}) profiles device prefill, and no prefill device runs: it does nothing",
                 j.job.name,

@@ -1,0 +1,199 @@
+//! The plan of a load, before it happens: the prefill device (or why the CPU prefills), the
+//! memory budget (KV cache, compute buffers, dense weights, arena slots) against the memory
+//! planned for, and the expert cache `cache_mb = "auto"` makes of what is left. Reads only the
+//! GGUF header. The runner plans against a profile's RAM, the one-shot commands and
+//! [`crate::Model::load`] against this machine's available memory: one formula for all three.
+mod budget;
+mod dims;
+
+pub use budget::BudgetLine;
+pub use dims::ModelDims;
+
+use budget::MIB;
+
+use crate::error::Result;
+use crate::options::{LoadOptions, SessionOptions};
+
+/// The memory a plan is made for: RAM and the floor kept free (`cache_floor_mb`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Memory {
+    /// RAM in MiB: a profile's `ram_mb`, or what this machine has available.
+    pub ram_mib: f64,
+    /// MiB kept free for everything else.
+    pub floor_mib: f64,
+}
+
+impl Memory {
+    /// A profile's RAM and floor.
+    pub fn ram(ram_mb: u64, floor_mb: u64) -> Self {
+        Memory {
+            ram_mib: ram_mb as f64,
+            floor_mib: floor_mb as f64,
+        }
+    }
+
+    /// What this machine (its cgroup included) has available now, and the floor.
+    pub fn this_machine(floor_mb: u64) -> Self {
+        Memory {
+            ram_mib: crate::stream::memory::available_bytes() as f64 / MIB,
+            floor_mib: floor_mb as f64,
+        }
+    }
+}
+
+/// Where prefill runs, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefillPlace {
+    /// The device kept, or `None` for the CPU.
+    pub device: Option<String>,
+    /// Why, in words.
+    pub reason: String,
+    /// Why the CPU runs prefill, when it does (the `reason` without its `CPU (...)` frame).
+    pub cpu_because: Option<String>,
+}
+
+impl PrefillPlace {
+    /// Prefill on the CPU, for this reason.
+    pub fn on_cpu(why: String) -> Self {
+        PrefillPlace {
+            device: None,
+            reason: format!("CPU ({why})"),
+            cpu_because: Some(why),
+        }
+    }
+
+    /// The device named, resolved as [`crate::Model::load`] resolves it: in this build's
+    /// registry, not the CPU, and it opens; else the CPU and why.
+    pub fn resolve(name: &str) -> Self {
+        match crate::device::resolve(name) {
+            crate::device::Resolution::Cpu(why) => PrefillPlace::on_cpu(why),
+            crate::device::Resolution::Device(d, name) => {
+                let info = d.info();
+                PrefillPlace {
+                    reason: format!(
+                        "{name} ({}, {}); a device that fails to open leaves the run on the CPU",
+                        info.description, info.backend
+                    ),
+                    device: Some(name),
+                    cpu_because: None,
+                }
+            }
+        }
+    }
+}
+
+/// The plan of one load.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Model shape.
+    pub dims: ModelDims,
+    /// Prefill device.
+    pub prefill: PrefillPlace,
+    /// Context size that will be used.
+    pub n_ctx: u64,
+    /// The budget lines, the expert cache last.
+    pub budget: Vec<BudgetLine>,
+    /// Expert cache in MiB (after `auto`).
+    pub cache_mb: u64,
+    /// RAM minus the floor.
+    pub available_mib: f64,
+    /// RAM planned for.
+    pub ram_mib: f64,
+    /// Floor.
+    pub floor_mib: f64,
+}
+
+/// Plans `load` with sessions like `session` on `memory`. `load.prefill`'s device is resolved
+/// here; the caller drops it first where its own policy refuses it (a profile without an NPU).
+pub fn plan(load: &LoadOptions, session: &SessionOptions, memory: Memory) -> Result<Plan> {
+    let dims = ModelDims::read(&load.path)?;
+    let prefill = match &load.prefill {
+        Some(p) => PrefillPlace::resolve(&p.device),
+        None => PrefillPlace::on_cpu("no prefill device configured".into()),
+    };
+    Ok(plan_with(dims, prefill, load, session, memory))
+}
+
+/// [`plan`] for a model already read and a prefill place already decided.
+pub fn plan_with(
+    dims: ModelDims,
+    prefill: PrefillPlace,
+    load: &LoadOptions,
+    session: &SessionOptions,
+    memory: Memory,
+) -> Plan {
+    let n_ctx = match session.n_ctx {
+        0 => dims.n_ctx_train.max(1),
+        n => u64::from(n),
+    };
+    let device = prefill.device.is_some();
+    let stream = load.stream.as_ref();
+    let mut lines = budget::state_lines(&dims, n_ctx);
+    let ubatch = (session.n_ubatch, session.n_ubatch_device);
+    lines.extend(budget::compute_lines(&dims, n_ctx, ubatch, device));
+    lines.extend(budget::weight_lines(&dims, stream));
+    let available_mib = memory.ram_mib - memory.floor_mib;
+    let fixed: f64 = lines.iter().filter(|l| l.counted).map(|l| l.mib).sum();
+    let (cache_mb, note) = budget::expert_cache(&dims, stream, available_mib - fixed);
+    lines.push(BudgetLine {
+        what: "expert cache",
+        mib: cache_mb as f64,
+        counted: true,
+        note,
+    });
+    Plan {
+        dims,
+        prefill,
+        n_ctx,
+        budget: lines,
+        cache_mb,
+        available_mib,
+        ram_mib: memory.ram_mib,
+        floor_mib: memory.floor_mib,
+    }
+}
+
+impl Plan {
+    /// MiB of the counted lines.
+    pub fn total_mib(&self) -> f64 {
+        self.budget
+            .iter()
+            .filter(|l| l.counted)
+            .map(|l| l.mib)
+            .sum()
+    }
+
+    /// MiB of the counted lines besides the expert cache.
+    pub fn fixed_mib(&self) -> f64 {
+        self.total_mib() - self.cache_mb as f64
+    }
+
+    /// Whether the counted lines fit the memory planned for.
+    pub fn fits(&self) -> bool {
+        self.available_mib > 0.0 && self.total_mib() <= self.available_mib
+    }
+
+    /// The budget as an aligned table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        for l in &self.budget {
+            out.push_str(&format!(
+                "    {:<26} {:>10.1} MiB{}  {}\n",
+                l.what,
+                l.mib,
+                if l.counted { "" } else { " (not counted)" },
+                l.note
+            ));
+        }
+        out.push_str(&format!(
+            "    {:<26} {:>10.1} MiB\n",
+            "total counted",
+            self.total_mib()
+        ));
+        out.push_str(&format!(
+            "    {:<26} {:>10.1} MiB  (RAM {:.0} MiB - floor {:.0} MiB)",
+            "available", self.available_mib, self.ram_mib, self.floor_mib
+        ));
+        out
+    }
+}
