@@ -277,3 +277,28 @@ fn a_lean_graph_has_the_ops_of_llama_cpps_own_load() {
         assert_eq!(lean, llama, "{name}: graph nodes, lean vs llama.cpp's load");
     }
 }
+
+/// `cache_mb = auto` is one formula: what `Model::load` grants is what the engine's plan
+/// (`bmoe_engine::plan`, which the runner's placement and `bmoe plan` use) computes for the same
+/// options on this machine. The tiny model's experts fit, so both are every expert, rounded up
+/// to whole MiB; the formula before the plan gave all the memory available minus the floor.
+#[test]
+fn auto_at_load_is_the_plans_cache() {
+    let path = common::tiny();
+    let load = LoadOptions {
+        stream: Some(StreamOptions {
+            cache: bmoe_engine::CacheBudget::Auto { floor_mb: 64 },
+            ..stream(0, false).unwrap()
+        }),
+        ..LoadOptions::new(&path)
+    };
+    let plan = bmoe_engine::plan::plan(
+        &load,
+        &bmoe_engine::SessionOptions::default(),
+        bmoe_engine::plan::Memory::this_machine(64),
+    )
+    .unwrap();
+    assert!(plan.cache_mb > 0, "{}", plan.table());
+    let m = Model::load(&load).unwrap();
+    assert_eq!(m.stream_budget_bytes(), Some(plan.cache_mb << 20));
+}

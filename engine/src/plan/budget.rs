@@ -155,7 +155,8 @@ pub(crate) fn expert_cache(
         None => (0u64, "moe_stream is off: no expert cache".to_string()),
         Some(CacheBudget::Mib(n)) => (n, "cache_mb".to_string()),
         Some(CacheBudget::Auto { .. }) => {
-            let v = left.min(all_experts).max(0.0).floor() as u64;
+            // Every expert, rounded up: a model whose experts are under 1 MiB still caches them.
+            let v = left.floor().min(all_experts.ceil()).max(0.0) as u64;
             (
                 v,
                 format!("auto: what is left, at most every expert ({all_experts:.1} MiB)"),

@@ -197,3 +197,83 @@ impl Plan {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::{CacheBudget, StreamOptions};
+
+    fn dims() -> ModelDims {
+        ModelDims {
+            n_layer: 4,
+            n_embd: 64,
+            kv_bytes_per_token: 1024,
+            n_kv_layers: 4,
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 64,
+            n_ctx_train: 512,
+            n_vocab_max: 256,
+            file_bytes: 40 << 20,
+            expert_bytes: 30 << 20,
+            max_layer_bytes: 10 << 20,
+            max_layer_expert_bytes: (30 << 20) / 4,
+            ..ModelDims::default()
+        }
+    }
+
+    fn streamed(cache: CacheBudget) -> LoadOptions {
+        LoadOptions {
+            stream: Some(StreamOptions {
+                cache,
+                ..StreamOptions::default()
+            }),
+            ..LoadOptions::new("m.gguf")
+        }
+    }
+
+    fn plan_on(ram_mb: u64, cache: CacheBudget) -> Plan {
+        let session = SessionOptions {
+            n_ctx: 512,
+            ..SessionOptions::default()
+        };
+        plan_with(
+            dims(),
+            PrefillPlace::on_cpu("none".into()),
+            &streamed(cache),
+            &session,
+            Memory::ram(ram_mb, 100),
+        )
+    }
+
+    #[test]
+    fn auto_takes_what_the_other_lines_leave_at_most_every_expert() {
+        let auto = CacheBudget::Auto { floor_mb: 100 };
+        // Plenty of memory: every expert (30 MiB).
+        assert_eq!(plan_on(4096, auto).cache_mb, 30);
+        // Tight: what the counted lines leave of RAM - floor, rounded down.
+        let p = plan_on(150, auto);
+        let left = (p.available_mib - p.fixed_mib()).floor() as u64;
+        assert!(left < 30, "{}", p.table());
+        assert_eq!(p.cache_mb, left);
+        assert!(p.fits());
+        // A fixed size is kept whatever it costs; the plan says it does not fit.
+        let p = plan_on(150, CacheBudget::Mib(500));
+        assert_eq!(p.cache_mb, 500);
+        assert!(!p.fits());
+    }
+
+    #[test]
+    fn experts_under_one_mib_are_all_cached_by_auto() {
+        let mut d = dims();
+        d.expert_bytes = 300 << 10;
+        let p = plan_with(
+            d,
+            PrefillPlace::on_cpu("none".into()),
+            &streamed(CacheBudget::Auto { floor_mb: 100 }),
+            &SessionOptions::default(),
+            Memory::ram(4096, 100),
+        );
+        assert_eq!(p.cache_mb, 1);
+    }
+}
