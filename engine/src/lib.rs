@@ -3,21 +3,25 @@
 //! Data flows one way: typed options in ([`LoadOptions`], [`SessionOptions`]), records out
 //! ([`GenerateRecord`], [`DecideRecord`], [`PerplexityRecord`]). The engine never reads the
 //! environment or a config file.
+//!
+//! This file is the whole public API: the re-exports below, and the modules a caller names by
+//! path (`device` for the explain report, `gguf` for writing and checking files, `io`, `limits`
+//! for every setting's range, `plan`, `telemetry`). Every other module is private.
 mod chat;
 pub mod device;
-pub mod error;
+mod error;
 mod ffi;
 pub mod gguf;
-pub mod graph;
+mod graph;
 pub mod io;
 pub mod limits;
-pub mod model;
-pub mod options;
+mod model;
+mod options;
 pub mod plan;
-pub mod session;
-pub mod stream;
+mod session;
+mod stream;
 pub mod telemetry;
-pub mod tokenizer;
+mod tokenizer;
 mod weights;
 
 pub use error::{EngineError, Result};

@@ -3,7 +3,7 @@
 pub mod capture;
 
 pub use crate::error::ExpertOutOfRange;
-pub use capture::{Capture, CaptureHook, CapturedNode};
+pub use capture::{Capture, CaptureHook};
 
 /// Which expert matrix a `MUL_MAT_ID` reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
