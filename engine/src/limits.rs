@@ -207,6 +207,14 @@ pub const CACHE_FLOOR_MB: IntRange = IntRange {
     min: 0,
     max: 1 << 30,
 };
+/// Size limit of the prefix cache folder (`prefix_cache`): the least recently used entries go.
+pub const PREFIX_CACHE_MB: IntRange = IntRange {
+    name: "prefix_cache_mb",
+    default: IntDefault::N(4096),
+    unit: "MiB",
+    min: 1,
+    max: 1 << 30,
+};
 /// Tokens to generate at most.
 pub const N_PREDICT: IntRange = IntRange {
     name: "n_predict",

@@ -344,8 +344,45 @@ pub fn model_sha256(path: &Path, quiet: bool) -> anyhow::Result<String> {
     Ok(sha)
 }
 
+/// The caller's part of a prefix-cache key: the model's content, this build and its llama.cpp
+/// pin, and every layered setting but those that only say where and how much to keep (the
+/// engine adds the CPU kernels and the piece widths). Conservative: a setting that cannot change
+/// a number still separates entries, which costs a restore, never a wrong score.
+pub fn prefix_key(model_sha256: &str, settings: &crate::config::settings::Settings) -> String {
+    let mut s = serde_json::to_value(settings).unwrap_or_default();
+    if let Some(m) = s.as_object_mut() {
+        for k in ["prefix_cache", "prefix_cache_mb", "explain"] {
+            m.remove(k);
+        }
+    }
+    format!(
+        "model {model_sha256}\nbmoe {} {GIT_COMMIT}\nllama.cpp {LLAMA_CPP}\nsettings {s}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_prefix_key_separates_what_changes_numbers_not_where_entries_go() {
+        use crate::config::settings::Settings;
+        let base = Settings::default();
+        let key = |s: &Settings| super::prefix_key("abc", s);
+        let other_model = super::prefix_key("abd", &base);
+        assert_ne!(key(&base), other_model);
+        let topk = Settings {
+            n_expert_used: 1,
+            ..base.clone()
+        };
+        assert_ne!(key(&base), key(&topk));
+        let elsewhere = Settings {
+            prefix_cache: "other".into(),
+            prefix_cache_mb: 9,
+            ..base.clone()
+        };
+        assert_eq!(key(&base), key(&elsewhere));
+    }
+
     use super::*;
 
     #[test]

@@ -9,7 +9,7 @@
 //! [`SETTING_COLUMNS`]) live here too, in column order: columns are only ever appended.
 use bmoe_engine::limits::{
     self, FloatRange, IntRange, CACHE_FLOOR_MB, CONTEXT, CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS,
-    N_EXPERT_USED,
+    N_EXPERT_USED, PREFIX_CACHE_MB,
 };
 use bmoe_engine::{CacheBudget, LoadOptions, SessionOptions};
 use schemars::JsonSchema;
@@ -452,6 +452,39 @@ declare_settings! {
         engine |s, load, session| ();
         docs ("`\"auto\"`, a list of CPU numbers, or a CPU list such as `\"4-7\"`", "`\"auto\"`", "`SessionOptions.cpus` (compute), `StreamOptions.cpus` and `PrefillOptions.cpus` (the rest)",
             r#"the CPUs the compute threads run on, one thread per CPU through ggml's threadpool mask (`strict_cpu`); the reader and loader threads get the other usable CPUs. `auto` = the cores whose `cpufreq/cpuinfo_max_freq` under `/sys/devices/system/cpu` is at least 75% of the fastest core's, when some cores are slower than that (a phone's efficiency cores); where every core is within 75%, or the kernel gives no frequencies (most VMs), nothing is pinned. With cores chosen, `threads = "auto"` is their count. A CPU this process may not use is an error. `--set cpus=4-7` (a comma there starts a sweep: write `0-3+6`); the one-shot flag is `--cpus`; `bmoe plan` prints the cores and why"#,
+        );
+    }
+    engine {
+        /// A folder of saved prefix states that processes share (shards, resumed runs, sweep
+        /// points): "" = off.
+        prefix_cache: String = String::new();
+        schema [];
+        flag [
+            /// A folder of saved prefix states shared between processes (shards, resumed runs).
+            #[arg(long, value_name = "DIR", help_heading = "Decisions", display_order = 23)]
+        ] prefix_cache: Option<String> => |v| v.as_ref().map(|d| json!(d));
+        engine |s, load, session| session.prefix_cache = (!s.prefix_cache.is_empty()).then(|| bmoe_engine::PrefixCache {
+            dir: s.prefix_cache.clone().into(),
+            max_bytes: s.prefix_cache_mb << 20,
+            // The caller's part of the key (the model's content, the settings) is the runner's:
+            // `run::exec` and the one-shot commands fill it once the model is hashed.
+            key: String::new(),
+        });
+        docs ("path, or `\"\"`", "`\"\"` (off)", "`SessionOptions.prefix_cache`",
+            r#"a folder of saved prefix states: a decision saves sequence 0's state where its rendered prefix ends on the 128-token grid, and a new process (a shard, a resumed run, a sweep point) restores it instead of prefilling, bit for bit a fresh prefill (`reuse = restore`, `reuse_reason = prefix cache`). Entries are keyed by the model's content hash, every layered setting, the build and llama.cpp pin, the CPU kernels and the piece widths; a damaged or foreign entry is ignored with a `bmoe:` line. Relative to the working folder; the one-shot flag is `--prefix-cache`"#,
+        );
+    }
+    engine {
+        /// Size limit of the prefix cache folder in MiB; the least recently used entries go.
+        prefix_cache_mb: u64 = PREFIX_CACHE_MB.default_n().unwrap_or(4096);
+        schema [#[schemars(range(min = PREFIX_CACHE_MB.min, max = PREFIX_CACHE_MB.max))]];
+        flag [
+            /// Size limit of the prefix cache folder in MiB.
+            #[arg(long, value_parser = |s: &str| PREFIX_CACHE_MB.parse(s).map_err(|e| e.to_string()), help_heading = "Decisions", display_order = 24)]
+        ] prefix_cache_mb: Option<u64> => |v| v.map(|v| json!(v));
+        engine |s, load, session| ();
+        docs (int_type(&PREFIX_CACHE_MB), int_default_doc(&PREFIX_CACHE_MB), "`PrefixCache.max_bytes`",
+            r#"size limit of the `prefix_cache` folder; past it the least recently used entries are deleted"#,
         );
     }
     engine {

@@ -253,6 +253,11 @@ impl EngineArgs {
         if let Some(st) = load.stream.as_mut() {
             st.llama_load = self.llama_load;
         }
+        let mut session = session;
+        if let Some(pc) = session.prefix_cache.as_mut() {
+            let sha = crate::ident::model_sha256(&self.model, true)?;
+            pc.key = crate::ident::prefix_key(&sha, &s);
+        }
         Ok(Direct {
             load,
             session,

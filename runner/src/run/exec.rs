@@ -520,7 +520,11 @@ fn run_unit(ctx: &Ctx, out: &mut Out, models: &mut Models, unit: &Unit) -> anyho
         return Ok(());
     }
     out.progress.start_unit(&label, pending.len() as u64);
-    let (load_opts, sess_opts) = (unit.placement.load.clone(), unit.placement.session.clone());
+    let (load_opts, mut sess_opts) = (unit.placement.load.clone(), unit.placement.session.clone());
+    if let Some(pc) = sess_opts.prefix_cache.as_mut() {
+        let sha = ctx.model_sha.get(&lj.model).map_or("", String::as_str);
+        pc.key = ident::prefix_key(sha, &unit.resolved.settings);
+    }
     let probe_error = models.probe_error(ctx.opts, &lj.model)?;
     let outcome = models.load(&load_opts, probe_error, &lj.model, ctx.opts.load_timeout);
     let reused = outcome.reused;

@@ -115,3 +115,83 @@ fn a_decision_without_its_group_is_refused() {
     assert!(t.contains("has no \"episode\" in its meta"), "{t}");
     assert!(p.read("runs/decide.csv").is_empty(), "wrote rows");
 }
+
+/// (item, choice_logp, n_prefilled, reuse) of every row of a CSV.
+fn decisions_of(csv: &str) -> Vec<(String, String, u64, String)> {
+    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
+    let h = rdr.headers().unwrap().clone();
+    let col = |n: &str| h.iter().position(|c| c == n).unwrap();
+    let (item, logp, pre, reuse) = (
+        col("item"),
+        col("choice_logp"),
+        col("n_prefilled"),
+        col("reuse"),
+    );
+    rdr.records()
+        .map(|r| {
+            let r = r.unwrap();
+            (
+                r[item].to_string(),
+                r[logp].to_string(),
+                r[pre].parse().unwrap(),
+                r[reuse].to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 33's fleet target: a replay split over 4 shards by episode, each shard a new process
+/// with the prefix cache (`prefix_cache`), prefills at most 1.2x the tokens one process
+/// replaying all of it does, and scores bit for bit the same. Each decision's prefix is a long
+/// instruction every episode shares, so a shard restores what another shard saved.
+#[test]
+fn four_shards_with_the_prefix_cache_prefill_about_what_one_process_does() {
+    let p = Project::new();
+    let instructions = "You operate a phone app for the user. Read the screen, pick the one button that moves the task forward, and never pay without asking. ".repeat(2);
+    let mut s = String::new();
+    for i in 1..=12 {
+        let e = (i - 1) % 4;
+        s.push_str(&format!(
+            "{{\"id\": \"s{i}\", \"prefix\": \"{instructions}\", \"suffix\": \"Episode {e}, step {i}: OK, Cancel or Help?\", \"choices\": [\"OK\", \"Cancel\", \"Help\"], \"meta\": {{\"episode\": \"e{e}\"}}}}\n"
+        ));
+    }
+    p.write("jobs/decisions.jsonl", &s);
+    p.write(
+        "jobs/job.toml",
+        &format!("{DECIDE_JOB}shard_by = \"episode\"\n"),
+    );
+    let o = p.bmoe(&["run", "jobs/job.toml", "--csv", "runs/one.csv", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let one = decisions_of(&p.read("runs/one.csv"));
+    let mut sharded = Vec::new();
+    for k in 0..4 {
+        let csv = format!("runs/shard-{k}.csv");
+        let o = p.bmoe(&[
+            "run",
+            "jobs/job.toml",
+            "--shard",
+            &format!("{k}/4"),
+            "--csv",
+            &csv,
+            "--set",
+            "prefix_cache=prefix-cache",
+            "--allow-empty",
+            "--quiet",
+        ]);
+        assert!(o.status.success(), "shard {k}: {}", text(&o));
+        sharded.extend(decisions_of(&p.read(&csv)));
+    }
+    let total = |rows: &[(String, String, u64, String)]| rows.iter().map(|r| r.2).sum::<u64>();
+    let (t1, t4) = (total(&one), total(&sharded));
+    eprintln!("prefill tokens: one process {t1}, four shards with the prefix cache {t4}");
+    assert!(
+        t4 as f64 <= 1.2 * t1 as f64,
+        "four shards prefilled {t4} tokens, one process {t1}: {sharded:?}"
+    );
+    assert!(sharded.iter().any(|r| r.3 == "restore"), "{sharded:?}");
+    let mut a: Vec<_> = one.iter().map(|r| (&r.0, &r.1)).collect();
+    let mut b: Vec<_> = sharded.iter().map(|r| (&r.0, &r.1)).collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "scores differ between one process and the shards");
+}
