@@ -398,7 +398,7 @@ fn build_streamer(
     let available = crate::stream::memory::available_bytes();
     let budget = so.cache.bytes(available);
     let mut exec = raw.exec().lock();
-    let st = Streamer::new(
+    let mut st = Streamer::new(
         capture,
         table,
         so,
@@ -407,6 +407,9 @@ fn build_streamer(
         reader.clone(),
         &mut exec.quiet(),
     )?;
+    if opts.repacks_streamed_experts() {
+        st.repack_experts(&mut exec.quiet());
+    }
     cache_warnings(so, &st, available, budget, warnings);
     if so.dense_weights == crate::options::DenseWeights::Anon {
         if let Some(m) = dense_maps {
