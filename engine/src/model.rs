@@ -408,7 +408,7 @@ fn build_streamer(
         &mut exec.quiet(),
     )?;
     if opts.repacks_streamed_experts() {
-        st.repack_experts(&mut exec.quiet());
+        st.repack_weights(&capture.non_matmul, &mut exec.quiet())?;
     }
     cache_warnings(so, &st, available, budget, warnings);
     if so.dense_weights == crate::options::DenseWeights::Anon {

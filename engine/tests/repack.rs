@@ -342,6 +342,53 @@ fn streamed_repacked_equals_resident_repacked_bit_for_bit() {
     }
 }
 
+/// G30 with `dense_weights = anon` on a model whose dense matrices are Q4_0 too: the dense copies
+/// are repacked once at load where ggml repacks them in the resident load, so a streamed run
+/// equals the resident run with every tensor the resident load repacks repacked (with mapped
+/// dense weights only the experts are, and this model's bits would differ).
+#[test]
+fn streamed_anon_dense_repacked_equals_resident_repacked() {
+    use bmoe_engine::{DenseWeights, StreamOptions};
+    use common::gates::{stream, stream_run_repack};
+    let path = common::model(
+        "w256-q4_0-all",
+        &SynthSpec {
+            expert_type: WeightType::Q4_0,
+            dense_type: WeightType::Q4_0,
+            n_embd: 256,
+            n_ff_exp: 256,
+            ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
+        },
+    );
+    let (resident, _, resident_tensors) = stream_run_repack(&path, None, Repack::Auto);
+    if !repacks_experts_only() {
+        eprintln!("no repacked Q4_0 kernel known here (not AVX2): the gate is for AVX2 CPUs");
+        return;
+    }
+    let anon = |cache_mb| StreamOptions {
+        dense_weights: DenseWeights::Anon,
+        ..stream(cache_mb, false).unwrap()
+    };
+    let (_, _, mapped_tensors) = stream_run_repack(&path, stream(0, false), Repack::Auto);
+    assert!(
+        resident_tensors > mapped_tensors,
+        "the resident load must repack dense matrices too: {resident_tensors} vs {mapped_tensors}"
+    );
+    eprintln!("repacked: resident {resident_tensors}, streamed with mapped dense {mapped_tensors}");
+    for cache_mb in [0, 1] {
+        let (out, c, tensors) = stream_run_repack(&path, Some(anon(cache_mb)), Repack::Auto);
+        assert_eq!(
+            tensors, resident_tensors,
+            "cache {cache_mb} MiB: tensors tagged"
+        );
+        assert!(c.repacked > 0);
+        assert!(
+            out == resident,
+            "cache {cache_mb} MiB: streamed (anon dense, repacked) differs from resident (repacked)"
+        );
+    }
+}
+
 /// The streamed run in the file's layout (`repack = off`) repacks nothing; and where a prefill
 /// device takes part, `auto` keeps the file's layout too: its arena must never receive the CPU's
 /// repacked bytes.

@@ -99,8 +99,9 @@ pub struct Streamer {
     /// Pages the evictions of the current routing node gave up, already faulted in, for its
     /// misses to be read into (whole-page expert slices only).
     spare: Vec<Region>,
-    /// Copies of the dense weights (`dense_weights = anon`), kept alive here.
-    _dense: Vec<Region>,
+    /// Copies of the dense weights (`dense_weights = anon`), kept alive here, with the weight
+    /// bound to each.
+    dense: Vec<(TensorPtr, Region)>,
     /// Bytes of routed experts one token reads when nothing is cached.
     pub token_bytes: u64,
     /// The cache budget in bytes (0 = shared slots).
@@ -232,7 +233,7 @@ fn copy_dense(
     capture: &Capture,
     layers: &BTreeMap<u32, Layer>,
     quiet: &mut Quiet<'_>,
-) -> Result<Vec<Region>> {
+) -> Result<Vec<(TensorPtr, Region)>> {
     let io_err = setup_err("reserving expert memory");
     let expert_ptrs: Vec<TensorPtr> = layers
         .values()
@@ -246,7 +247,7 @@ fn copy_dense(
     {
         let mut r = Region::reserve(w.nbytes()).map_err(io_err)?;
         residency::copied_into(*w, &mut r, quiet).map_err(EngineError::Weight)?;
-        dense.push(r);
+        dense.push((*w, r));
     }
     Ok(dense)
 }
@@ -505,7 +506,7 @@ impl Streamer {
             moves_left,
             keep_evicted,
             spare: Vec::new(),
-            _dense: dense,
+            dense,
             token_bytes,
             budget_bytes,
             direct,
@@ -554,17 +555,28 @@ impl Streamer {
     /// `repack = auto` on a CPU decode: tags every expert matrix for the CPU's repacked
     /// `MUL_MAT_ID` where ggml chooses a repack for it, so each expert read from now on is
     /// repacked into its slot on the thread that reads it. Before any expert is read (a slot
-    /// holds one layout or the other). Returns the matrices tagged.
-    pub fn repack_experts(&mut self, quiet: &mut Quiet<'_>) -> usize {
+    /// holds one layout or the other). The dense copies (`dense_weights = anon`) read only as
+    /// a matmul's matrix (not in `non_matmul`) are repacked in place once, where ggml chooses;
+    /// mapped dense weights stay in the file's layout. Returns the weights tagged.
+    pub fn repack_weights(
+        &mut self,
+        non_matmul: &std::collections::BTreeSet<String>,
+        quiet: &mut Quiet<'_>,
+    ) -> Result<usize> {
         let Some(cpu) = crate::ffi::repack::CpuRepack::new() else {
-            return 0;
+            return Ok(0);
         };
         let mut n = 0;
         for layer in self.layers.values_mut() {
             layer.repacks = repacked::tag_all(&cpu, &layer.tensors, quiet);
             n += layer.repacks.iter().flatten().count();
         }
-        n
+        for (w, region) in &mut self.dense {
+            if !non_matmul.contains(&w.name()) {
+                n += usize::from(repacked::repack_copy(&cpu, *w, region, quiet)?);
+            }
+        }
+        Ok(n)
     }
 
     /// Whether `ids` (one routing node's experts, `n_expert_used` per token) come from a

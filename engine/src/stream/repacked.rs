@@ -5,7 +5,10 @@
 use std::cell::RefCell;
 use std::time::Instant;
 
+use crate::error::{EngineError, Result};
+use crate::ffi::region::Region;
 use crate::ffi::repack::{CpuRepack, ExpertRepack};
+use crate::ffi::tensor::TensorPtr;
 use crate::io::DirectReader;
 use crate::weights::table::ExpertMatrix;
 use crate::weights::Quiet;
@@ -88,4 +91,28 @@ pub(super) fn tag_all(
     quiet: &mut Quiet<'_>,
 ) -> Vec<Option<ExpertRepack>> {
     tensors.iter().map(|t| cpu.tag(t.tensor, quiet)).collect()
+}
+
+/// Repacks the 2-D weight `w`, bound to its copy in `region` (`dense_weights = anon`), in place
+/// where ggml chooses a repack for it (tagged as for the experts: a 2-D matrix is one "expert");
+/// `false` where it stays in the file's layout.
+pub(super) fn repack_copy(
+    cpu: &CpuRepack,
+    w: TensorPtr,
+    region: &mut Region,
+    quiet: &mut Quiet<'_>,
+) -> Result<bool> {
+    let ne = w.ne();
+    if ne[2] != 1 || ne[3] != 1 {
+        return Ok(false);
+    }
+    let n = w.nbytes();
+    // The repack reads rows after writing earlier ones: from a copy of the file's bytes.
+    let plain = region.as_slice()[..n].to_vec();
+    let Some(rp) = cpu.tag(w, quiet) else {
+        return Ok(false);
+    };
+    rp.repack(&plain, &mut region.as_mut_slice()[..n])
+        .map_err(EngineError::Weight)?;
+    Ok(true)
 }
