@@ -292,6 +292,13 @@ fn streamed_repacked_equals_resident_repacked_bit_for_bit() {
         return;
     }
     assert!(resident_tensors > 0, "the resident load repacked nothing");
+    // In the file's layout the same streamed run computes other bits (G29: the repacked GEMMs
+    // accumulate in another order): equal bits below mean the repacked kernels ran.
+    let (plain, _, _) = stream_run_repack(&path, stream(0, false), Repack::Off);
+    assert!(
+        plain != resident,
+        "streamed with repack = off computed the repacked bits: nothing tells the kernels apart"
+    );
     let evicting = |prefetch| StreamOptions {
         prefetch,
         ..stream(1, false).unwrap()
