@@ -470,7 +470,7 @@ fn build_streamer(
     // `auto` was resolved by the plan at the start of the load (`resolve_auto_cache`).
     let budget = so.cache.bytes(crate::stream::memory::available_bytes());
     let mut exec = raw.exec().lock();
-    let st = Streamer::new(
+    let mut st = Streamer::new(
         capture,
         table,
         so,
@@ -479,6 +479,9 @@ fn build_streamer(
         reader.clone(),
         &mut exec.quiet(),
     )?;
+    if opts.repacks_streamed_experts() {
+        st.repack_weights(&capture.non_matmul, &mut exec.quiet())?;
+    }
     cache_warnings(&st, budget, warnings);
     if so.dense_weights == crate::options::DenseWeights::Anon {
         if let Some(m) = dense_maps {

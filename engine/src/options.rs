@@ -22,10 +22,14 @@ pub enum DenseWeights {
 #[serde(rename_all = "lowercase")]
 pub enum Repack {
     /// Repacked wherever nothing moves the weights after the load: a resident run, no expert
-    /// streaming, no prefill device, no offload (every mechanism that moves weights moves them in
-    /// the file's layout, and a repacked tensor takes only whole-tensor writes). A repacked
-    /// tensor is a copy in anonymous memory even from a mapped file, so a resident model larger
-    /// than memory no longer pages from the file: its weights must fit.
+    /// streaming, no prefill device, no offload (a repacked tensor takes only whole-tensor
+    /// writes). A repacked tensor is a copy in anonymous memory even from a mapped file, so a
+    /// resident model larger than memory no longer pages from the file: its weights must fit.
+    /// With expert streaming on the CPU (no prefill device), each expert read from the file is
+    /// repacked into its slot on the thread that read it, where ggml repacks that matrix; the
+    /// dense weights stay in the file's layout while mapped from it, and are repacked once at
+    /// load where `dense_weights = anon` copies them. A prefill device keeps the file's layout
+    /// everywhere (its arena must never receive the CPU's repacked bytes).
     #[default]
     Auto,
     /// Never: the kernels over the file's own layout everywhere.
@@ -263,6 +267,12 @@ impl LoadOptions {
             && self.stream.is_none()
             && self.prefill.is_none()
             && self.offload.is_none()
+    }
+
+    /// Whether streamed experts are repacked for the CPU's kernels as they are read: `repack =
+    /// auto` on a streamed load with no prefill device.
+    pub fn repacks_streamed_experts(&self) -> bool {
+        self.repack == Repack::Auto && self.stream.is_some() && self.prefill.is_none()
     }
 
     /// Load `path` on the CPU with llama.cpp's mmap path.

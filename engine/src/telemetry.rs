@@ -31,6 +31,11 @@ pub struct StreamCounters {
     pub predicted_routed: u64,
     /// Of those, the ones the prediction named.
     pub predicted_right: u64,
+    /// Expert slices repacked into the CPU's repacked layout on the threads that read them
+    /// (`repack = auto`; reads ahead included).
+    pub repacked: u64,
+    /// Seconds spent repacking them (summed over threads; reads ahead not included).
+    pub repack_s: f64,
 }
 
 impl StreamCounters {
@@ -59,6 +64,8 @@ impl StreamCounters {
             prefetch_moved: self.prefetch_moved - before.prefetch_moved,
             predicted_routed: self.predicted_routed - before.predicted_routed,
             predicted_right: self.predicted_right - before.predicted_right,
+            repacked: self.repacked - before.repacked,
+            repack_s: self.repack_s - before.repack_s,
         }
     }
 

@@ -266,25 +266,160 @@ fn resident_repacked_equals_stock_llama_cpp_bit_for_bit() {
     }
 }
 
-/// Where something moves the weights (expert streaming), `auto` leaves them in the file's
-/// layout: the streamed load repacks nothing.
+/// Whether this CPU has the repacked Q4_0 kernel the 256-wide model's experts take (`q4_0_8x8`,
+/// AVX2), and nothing else of the model is repacked: the bits then tell repacked from plain.
+fn repacks_experts_only() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx2");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Gates G1/G2/G3 in the repacked mode (issue 32, item 2): with `repack = auto` both, a streamed
+/// run computes the resident run's bits with no cache (shared slots), with an evicting cache
+/// (with and without reads ahead, which repack on their own lanes), and reading every expert.
+/// The streamed loads hold the resident load's repacked tensors (the expert matrices, tagged
+/// `CPU_REPACK`), and the reader threads repacked the expert slices they read.
 #[test]
-fn a_streamed_load_repacks_nothing() {
+fn streamed_repacked_equals_resident_repacked_bit_for_bit() {
+    use bmoe_engine::{Prefetch, StreamOptions};
+    use common::gates::{stream, stream_run_repack};
+    let path = model();
+    let (resident, c, resident_tensors) = stream_run_repack(&path, None, Repack::Auto);
+    assert_eq!(c.read_bytes, 0);
+    if !repacks_experts_only() {
+        eprintln!("no repacked Q4_0 kernel known here (not AVX2): the gate is for AVX2 CPUs");
+        return;
+    }
+    assert!(resident_tensors > 0, "the resident load repacked nothing");
+    // In the file's layout the same streamed run computes other bits (G29: the repacked GEMMs
+    // accumulate in another order): equal bits below mean the repacked kernels ran.
+    let (plain, _, _) = stream_run_repack(&path, stream(0, false), Repack::Off);
+    assert!(
+        plain != resident,
+        "streamed with repack = off computed the repacked bits: nothing tells the kernels apart"
+    );
+    let evicting = |prefetch| StreamOptions {
+        prefetch,
+        ..stream(1, false).unwrap()
+    };
+    let runs = [
+        ("G1r (no cache)", stream(0, false)),
+        ("G2r (evicting cache)", Some(evicting(Prefetch::Off))),
+        (
+            "G2r (evicting cache, reads ahead)",
+            Some(evicting(Prefetch::Eager)),
+        ),
+        ("G3r (every expert read)", stream(0, true)),
+        (
+            "G1r (llama.cpp's load of the whole file)",
+            Some(StreamOptions {
+                llama_load: true,
+                ..stream(0, false).unwrap()
+            }),
+        ),
+    ];
+    for (gate, opts) in runs {
+        let eager = opts.as_ref().is_some_and(|o| o.prefetch == Prefetch::Eager);
+        let cache = opts
+            .as_ref()
+            .is_some_and(|o| o.cache != bmoe_engine::CacheBudget::Mib(0));
+        let (out, c, tensors) = stream_run_repack(&path, opts, Repack::Auto);
+        assert_eq!(
+            tensors, resident_tensors,
+            "{gate}: the streamed load must tag the tensors the resident load repacks"
+        );
+        assert!(
+            c.repacked > 0,
+            "{gate}: no expert slice was repacked: {c:?}"
+        );
+        assert!(!cache || c.evictions > 0, "{gate} must evict: {c:?}");
+        assert!(
+            !eager || c.prefetch_used > 0,
+            "{gate} must use reads ahead: {c:?}"
+        );
+        assert!(
+            out == resident,
+            "{gate}: streamed (repacked) differs from resident (repacked)"
+        );
+        eprintln!(
+            "{gate}: {} expert slices repacked in {:.3} s, {} read ahead used",
+            c.repacked, c.repack_s, c.prefetch_used
+        );
+    }
+}
+
+/// G30 with `dense_weights = anon` on a model whose dense matrices are Q4_0 too: the dense copies
+/// are repacked once at load where ggml repacks them in the resident load, so a streamed run
+/// equals the resident run with every tensor the resident load repacks repacked (with mapped
+/// dense weights only the experts are, and this model's bits would differ).
+#[test]
+fn streamed_anon_dense_repacked_equals_resident_repacked() {
+    use bmoe_engine::{DenseWeights, StreamOptions};
+    use common::gates::{stream, stream_run_repack};
+    let path = common::model(
+        "w256-q4_0-all",
+        &SynthSpec {
+            expert_type: WeightType::Q4_0,
+            dense_type: WeightType::Q4_0,
+            n_embd: 256,
+            n_ff_exp: 256,
+            ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
+        },
+    );
+    let (resident, _, resident_tensors) = stream_run_repack(&path, None, Repack::Auto);
+    if !repacks_experts_only() {
+        eprintln!("no repacked Q4_0 kernel known here (not AVX2): the gate is for AVX2 CPUs");
+        return;
+    }
+    let anon = |cache_mb| StreamOptions {
+        dense_weights: DenseWeights::Anon,
+        ..stream(cache_mb, false).unwrap()
+    };
+    let (_, _, mapped_tensors) = stream_run_repack(&path, stream(0, false), Repack::Auto);
+    assert!(
+        resident_tensors > mapped_tensors,
+        "the resident load must repack dense matrices too: {resident_tensors} vs {mapped_tensors}"
+    );
+    eprintln!("repacked: resident {resident_tensors}, streamed with mapped dense {mapped_tensors}");
+    for cache_mb in [0, 1] {
+        let (out, c, tensors) = stream_run_repack(&path, Some(anon(cache_mb)), Repack::Auto);
+        assert_eq!(
+            tensors, resident_tensors,
+            "cache {cache_mb} MiB: tensors tagged"
+        );
+        assert!(c.repacked > 0);
+        assert!(
+            out == resident,
+            "cache {cache_mb} MiB: streamed (anon dense, repacked) differs from resident (repacked)"
+        );
+    }
+}
+
+/// The streamed run in the file's layout (`repack = off`) repacks nothing; and where a prefill
+/// device takes part, `auto` keeps the file's layout too: its arena must never receive the CPU's
+/// repacked bytes.
+#[test]
+fn off_and_a_prefill_device_keep_the_file_layout() {
     let m = Model::load(&LoadOptions {
         stream: common::gates::stream(0, false),
+        repack: Repack::Off,
         ..LoadOptions::new(model())
     })
     .expect("load");
     assert_eq!(m.load_stats().repacked.tensors, 0);
-    let m = Model::load(&LoadOptions {
-        stream: Some(bmoe_engine::StreamOptions {
-            llama_load: true,
-            ..common::gates::stream(0, false).unwrap()
-        }),
-        ..LoadOptions::new(model())
-    })
-    .expect("load");
-    assert_eq!(m.load_stats().repacked.tensors, 0);
+    let name = common::gates::loopback();
+    for stream in [None, common::gates::stream(0, false)] {
+        let m = Model::load(&LoadOptions {
+            stream,
+            prefill: Some(common::gates::device(&name, true)),
+            repack: Repack::Auto,
+            ..LoadOptions::new(model())
+        })
+        .expect("load");
+        assert_eq!(m.load_stats().repacked.tensors, 0);
+        assert_eq!(m.stream_counters().repacked, 0);
+    }
 }
 
 /// A 64-expert model of about 200 MiB: more than the memory cap the next test gives its child.

@@ -131,7 +131,7 @@ fn every_llama_entry_point_is_shimmed_or_cannot_throw() {
         .collect();
     assert!(stale.is_empty(), "listed but no longer called: {stale:?}");
     // Each wrapped call has its wrapper in the shim, and the engine uses the wrapper.
-    let shim: String = ["bmoe_shim.cpp", "bmoe_unlink.cpp"]
+    let shim: String = ["bmoe_shim.cpp", "bmoe_unlink.cpp", "bmoe_weights.cpp"]
         .iter()
         .map(|f| std::fs::read_to_string(root.join("../ggml-sys/shim").join(f)).unwrap())
         .collect();

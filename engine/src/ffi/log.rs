@@ -5,7 +5,10 @@ use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use ggml_sys::{ggml_log_level, GGML_LOG_LEVEL_CONT, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_WARN};
+use ggml_sys::{
+    ggml_log_level, GGML_LOG_LEVEL_CONT, GGML_LOG_LEVEL_DEBUG, GGML_LOG_LEVEL_ERROR,
+    GGML_LOG_LEVEL_WARN,
+};
 
 const KEEP: usize = 64;
 
@@ -62,6 +65,12 @@ extern "C" fn log_cb(level: ggml_log_level, text: *const c_char, _ud: *mut c_voi
     let msg = unsafe { CStr::from_ptr(text) }.to_string_lossy();
     if VERBOSE.load(Ordering::Relaxed) {
         eprint!("{msg}");
+    }
+    // Debug lines are never kept; ggml-cpu logs one per repacked expert slice, from every
+    // reader thread, which should not queue on the lock below.
+    if level == GGML_LOG_LEVEL_DEBUG {
+        LAST_KEPT.store(false, Ordering::Relaxed);
+        return;
     }
     let Ok(mut r) = RECENT.lock() else { return };
     if level == GGML_LOG_LEVEL_CONT {

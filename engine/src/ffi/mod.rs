@@ -17,6 +17,7 @@ pub mod quant;
 pub mod quiet;
 pub mod region;
 pub mod registry;
+pub mod repack;
 pub mod rpc;
 pub mod sampler;
 pub mod tensor;

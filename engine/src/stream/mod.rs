@@ -7,6 +7,7 @@ pub mod memory;
 pub mod page_moves;
 pub mod prefetch;
 mod read_threads;
+mod repacked;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -16,6 +17,7 @@ use rayon::prelude::*;
 pub use crate::error::StreamError;
 use crate::error::{EngineError, Result};
 use crate::ffi::region::Region;
+use crate::ffi::repack::ExpertRepack;
 use crate::ffi::tensor::TensorPtr;
 use crate::graph::{Capture, ExpertRole};
 use crate::io::DirectReader;
@@ -58,6 +60,9 @@ struct Layer {
     tensors: Vec<ExpertMatrix>,
     /// One region per tensor (cache mode); empty in shared-slot mode.
     regions: Vec<Region>,
+    /// Per tensor, how its experts are repacked for the CPU's repacked kernels (`repack =
+    /// auto`); empty, or `None`, where they stay in the file's layout.
+    repacks: Vec<Option<ExpertRepack>>,
 }
 
 /// The streamer of one model.
@@ -94,8 +99,9 @@ pub struct Streamer {
     /// Pages the evictions of the current routing node gave up, already faulted in, for its
     /// misses to be read into (whole-page expert slices only).
     spare: Vec<Region>,
-    /// Copies of the dense weights (`dense_weights = anon`), kept alive here.
-    _dense: Vec<Region>,
+    /// Copies of the dense weights (`dense_weights = anon`), kept alive here, with the weight
+    /// bound to each.
+    dense: Vec<(TensorPtr, Region)>,
     /// Bytes of routed experts one token reads when nothing is cached.
     pub token_bytes: u64,
     /// The cache budget in bytes (0 = shared slots).
@@ -176,6 +182,7 @@ fn expert_layers(
             Layer {
                 tensors,
                 regions: Vec::new(),
+                repacks: Vec::new(),
             },
         );
     }
@@ -226,7 +233,7 @@ fn copy_dense(
     capture: &Capture,
     layers: &BTreeMap<u32, Layer>,
     quiet: &mut Quiet<'_>,
-) -> Result<Vec<Region>> {
+) -> Result<Vec<(TensorPtr, Region)>> {
     let io_err = setup_err("reserving expert memory");
     let expert_ptrs: Vec<TensorPtr> = layers
         .values()
@@ -240,7 +247,7 @@ fn copy_dense(
     {
         let mut r = Region::reserve(w.nbytes()).map_err(io_err)?;
         residency::copied_into(*w, &mut r, quiet).map_err(EngineError::Weight)?;
-        dense.push(r);
+        dense.push((*w, r));
     }
     Ok(dense)
 }
@@ -301,6 +308,7 @@ impl Moves<'_> {
         p: &mut prefetch::Prefetcher,
         il: u32,
         pairs: &mut [(&ExpertMatrix, &mut Region)],
+        reps: &[Option<&ExpertRepack>],
         misses: &mut [bool],
         mut cached: impl FnMut(u32),
     ) {
@@ -311,8 +319,10 @@ impl Moves<'_> {
             let Some(bytes) = p.take(il, e as u32) else {
                 continue;
             };
-            for ((t, r), chunk) in pairs.iter_mut().zip(bytes) {
+            for (((t, r), chunk), rp) in pairs.iter_mut().zip(bytes).zip(reps) {
                 let (at, eb) = (e * t.expert_bytes, t.expert_bytes);
+                // Repacked on the read-ahead lane that read it (`Source::repack`).
+                self.counters.repacked += u64::from(rp.is_some());
                 // Moving the pages in costs no copy and no page faults here.
                 let moved = if *self.left > 0 {
                     r.adopt(at, eb, chunk)
@@ -359,13 +369,15 @@ impl Moves<'_> {
     }
 }
 
-/// One positioned read per piece of each missed expert: its destination, file and offset.
+/// The reads of each missed expert: one positioned read per piece in the file's layout, or one
+/// job per expert (all its pieces, then its repack) where the matrix is repacked.
 fn read_jobs<'a>(
     pairs: Vec<(&ExpertMatrix, &'a mut Region)>,
+    reps: &[Option<&'a ExpertRepack>],
     misses: &[bool],
-) -> Vec<(&'a mut [u8], usize, u64)> {
+) -> Vec<repacked::Job<'a>> {
     let mut jobs = Vec::new();
-    for (t, region) in pairs {
+    for ((t, region), rp) in pairs.into_iter().zip(reps) {
         let eb = t.expert_bytes;
         for (e, dst) in region
             .as_mut_slice()
@@ -373,13 +385,26 @@ fn read_jobs<'a>(
             .enumerate()
             .take(misses.len())
         {
-            if misses[e] {
-                let mut rest = dst;
-                for (file, offset, len) in t.pieces_of(e) {
-                    let (piece, tail) = rest.split_at_mut(len);
-                    jobs.push((piece, file, offset));
-                    rest = tail;
-                }
+            if !misses[e] {
+                continue;
+            }
+            if rp.is_some() {
+                jobs.push(repacked::Job {
+                    dst,
+                    pieces: t.pieces_of(e).collect(),
+                    repack: *rp,
+                });
+                continue;
+            }
+            let mut rest = dst;
+            for (file, offset, len) in t.pieces_of(e) {
+                let (piece, tail) = rest.split_at_mut(len);
+                jobs.push(repacked::Job {
+                    dst: piece,
+                    pieces: vec![(file, offset, len)],
+                    repack: None,
+                });
+                rest = tail;
             }
         }
     }
@@ -390,36 +415,35 @@ fn read_jobs<'a>(
 fn read_all(
     reader: &DirectReader,
     pool: &rayon::ThreadPool,
-    jobs: Vec<(&mut [u8], usize, u64)>,
+    jobs: Vec<repacked::Job<'_>>,
     decode_sized: bool,
     counters: &mut StreamCounters,
 ) -> std::io::Result<()> {
-    let total: usize = jobs.iter().map(|(d, _, _)| d.len()).sum();
+    let total: usize = jobs.iter().map(|j| j.dst.len()).sum();
     // Small batches, and every decode-sized graph's misses (a few experts), are read on the
     // calling thread, whose compute threads wait for them anyway. Waking the lanes costs more
     // than it saves there: rayon's idle lanes spin and yield for a while after each batch, on
     // the very cores the next graph's compute threads need.
-    let results: Vec<std::io::Result<(f64, usize)>> =
+    let results: Vec<std::io::Result<repacked::Done>> =
         if total < INLINE_READ_BYTES || jobs.len() < 2 || decode_sized {
-            jobs.into_iter()
-                .map(|(dst, file, off)| reader.read(0, file, off, dst).map(|s| (s, dst.len())))
-                .collect()
+            jobs.into_iter().map(|j| j.run(reader, 0)).collect()
         } else {
             pool.install(|| {
                 jobs.into_par_iter()
-                    .map(|(dst, file, off)| {
-                        let lane = rayon::current_thread_index().unwrap_or(0);
-                        reader.read(lane, file, off, dst).map(|s| (s, dst.len()))
-                    })
+                    .map(|j| j.run(reader, rayon::current_thread_index().unwrap_or(0)))
                     .collect()
             })
         };
     let mut first_err = None;
     for r in results {
         match r {
-            Ok((s, n)) => {
-                counters.read_s += s;
-                counters.read_bytes += n as u64;
+            Ok(d) => {
+                counters.read_s += d.read_s;
+                counters.read_bytes += d.bytes as u64;
+                if let Some(s) = d.repack_s {
+                    counters.repacked += 1;
+                    counters.repack_s += s;
+                }
             }
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -482,7 +506,7 @@ impl Streamer {
             moves_left,
             keep_evicted,
             spare: Vec::new(),
-            _dense: dense,
+            dense,
             token_bytes,
             budget_bytes,
             direct,
@@ -526,6 +550,33 @@ impl Streamer {
             None => 0,
         };
         c
+    }
+
+    /// `repack = auto` on a CPU decode: tags every expert matrix for the CPU's repacked
+    /// `MUL_MAT_ID` where ggml chooses a repack for it, so each expert read from now on is
+    /// repacked into its slot on the thread that reads it. Before any expert is read (a slot
+    /// holds one layout or the other). The dense copies (`dense_weights = anon`) read only as
+    /// a matmul's matrix (not in `non_matmul`) are repacked in place once, where ggml chooses;
+    /// mapped dense weights stay in the file's layout. Returns the weights tagged.
+    pub fn repack_weights(
+        &mut self,
+        non_matmul: &std::collections::BTreeSet<String>,
+        quiet: &mut Quiet<'_>,
+    ) -> Result<usize> {
+        let Some(cpu) = crate::ffi::repack::CpuRepack::new() else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        for layer in self.layers.values_mut() {
+            layer.repacks = repacked::tag_all(&cpu, &layer.tensors, quiet);
+            n += layer.repacks.iter().flatten().count();
+        }
+        for (w, region) in &mut self.dense {
+            if !non_matmul.contains(&w.name()) {
+                n += usize::from(repacked::repack_copy(&cpu, *w, region, quiet)?);
+            }
+        }
+        Ok(n)
     }
 
     /// Whether `ids` (one routing node's experts, `n_expert_used` per token) come from a
@@ -685,18 +736,26 @@ impl Streamer {
             ..
         } = self;
         let layer = layers.get_mut(&il).expect("layer checked by ensure");
+        let rep = |i: usize| layer.repacks.get(i).and_then(Option::as_ref);
         // Each expert matrix with the region it is bound to, in the layer's order: its own (cache
-        // mode), or its role's shared slot.
-        let mut pairs: Vec<(&ExpertMatrix, &mut Region)> = if lru.is_some() {
-            layer.tensors.iter().zip(layer.regions.iter_mut()).collect()
+        // mode), or its role's shared slot; and how it is repacked.
+        let (mut pairs, reps): (Vec<(&ExpertMatrix, &mut Region)>, Vec<_>) = if lru.is_some() {
+            layer
+                .tensors
+                .iter()
+                .zip(layer.regions.iter_mut())
+                .enumerate()
+                .map(|(i, p)| (p, rep(i)))
+                .unzip()
         } else {
             let mut by_role: BTreeMap<ExpertRole, &mut Region> =
                 shared.iter_mut().map(|(&role, r)| (role, r)).collect();
             layer
                 .tensors
                 .iter()
-                .filter_map(|t| by_role.remove(&t.role).map(|r| (t, r)))
-                .collect()
+                .enumerate()
+                .filter_map(|(i, t)| by_role.remove(&t.role).map(|r| ((t, r), rep(i))))
+                .unzip()
         };
         let mut moves = Moves {
             left: moves_left,
@@ -704,7 +763,7 @@ impl Streamer {
             counters,
         };
         if let Some(p) = prefetcher.as_mut() {
-            moves.read_ahead(p, il, &mut pairs, misses, |e| {
+            moves.read_ahead(p, il, &mut pairs, &reps, misses, |e| {
                 if let Some(lru) = lru.as_mut() {
                     lru.insert(il, e, layer_bytes);
                 }
@@ -712,7 +771,7 @@ impl Streamer {
         }
         moves.recycle(spare, &mut pairs, misses);
         spare.clear();
-        let jobs = read_jobs(pairs, misses);
+        let jobs = read_jobs(pairs, &reps, misses);
         read_all(reader, pool, jobs, decode_sized, counters)
     }
     /// Whether reads ahead pay: at least `MIN_PRECISION` of the recent candidates were misses
@@ -778,9 +837,11 @@ impl Streamer {
         let sources: Vec<prefetch::Source> = layer
             .tensors
             .iter()
-            .map(|t| prefetch::Source {
+            .enumerate()
+            .map(|(i, t)| prefetch::Source {
                 parts: t.parts().map(<[_]>::to_vec).unwrap_or_default(),
                 expert_bytes: t.expert_bytes,
+                repack: layer.repacks.get(i).cloned().flatten(),
             })
             .collect();
         pf.issue(next, &experts, &sources);

@@ -146,6 +146,9 @@ pub(crate) struct Source {
     pub(crate) parts: Vec<crate::gguf::index::ExpertPart>,
     /// Bytes of one expert (the pieces' sum).
     pub(crate) expert_bytes: usize,
+    /// How the expert is repacked into the CPU's layout, on the lane that reads it (`None`: the
+    /// file's layout).
+    pub(crate) repack: Option<crate::ffi::repack::ExpertRepack>,
 }
 
 /// The reads in flight and the experts that arrived.
@@ -213,11 +216,14 @@ impl Prefetcher {
                     .iter()
                     .map(|s| {
                         let mut buf = Region::reserve(s.expert_bytes)?;
-                        let mut at = 0;
-                        for (file, off, len) in ExpertMatrix::pieces(&s.parts, e as usize) {
-                            reader.read(lane, file, off, &mut buf.as_mut_slice()[at..at + len])?;
-                            at += len;
-                        }
+                        let pieces: Vec<_> = ExpertMatrix::pieces(&s.parts, e as usize).collect();
+                        super::repacked::read_into(
+                            &reader,
+                            lane,
+                            &pieces,
+                            &mut buf.as_mut_slice()[..s.expert_bytes],
+                            s.repack.as_ref(),
+                        )?;
                         Ok(buf)
                     })
                     .collect();

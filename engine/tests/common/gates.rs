@@ -49,13 +49,24 @@ pub fn set_threads(n: u32) {
     THREADS.store(n, Ordering::Relaxed);
 }
 
-/// Runs several generates, a perplexity and a decision in one session (S1 lives here).
+/// Runs several generates, a perplexity and a decision in one session (S1 lives here), with
+/// every weight in the file's layout (`repack = off`).
 pub fn stream_run(path: &Path, stream: Option<StreamOptions>) -> (Outcome, StreamCounters) {
+    let (out, c, _) = stream_run_repack(path, stream, Repack::Off);
+    (out, c)
+}
+
+/// `stream_run` with `repack` as given; also the weight tensors the load left in the CPU's
+/// repacked layout (`LoadStats::repacked`).
+pub fn stream_run_repack(
+    path: &Path,
+    stream: Option<StreamOptions>,
+    repack: Repack,
+) -> (Outcome, StreamCounters, usize) {
     let lean = stream.as_ref().is_some_and(|s| !s.llama_load);
     let m = Model::load(&LoadOptions {
         stream,
-        // The resident reference in the file's layout, as the streamed runs compute (issue 32).
-        repack: Repack::Off,
+        repack,
         ..LoadOptions::new(path)
     })
     .expect("load");
@@ -94,7 +105,7 @@ pub fn stream_run(path: &Path, stream: Option<StreamOptions>) -> (Outcome, Strea
         nll_bits: ppl.nll_mean.to_bits(),
         logp_bits: d.choice_logp.iter().map(|v| v.to_bits()).collect(),
     };
-    (out, m.stream_counters())
+    (out, m.stream_counters(), m.load_stats().repacked.tensors)
 }
 
 /// The resident run the stream gates compare against.

@@ -1,0 +1,120 @@
+//! A streamed generate with the engine's `repack` option on the command line, for side-by-side
+//! benchmarks of the repacked streamed experts (`scripts/bench-repack --stream`) until the
+//! runner has a setting of its own. Prints the prefill and decode rates in the lines
+//! `bmoe generate` prints, so one parser reads both, and what repacking cost.
+//!
+//!   stream_generate -m MODEL -p PROMPT [-n 64] [-t THREADS] [--cache-mb 0] [--repack auto|off]
+use std::process::ExitCode;
+
+use bmoe_engine::{
+    CacheBudget, CancelToken, GenerateOptions, LoadOptions, Model, Repack, SessionOptions,
+    StreamOptions,
+};
+
+/// The command line.
+struct Args {
+    model: String,
+    prompt: String,
+    n_predict: u32,
+    threads: u32,
+    cache_mb: u64,
+    repack: Repack,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        model: String::new(),
+        prompt: String::new(),
+        n_predict: 64,
+        threads: 2,
+        cache_mb: 0,
+        repack: Repack::Auto,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let v = it.next().ok_or(format!("{flag} needs a value"))?;
+        let number = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag}: not a number: {v}"))
+        };
+        match flag.as_str() {
+            "-m" => a.model = v,
+            "-p" => a.prompt = v,
+            "-n" => a.n_predict = number(&v)? as u32,
+            "-t" => a.threads = number(&v)? as u32,
+            "--cache-mb" => a.cache_mb = number(&v)?,
+            "--repack" => {
+                a.repack = match v.as_str() {
+                    "auto" => Repack::Auto,
+                    "off" => Repack::Off,
+                    _ => return Err(format!("--repack: expected auto or off, got {v}")),
+                }
+            }
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    if a.model.is_empty() || a.prompt.is_empty() {
+        return Err("usage: stream_generate -m MODEL -p PROMPT [-n 64] [-t 2] [--cache-mb 0] [--repack auto|off]".into());
+    }
+    Ok(a)
+}
+
+fn run(a: &Args) -> Result<(), String> {
+    let m = Model::load(&LoadOptions {
+        stream: Some(StreamOptions {
+            cache: CacheBudget::Mib(a.cache_mb),
+            ..Default::default()
+        }),
+        repack: a.repack,
+        ..LoadOptions::new(&a.model)
+    })
+    .map_err(|e| e.to_string())?;
+    let mut s = m
+        .session(&SessionOptions {
+            threads: a.threads,
+            ..Default::default()
+        })
+        .map_err(|e| e.to_string())?;
+    let opts = GenerateOptions {
+        n_predict: a.n_predict,
+        chat: false,
+        ..Default::default()
+    };
+    let g = s
+        .generate(&a.prompt, &opts, &CancelToken::new())
+        .map_err(|e| e.to_string())?;
+    let t = &g.timing;
+    eprintln!(
+        "prefill: {} tokens in {:.3} s ({:.1} tok/s)",
+        t.n_prompt,
+        t.prefill_s,
+        t.prefill_tps()
+    );
+    eprintln!(
+        "decode: {} tokens in {:.3} s ({:.2} tok/s)",
+        t.n_decoded,
+        t.decode_s,
+        t.tok_s()
+    );
+    let d = &g.decode_stream;
+    eprintln!(
+        "repack: {} weight tensors tagged; decode repacked {} expert slices in {:.3} s ({:.1}% of decode), read {:.3} s, stall {:.3} s",
+        m.load_stats().repacked.tensors,
+        d.repacked,
+        d.repack_s,
+        100.0 * d.repack_s / t.decode_s.max(1e-9),
+        d.read_s,
+        d.stall_s
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match parse().and_then(|a| run(&a)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stream_generate: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
