@@ -105,6 +105,10 @@ fn stock(prompt: &[i32], use_extra_bufts: bool) -> Run {
         sys::llama_backend_init();
         let mut mp = sys::llama_model_default_params();
         mp.use_extra_bufts = use_extra_bufts;
+        // The CPU alone, as on a machine without an accelerator: another test of this binary
+        // registers a loopback RPC device, where llama.cpp's default (every layer offloaded)
+        // would put the weights instead.
+        mp.n_gpu_layers = 0;
         let m = sys::llama_model_load_from_file(path.as_ptr(), mp);
         assert!(!m.is_null(), "stock load");
         let (mut n, mut bytes) = (0usize, 0u64);
