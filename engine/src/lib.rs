@@ -30,6 +30,7 @@ pub use ffi::cpu_variant::{cpu_variant, CpuVariant};
 pub use ffi::error::FfiError;
 pub use ffi::log::set_verbose as set_log_verbose;
 pub use ffi::registry::{backend_names, devices, system_info, Device, DeviceInfo, DeviceKind};
+pub use ffi::repack::cpu_repack_available;
 pub use ffi::rpc::add_server as add_rpc_server;
 pub use model::{LeanLoadInfo, Model, ModelInfo};
 pub use options::{

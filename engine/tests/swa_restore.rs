@@ -47,8 +47,18 @@ fn bits(r: &DecideRecord) -> Vec<u64> {
     r.choice_logp.iter().map(|v| v.to_bits()).collect()
 }
 
+// One test per mode, so the two run at once: each prefills ~1,300 tokens one at a time.
 #[test]
-fn swa_reuse_restores_the_saved_prefix_and_scores_as_two_fresh_pieces() {
+fn swa_reuse_on_restores_the_saved_prefix_and_scores_as_two_fresh_pieces() {
+    swa_reuse_restores(PrefixReuse::On);
+}
+
+#[test]
+fn swa_reuse_auto_restores_the_saved_prefix_and_scores_as_two_fresh_pieces() {
+    swa_reuse_restores(PrefixReuse::Auto);
+}
+
+fn swa_reuse_restores(mode: PrefixReuse) {
     let Some(path) = gemma() else { return };
     let m = Model::load(&LoadOptions::new(&path)).unwrap();
     // A long screen after the shared prefix: the window cannot keep the prefix's last cells.
@@ -56,48 +66,46 @@ fn swa_reuse_restores_the_saved_prefix_and_scores_as_two_fresh_pieces() {
     let a = req(&prefix, &format!("Screen: {} Done?", words(1000, 260)));
     let b = req(&prefix, "Screen: empty. Done?");
 
-    for mode in [PrefixReuse::On, PrefixReuse::Auto] {
-        let mut x = m.session(&opts(mode)).unwrap();
-        let first = x.decide(&a).unwrap();
-        assert!(
-            first.n_tokens > 768,
-            "the first prompt wraps the window cache: {first:?}"
-        );
-        let r = x.decide(&b).unwrap();
-        assert_eq!(r.reuse, ReuseOutcome::Restore, "{mode:?}: {r:?}");
-        assert!(
-            r.reuse_reason.contains("sliding window"),
-            "the reason extend was refused: {r:?}"
-        );
-        assert!(r.n_reused > 0 && r.n_prefilled > 0, "{r:?}");
-        assert_eq!(r.n_reused + r.n_prefilled, r.n_tokens);
+    let mut x = m.session(&opts(mode)).unwrap();
+    let first = x.decide(&a).unwrap();
+    assert!(
+        first.n_tokens > 768,
+        "the first prompt wraps the window cache: {first:?}"
+    );
+    let r = x.decide(&b).unwrap();
+    assert_eq!(r.reuse, ReuseOutcome::Restore, "{mode:?}: {r:?}");
+    assert!(
+        r.reuse_reason.contains("sliding window"),
+        "the reason extend was refused: {r:?}"
+    );
+    assert!(r.n_reused > 0 && r.n_prefilled > 0, "{r:?}");
+    assert_eq!(r.n_reused + r.n_prefilled, r.n_tokens);
 
-        // A fresh session fed the same two pieces: the restored prefix, then the rest.
-        let text = m
-            .render_user_message(&format!("{}{}", b.prefix, b.suffix))
-            .unwrap();
-        let tokens = m.tokenize(&text, true).unwrap();
-        let mut y = m.session(&opts(mode)).unwrap();
-        y.prime(&tokens[..r.n_reused as usize]).unwrap();
-        let two = y.decide(&b).unwrap();
-        assert_eq!(two.reuse, ReuseOutcome::Extend, "{two:?}");
-        assert_eq!(two.n_reused, r.n_reused);
-        assert_eq!(
-            bits(&r),
-            bits(&two),
-            "{mode:?}: restore == two fresh pieces, bit for bit"
-        );
+    // A fresh session fed the same two pieces: the restored prefix, then the rest.
+    let text = m
+        .render_user_message(&format!("{}{}", b.prefix, b.suffix))
+        .unwrap();
+    let tokens = m.tokenize(&text, true).unwrap();
+    let mut y = m.session(&opts(mode)).unwrap();
+    y.prime(&tokens[..r.n_reused as usize]).unwrap();
+    let two = y.decide(&b).unwrap();
+    assert_eq!(two.reuse, ReuseOutcome::Extend, "{two:?}");
+    assert_eq!(two.n_reused, r.n_reused);
+    assert_eq!(
+        bits(&r),
+        bits(&two),
+        "{mode:?}: restore == two fresh pieces, bit for bit"
+    );
 
-        // Reuse off: one piece from an empty cache; the same best.
-        let mut z = m.session(&opts(PrefixReuse::Off)).unwrap();
-        let one = z.decide(&b).unwrap();
-        assert_eq!(one.best, r.best);
-        let delta = r
-            .choice_logp
-            .iter()
-            .zip(&one.choice_logp)
-            .map(|(p, q)| (p - q).abs())
-            .fold(0.0, f64::max);
-        eprintln!("{mode:?}: max |delta log-prob| restore vs one piece: {delta:e}");
-    }
+    // Reuse off: one piece from an empty cache; the same best.
+    let mut z = m.session(&opts(PrefixReuse::Off)).unwrap();
+    let one = z.decide(&b).unwrap();
+    assert_eq!(one.best, r.best);
+    let delta = r
+        .choice_logp
+        .iter()
+        .zip(&one.choice_logp)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0.0, f64::max);
+    eprintln!("{mode:?}: max |delta log-prob| restore vs one piece: {delta:e}");
 }

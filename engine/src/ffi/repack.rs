@@ -108,6 +108,12 @@ fn repack_buft() -> Option<sys::ggml_backend_buffer_type_t> {
     None
 }
 
+/// Whether this build's CPU backend offers llama.cpp's repacked layouts (the `CPU_REPACK`
+/// buffer type), which `repack = "auto"` uses for the types it has kernels for on this CPU.
+pub fn cpu_repack_available() -> bool {
+    repack_buft().is_some()
+}
+
 /// A header-only 2-D tensor of one expert of `t` (type, shape, strides, name), bound nowhere.
 fn expert_header(t: TensorPtr) -> sys::ggml_tensor {
     let (ne, nb) = (t.ne(), t.nb());

@@ -11,6 +11,7 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
             "system_info": bmoe_engine::system_info(),
             "cpu_variant": bmoe_engine::cpu_variant(),
             "page_moves": bmoe_engine::page_moves().label(),
+            "cpu_repack": bmoe_engine::cpu_repack_available(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -37,9 +38,19 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     }
     println!("system: {}", bmoe_engine::system_info());
     println!("cpu variant: {}", bmoe_engine::cpu_variant().line());
+    println!("repack: {}", repack_line());
     println!("page moves: {}", page_moves_line(bmoe_engine::page_moves()));
     println!("cores: {}", cores_line());
     Ok(())
+}
+
+/// Whether `repack = "auto"` can take llama.cpp's repacked kernels in this build.
+fn repack_line() -> &'static str {
+    if bmoe_engine::cpu_repack_available() {
+        "CPU_REPACK (repack = \"auto\" repacks the weights whose type has a kernel on this CPU: Q4_0 with AVX2, dotprod or i8mm, ...; rows record repacked_tensors)"
+    } else {
+        "none in this build: every kernel reads the file's own layout"
+    }
 }
 
 /// `move` with the mechanism, or `release` with the self-check's reason.

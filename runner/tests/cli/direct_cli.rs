@@ -56,9 +56,12 @@ fn devices_names_the_cpu_variant_and_the_page_moves() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("\ncpu variant: built-in:"), "{out}");
     assert!(out.contains("\npage moves: move ("), "{out}");
+    // This build's CPU backend has llama.cpp's repacked layouts (GGML_CPU_REPACK is on).
+    assert!(out.contains("\nrepack: CPU_REPACK ("), "{out}");
     let o = bmoe(&["devices", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["cpu_variant"]["variant"], "built-in", "{v}");
+    assert_eq!(v["cpu_repack"], true, "{v}");
     assert!(v["cpu_variant"]["features"].is_array(), "{v}");
     assert_eq!(v["page_moves"], "move", "{v}");
 }
