@@ -41,7 +41,7 @@ pub enum Repack {
 /// One value, so a budget can never be set and then silently overridden by an automatic size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheBudget {
-    /// `cache_mb = "auto"`: what the load's plan ([`crate::plan`]) leaves of the memory
+    /// `cache_mb = "auto"`: what the load's plan (the engine's `plan` module) leaves of the memory
     /// available at load minus `floor_mb` MiB, after the dense weights, KV cache and compute
     /// buffers, at most every expert: the same formula a profile's placement uses.
     Auto {
