@@ -480,7 +480,7 @@ fn build_streamer(
         &mut exec.quiet(),
     )?;
     if opts.repacks_streamed_experts() {
-        st.repack_weights(&capture.non_matmul, &mut exec.quiet())?;
+        st.repack_weights(capture, &mut exec.quiet())?;
     }
     cache_warnings(&st, budget, warnings);
     if so.dense_weights == crate::options::DenseWeights::Anon {

@@ -353,12 +353,15 @@ fn streamed_repacked_equals_resident_repacked_bit_for_bit() {
     }
 }
 
-/// G30 with `dense_weights = anon` on a model whose dense matrices are Q4_0 too: the dense copies
-/// are repacked once at load where ggml repacks them in the resident load, so a streamed run
-/// equals the resident run with every tensor the resident load repacks repacked (with mapped
-/// dense weights only the experts are, and this model's bits would differ).
+/// G30 on a model whose dense matrices are Q4_0 too: the dense weights are repacked once at load
+/// wherever ggml repacks them in the resident load (the `anon` copies in place; mapped ones
+/// through a copy of each, since a mapping holds only the file's layout), so a streamed run equals
+/// the resident run with every tensor the resident load repacks repacked. Seen red with the mapped
+/// ones left in the file's layout: 12 tensors against 28, and other bits. On ARM, Q8_0 has
+/// repacked kernels too, so the default preset's dense weights take this path there
+/// (scripts/test-aarch64).
 #[test]
-fn streamed_anon_dense_repacked_equals_resident_repacked() {
+fn streamed_dense_repacked_equals_resident_repacked() {
     use bmoe_engine::{DenseWeights, StreamOptions};
     use common::gates::{stream, stream_run_repack};
     let path = common::model(
@@ -376,27 +379,27 @@ fn streamed_anon_dense_repacked_equals_resident_repacked() {
         eprintln!("no repacked Q4_0 kernel known here (not AVX2): the gate is for AVX2 CPUs");
         return;
     }
-    let anon = |cache_mb| StreamOptions {
-        dense_weights: DenseWeights::Anon,
-        ..stream(cache_mb, false).unwrap()
-    };
-    let (_, _, mapped_tensors) = stream_run_repack(&path, stream(0, false), Repack::Auto);
+    // The same shape with Q8_0 dense weights (no repacked Q8_0 kernel on AVX2): its experts only.
+    let experts = stream_run_repack(&model(), stream(0, false), Repack::Auto).2;
     assert!(
-        resident_tensors > mapped_tensors,
-        "the resident load must repack dense matrices too: {resident_tensors} vs {mapped_tensors}"
+        resident_tensors > experts,
+        "the resident load must repack dense matrices too: {resident_tensors} vs {experts} experts"
     );
-    eprintln!("repacked: resident {resident_tensors}, streamed with mapped dense {mapped_tensors}");
-    for cache_mb in [0, 1] {
-        let (out, c, tensors) = stream_run_repack(&path, Some(anon(cache_mb)), Repack::Auto);
-        assert_eq!(
-            tensors, resident_tensors,
-            "cache {cache_mb} MiB: tensors tagged"
-        );
-        assert!(c.repacked > 0);
-        assert!(
-            out == resident,
-            "cache {cache_mb} MiB: streamed (anon dense, repacked) differs from resident (repacked)"
-        );
+    for dense_weights in [DenseWeights::Mmap, DenseWeights::Anon] {
+        for cache_mb in [0, 1] {
+            let so = StreamOptions {
+                dense_weights,
+                ..stream(cache_mb, false).unwrap()
+            };
+            let (out, c, tensors) = stream_run_repack(&path, Some(so), Repack::Auto);
+            let what = format!("{dense_weights:?} dense, cache {cache_mb} MiB");
+            assert_eq!(tensors, resident_tensors, "{what}: tensors tagged");
+            assert!(c.repacked > 0);
+            assert!(
+                out == resident,
+                "{what}: streamed (repacked) differs from resident (repacked)"
+            );
+        }
     }
 }
 

@@ -144,6 +144,22 @@ impl CpuRepack {
         })
     }
 
+    /// Whether ggml would choose a repacked layout for the 2-D weight `t` on this CPU (its type,
+    /// its shape), asked of a header copy: `t` itself is left untouched.
+    pub fn chooses(&self, t: TensorPtr) -> bool {
+        let (ne, nb) = (t.ne(), t.nb());
+        if ne[2] != 1 || ne[3] != 1 || ne[0] % 8 != 0 {
+            return false;
+        }
+        let mut h = expert_header(t);
+        h.nb = [nb[0], nb[1], nb[2], nb[3]];
+        h.buffer = self.marker.0.as_ptr();
+        // SAFETY: a header on our stack bound to the live marker buffer; `init_tensor` only sets
+        // `extra` from the header's type and shape.
+        unsafe { sys::ggml_backend_buffer_init_tensor(h.buffer, &mut h) };
+        !h.extra.is_null()
+    }
+
     /// Tags the 3-D expert weight `t` for the repacked `MUL_MAT_ID` when ggml chooses a repack
     /// for it (the choice the resident load makes: `init_tensor` sets a non-null `extra`) and
     /// one expert alone gets the same; else leaves it untouched (`None`: the file's layout).

@@ -232,6 +232,7 @@ fn bind_regions(
 fn copy_dense(
     capture: &Capture,
     layers: &BTreeMap<u32, Layer>,
+    wanted: impl Fn(TensorPtr) -> bool,
     quiet: &mut Quiet<'_>,
 ) -> Result<Vec<(TensorPtr, Region)>> {
     let io_err = setup_err("reserving expert memory");
@@ -243,7 +244,7 @@ fn copy_dense(
     for w in capture
         .weights
         .values()
-        .filter(|w| !expert_ptrs.contains(w))
+        .filter(|w| !expert_ptrs.contains(w) && wanted(**w))
     {
         let mut r = Region::reserve(w.nbytes()).map_err(io_err)?;
         residency::copied_into(*w, &mut r, quiet).map_err(EngineError::Weight)?;
@@ -478,7 +479,7 @@ impl Streamer {
         let (mut layers, n_expert, token_bytes) = expert_layers(table, n_expert_used)?;
         let shared = bind_regions(&mut layers, budget_bytes, quiet)?;
         let dense = match opts.dense_weights {
-            DenseWeights::Anon => copy_dense(capture, &layers, quiet)?,
+            DenseWeights::Anon => copy_dense(capture, &layers, |_| true, quiet)?,
             _ => Vec::new(),
         };
         let predictor = prefetch::Predictor::new(&capture.routers, opts.prefetch, quiet);
@@ -555,17 +556,23 @@ impl Streamer {
     /// `repack = auto` on a CPU decode: tags every expert matrix for the CPU's repacked
     /// `MUL_MAT_ID` where ggml chooses a repack for it, so each expert read from now on is
     /// repacked into its slot on the thread that reads it. Before any expert is read (a slot
-    /// holds one layout or the other). The dense copies (`dense_weights = anon`) read only as
-    /// a matmul's matrix (not in `non_matmul`) are repacked in place once, where ggml chooses;
-    /// mapped dense weights stay in the file's layout. Returns the weights tagged.
-    pub fn repack_weights(
-        &mut self,
-        non_matmul: &std::collections::BTreeSet<String>,
-        quiet: &mut Quiet<'_>,
-    ) -> Result<usize> {
+    /// holds one layout or the other). The dense weights read only as a matmul's matrix (not in
+    /// `capture.non_matmul`) are repacked in place once, where ggml chooses: the `anon` copies,
+    /// or with mapped dense weights a copy of each one ggml chooses a layout for (the rest stay
+    /// mapped, in the file's layout). Returns the weights tagged.
+    pub fn repack_weights(&mut self, capture: &Capture, quiet: &mut Quiet<'_>) -> Result<usize> {
+        let non_matmul = &capture.non_matmul;
         let Some(cpu) = crate::ffi::repack::CpuRepack::new() else {
             return Ok(0);
         };
+        // Mapped dense weights cannot take another layout: those the CPU has a repacked kernel
+        // for are copied first (as `anon` would), so every weight the resident load repacks is
+        // repacked here too and streamed == resident holds (on ARM, Q8_0 has such kernels).
+        if self.dense.is_empty() {
+            let layers = &self.layers;
+            let wanted = |w: TensorPtr| !non_matmul.contains(&w.name()) && cpu.chooses(w);
+            self.dense = copy_dense(capture, layers, wanted, quiet)?;
+        }
         let mut n = 0;
         for layer in self.layers.values_mut() {
             layer.repacks = repacked::tag_all(&cpu, &layer.tensors, quiet);

@@ -290,6 +290,22 @@ declare_settings! {
             r#"expert reads ahead while streaming: at each routing node of a decode step, the next MoE layer's router applied to this layer's router input predicts its experts (`repeat`: the experts the next layer routed to on the previous token), and those not in the cache are read on two lanes of their own while this layer computes; the next routing node copies what arrived, waits for what is in flight and reads the rest. A wrong prediction costs only bandwidth and a copy (gate G19); prefill pieces wider than 4 tokens are not predicted. `router` and `repeat` read only once 64 candidates were scored and at least half of the recent ones turned out to be misses (predictions go on being scored, on one routing node in seven while paused); `eager` reads the router's prediction from the first token on, never paused. Rows record `prefetched` and `overlap_pct`. The one-shot flag is `--prefetch`"#,
         );
     }
+    engine {
+        /// Read every expert of each MoE layer while streaming, not only the routed ones.
+        read_all_experts: bool = false;
+        schema [];
+        flag [
+            /// With --moe-stream: read every expert of each layer, not only the routed ones (the
+            /// reference selective reads must equal: gate G3; a diagnostic, never faster).
+            #[arg(long, help_heading = "Expert streaming", display_order = 14)]
+        ] read_all_experts: bool => |v| v.then_some(json!(true));
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.read_all_experts = s.read_all_experts;
+        };
+        docs ("bool", "false", "`StreamOptions.read_all_experts`",
+            r#"read every expert of each MoE layer while streaming instead of only the routed ones: the reference that selective reads equal bit for bit (gate G3), to check a device whose results are in doubt; it reads far more and is never faster. Ignored without `moe_stream`"#,
+        );
+    }
     prefill {
         /// ggml device that runs wide prefill pieces (HTP0 = Hexagon NPU), or "none".
         device: String = "none".into();

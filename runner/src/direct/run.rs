@@ -42,6 +42,13 @@ fn load(e: &EngineArgs) -> anyhow::Result<(Model, SessionOptions)> {
             st.seconds
         ),
     }
+    if st.repacked.tensors > 0 {
+        eprintln!(
+            "repack: {} weight tensors ({:.1} MiB) in the CPU's repacked layout",
+            st.repacked.tensors,
+            st.repacked.bytes as f64 / 1048576.0
+        );
+    }
     if let Some(b) = m.stream_budget_bytes() {
         eprintln!("moe-stream: on, expert cache {} MiB", b >> 20);
     }
@@ -97,7 +104,7 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
     if s.read_bytes > 0 || s.cache_hits + s.cache_misses > 0 {
         let per_tok = f64::from((t.n_decoded + t.n_prompt).max(1));
         eprintln!(
-            "moe-stream: {:.1} MiB read ({:.2} MiB/token) in {:.3} s, stall {:.3} s, cache hit {}, {} evictions ({} expert slices read into their pages), {:.1} MiB resident",
+            "moe-stream: {:.1} MiB read ({:.2} MiB/token) in {:.3} s, stall {:.3} s, cache hit {}, {} evictions ({} expert slices read into their pages), {:.1} MiB resident{}",
             s.read_mib(),
             s.read_mib() / per_tok,
             s.read_s,
@@ -105,7 +112,11 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
             pct(s.cache_hit_pct()),
             s.evictions,
             s.recycled,
-            s.resident_bytes as f64 / 1048576.0
+            s.resident_bytes as f64 / 1048576.0,
+            match s.repacked {
+                0 => String::new(),
+                n => format!(", {n} expert slices repacked as read"),
+            }
         );
     }
     if s.predicted_routed > 0 {
