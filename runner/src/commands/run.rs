@@ -32,6 +32,10 @@ fn csv_override(template: &str, shard: Option<run::select::Shard>) -> anyhow::Re
 
 /// Runs `bmoe run`.
 pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
+    // First of all: a SIGTERM while the jobs load or the probe runs (a scheduler stopping a task
+    // that just started) must stop the run the clean way, exit 130 before any item, not kill it
+    // with the signal's default action (a status a Slurm entrypoint does not requeue).
+    let stop = run::signals::Stop::install();
     // Everything the command line decides is checked before the jobs load, so a bad flag writes
     // nothing.
     let env = |k: &str| std::env::var(k).ok();
@@ -59,7 +63,6 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     if let Err(e) = run::choices::check(&p.jobs, &skip, false) {
         return super::output::fail(e.into(), a.format);
     }
-    let stop = run::signals::Stop::install();
     let opts = run::exec::RunOptions {
         probed,
         run_id: a.run_id.clone(),
