@@ -231,6 +231,7 @@ impl Filesystem for FaultFs {
 /// The mounted file system; unmounted (after releasing any blocked read) when dropped.
 pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
+    notifier: fuser::Notifier,
     dir: tempfile::TempDir,
     name: String,
     shared: Arc<Shared>,
@@ -260,6 +261,7 @@ impl Mounted {
             panic!("mounting the fault-injecting FUSE file system (needs root and /dev/fuse): {e}")
         });
         Mounted {
+            notifier: session.notifier(),
             session: Some(session),
             dir,
             name,
@@ -280,6 +282,15 @@ impl Mounted {
     /// Disarms the rule; blocked reads return.
     pub fn disarm(&self) {
         self.shared.lock().rule = None;
+    }
+
+    /// Drops the kernel's cached pages of `len` bytes at `offset` (FUSE's inval_inode
+    /// notification), unmapping them from every process that maps them: their next touch reads
+    /// from here again.
+    pub fn invalidate(&self, offset: u64, len: u64) {
+        self.notifier
+            .inval_inode(FILE, offset as i64, len as i64)
+            .expect("the kernel takes the invalidation");
     }
 
     /// The reads answered so far.
