@@ -204,9 +204,19 @@ impl MapsParser {
         match (self.field, b) {
             (7, _) => {}
             (0, b'-') => self.field = 1,
-            (0, _) => l.start = l.start.wrapping_mul(16).wrapping_add(hex(b).unwrap_or(0) as usize),
+            (0, _) => {
+                l.start = l
+                    .start
+                    .wrapping_mul(16)
+                    .wrapping_add(hex(b).unwrap_or(0) as usize)
+            }
             (1, b' ') => self.field = 2,
-            (1, _) => l.end = l.end.wrapping_mul(16).wrapping_add(hex(b).unwrap_or(0) as usize),
+            (1, _) => {
+                l.end = l
+                    .end
+                    .wrapping_mul(16)
+                    .wrapping_add(hex(b).unwrap_or(0) as usize)
+            }
             (2, b' ') => self.field = 3,
             (2, _) => {
                 if let Some(p) = l.perms.get_mut(self.perm_i) {
@@ -320,10 +330,7 @@ unsafe fn mmap_fixed(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, of
 fn replace_page(addr: usize) -> bool {
     let ps = PAGE_SIZE.load(Ordering::Relaxed);
     let page = addr & !(ps - 1);
-    if PAGES
-        .iter()
-        .any(|s| s.addr.load(Ordering::Acquire) == page)
-    {
+    if PAGES.iter().any(|s| s.addr.load(Ordering::Acquire) == page) {
         // Another thread replaced it (or is replacing it): the retried access finds zeros.
         FAULTS.fetch_add(1, Ordering::Relaxed);
         return true;
@@ -454,7 +461,10 @@ fn map_back(s: &PageSlot, path: Option<&Path>) -> Result<(), String> {
     let f = std::fs::File::open(path).map_err(|e| format!("opening {}: {e}", path.display()))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
     let ps = PAGE_SIZE.load(Ordering::Relaxed);
-    let (prot, flags) = (s.prot.load(Ordering::Relaxed), s.flags.load(Ordering::Relaxed));
+    let (prot, flags) = (
+        s.prot.load(Ordering::Relaxed),
+        s.flags.load(Ordering::Relaxed),
+    );
     // SAFETY: `addr` is the page the handler replaced with an anonymous page inside a live model
     // mapping (checked just above); the file mapped back over it is the one it came from, at the
     // same offset, with the same protection and sharing. The mapping keeps the file open.
@@ -514,7 +524,10 @@ mod tests {
         assert_eq!(at(0), 0xab);
         assert_eq!(at(ps + 7), 0, "the failed page reads as zeros");
         let e = take(AfterFault::Restore).expect("the fault was recorded");
-        assert_eq!((e.path.as_path(), e.offset, e.pages), (path.as_path(), ps as u64, 1));
+        assert_eq!(
+            (e.path.as_path(), e.offset, e.pages),
+            (path.as_path(), ps as u64, 1)
+        );
         assert_eq!(
             e.to_string(),
             format!(
@@ -525,7 +538,11 @@ mod tests {
         assert!(take(AfterFault::Restore).is_none(), "taken once");
         f.set_len(2 * ps as u64).unwrap();
         std::os::unix::fs::FileExt::write_all_at(&f, &[0xcd; 8], ps as u64).unwrap();
-        assert_eq!(at(ps + 7), 0xcd, "the file is mapped back over the zero page");
+        assert_eq!(
+            at(ps + 7),
+            0xcd,
+            "the file is mapped back over the zero page"
+        );
     }
 
     #[test]

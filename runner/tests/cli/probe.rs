@@ -183,7 +183,9 @@ fn the_load_timeout_is_a_setting() {
         &format!("{}load_timeout_s = 2\n", common::HOST_PROFILE),
     );
     let killed = |s: u64| {
-        format!("the load did not finish within {s} s (load_timeout_s); the probe's child was killed")
+        format!(
+            "the load did not finish within {s} s (load_timeout_s); the probe's child was killed"
+        )
     };
     let hang = |args: &[&str]| {
         let o = p
@@ -214,7 +216,13 @@ fn the_load_timeout_is_a_setting() {
     let (_, out) = hang(&["check", "jobs/job.toml", "--load-timeout", "2"]);
     assert!(out.contains(&killed(2)), "{out}");
     // Out of range: a configuration error naming the key.
-    let o = p.bmoe(&["check", "jobs/job.toml", "--set", "load_timeout_s=0", "--no-probe"]);
+    let o = p.bmoe(&[
+        "check",
+        "jobs/job.toml",
+        "--set",
+        "load_timeout_s=0",
+        "--no-probe",
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("load_timeout_s"), "{}", text(&o));
 }

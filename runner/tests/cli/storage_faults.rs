@@ -280,7 +280,10 @@ fn page_inside(model: &Path, name: &str) -> (u64, u64) {
     let idx = GgufIndex::open(model).unwrap();
     let loc = idx.get(name).unwrap();
     let a = loc.offset.next_multiple_of(4096);
-    assert!(a + 4096 <= loc.offset + loc.size, "{name} holds a whole page");
+    assert!(
+        a + 4096 <= loc.offset + loc.size,
+        "{name} holds a whole page"
+    );
     (a, a + 4096)
 }
 
@@ -330,7 +333,9 @@ fn eio_on_a_dense_page_during_a_streamed_load_fails_the_load() {
     let out = text(&o);
     assert!(
         o.status.code() == Some(2)
-            && out.contains("the load did not finish within 2 s (load_timeout_s); the probe's child was killed"),
+            && out.contains(
+                "the load did not finish within 2 s (load_timeout_s); the probe's child was killed"
+            ),
         "{out}"
     );
 }
@@ -349,10 +354,21 @@ fn a_resident_load_over_a_failing_page_is_abandoned_at_the_load_timeout() {
     assert_eq!(code, Some(0), "{out}");
     fs.arm(eio(page, u64::MAX / 2));
     let _ = std::fs::remove_file(p.path("runs/eio.csv"));
-    let o = p.bmoe(&["run", "jobs/eio.toml", "--no-probe", "-q", "--load-timeout", "2"]);
+    let o = p.bmoe(&[
+        "run",
+        "jobs/eio.toml",
+        "--no-probe",
+        "-q",
+        "--load-timeout",
+        "2",
+    ]);
     let out = text(&o);
     let faulted = rows(&p.read("runs/eio.csv"));
-    assert_eq!(o.status.code(), Some(1), "items were refused, no signal death: {out}");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "items were refused, no signal death: {out}"
+    );
     assert_eq!(faulted.len(), ITEMS, "{out}");
     for r in &faulted {
         assert!(
@@ -360,7 +376,10 @@ fn a_resident_load_over_a_failing_page_is_abandoned_at_the_load_timeout() {
             "{faulted:?}"
         );
     }
-    assert!(fs.reads().iter().any(|r| r.faulted), "the load never met the fault");
+    assert!(
+        fs.reads().iter().any(|r| r.faulted),
+        "the load never met the fault"
+    );
 }
 
 /// Waits (at most 300 s) until `done` says so or the child ended; false when it ended first.
@@ -405,7 +424,13 @@ fn mapped_fault_fails_the_items_that_meet_it(streamed: bool) {
         .join(", ");
     let job = job
         .lines()
-        .map(|l| if l.starts_with("prompts = ") { format!("prompts = [{prompts}]") } else { l.to_string() })
+        .map(|l| {
+            if l.starts_with("prompts = ") {
+                format!("prompts = [{prompts}]")
+            } else {
+                l.to_string()
+            }
+        })
         .collect::<Vec<_>>()
         .join("\n");
     p.write("jobs/eio.toml", &job);
@@ -434,16 +459,24 @@ fn mapped_fault_fails_the_items_that_meet_it(streamed: bool) {
     fs.arm(eio(page, u64::MAX / 2));
     fs.invalidate(page.0, page.1 - page.0);
     signal(&child, "-CONT");
-    let failed = wait_for(&mut child, || n_rows().iter().any(|r| !r["error"].is_empty()));
+    let failed = wait_for(&mut child, || {
+        n_rows().iter().any(|r| !r["error"].is_empty())
+    });
     signal(&child, "-STOP");
     fs.disarm();
     signal(&child, "-CONT");
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(1), "items were refused, no signal death: {status:?}");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "items were refused, no signal death: {status:?}"
+    );
     let faulted = rows(&p.read("runs/eio.csv"));
     assert!(failed, "no item failed: {faulted:?}");
     assert_eq!(faulted.len(), MANY);
-    let bad: Vec<usize> = (0..MANY).filter(|&i| !faulted[i]["error"].is_empty()).collect();
+    let bad: Vec<usize> = (0..MANY)
+        .filter(|&i| !faulted[i]["error"].is_empty())
+        .collect();
     eprintln!("items {bad:?} failed: {}", faulted[bad[0]]["error"]);
     for &i in &bad {
         assert!(
