@@ -302,6 +302,22 @@ impl Mounted {
 impl Drop for Mounted {
     fn drop(&mut self) {
         self.disarm();
+        // A process killed inside a read of this file (a probe's child) holds the file open
+        // until its read is answered and it dies; until then umount(2) is EBUSY, and fuser's
+        // umount_and_join, given up on the unmount, would wait for a session that never ends.
+        // So the unmount is retried until the file is free; fuser then finds it unmounted.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            let unmounted = std::process::Command::new("umount")
+                .arg(self.dir.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if unmounted {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         if let Some(s) = self.session.take() {
             let _ = s.umount_and_join();
         }
