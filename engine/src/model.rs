@@ -400,6 +400,10 @@ fn load_raw(
     if let Some((raw, maps, capture)) = load_lean(opts, index, arch, params, warnings)? {
         return Ok((raw, Some(maps), Some(capture)));
     }
+    // Every shard llama.cpp maps: a page the storage fails to give is then an error.
+    for (path, _) in index.files() {
+        crate::ffi::mapped_fault::register(path);
+    }
     let raw = LlamaModel::load(&opts.path, params).map_err(|reason| EngineError::ModelLoad {
         path: opts.path.clone(),
         reason: reason.to_string(),

@@ -154,10 +154,10 @@ pub struct CheckArgs {
     #[arg(long)]
     pub no_probe: bool,
     /// Seconds a model load may take (the probe's child, and each load in a run) before it is
-    /// abandoned and the check or the model's items fail saying so (load_timeout_s).
-    #[arg(long, value_name = "SECS", default_value_t = crate::probe::DEFAULT_LOAD_TIMEOUT_S,
-          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub load_timeout: u64,
+    /// abandoned and the check or the model's items fail saying so: the one-shot form of the
+    /// load_timeout_s setting (default 3600).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub load_timeout: Option<u64>,
 }
 
 /// A target plus an output format.
@@ -171,6 +171,16 @@ pub struct FormattedTarget {
 }
 
 impl Target {
+    /// The selection, with `load_timeout` (a `--load-timeout`) as the highest layer of
+    /// `load_timeout_s`.
+    pub fn selection_with(&self, load_timeout: Option<u64>) -> Selection {
+        let mut s = self.selection();
+        if let Some(n) = load_timeout {
+            s.sets.push(format!("load_timeout_s={n}"));
+        }
+        s
+    }
+
     pub fn selection(&self) -> Selection {
         Selection {
             profile: self.profile.clone(),
@@ -228,10 +238,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_probe: bool,
     /// Seconds a model load may take (the probe's child, and each load in a run) before it is
-    /// abandoned and the check or the model's items fail saying so (load_timeout_s).
-    #[arg(long, value_name = "SECS", default_value_t = crate::probe::DEFAULT_LOAD_TIMEOUT_S,
-          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub load_timeout: u64,
+    /// abandoned and the check or the model's items fail saying so: the one-shot form of the
+    /// load_timeout_s setting (default 3600).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub load_timeout: Option<u64>,
 }
 
 /// `bmoe compare`: two CSVs, the runs to take from each, tolerances and gates.

@@ -351,7 +351,12 @@ pub fn model_sha256(path: &Path, quiet: bool) -> anyhow::Result<String> {
 pub fn prefix_key(model_sha256: &str, settings: &crate::config::settings::Settings) -> String {
     let mut s = serde_json::to_value(settings).unwrap_or_default();
     if let Some(m) = s.as_object_mut() {
-        for k in ["prefix_cache", "prefix_cache_mb", "explain"] {
+        for k in [
+            "prefix_cache",
+            "prefix_cache_mb",
+            "explain",
+            "load_timeout_s",
+        ] {
             m.remove(k);
         }
     }

@@ -71,10 +71,6 @@ fn self_command() -> anyhow::Result<Command> {
     Ok(c)
 }
 
-/// The default of `--load-timeout`: a 30 GB model read at 20 MB/s (a slow phone's flash, a
-/// busy network share) with room to spare; only a load that is stuck gets near it.
-pub const DEFAULT_LOAD_TIMEOUT_S: u64 = 3600;
-
 /// How often the parent looks whether the child has ended.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -155,7 +151,7 @@ fn verdict(
     let log = if log.is_empty() { "(no log)" } else { &log };
     let Some(status) = status else {
         return ProbeResult::Aborted(format!(
-            "{shown}: the load did not finish within {} s (--load-timeout); the probe's child was killed: {log}",
+            "{shown}: the load did not finish within {} s (load_timeout_s); the probe's child was killed: {log}",
             limit.as_secs()
         ));
     };

@@ -255,6 +255,11 @@ impl<'m> LlamaContext<'m> {
         // exclusively borrowed; the shim writes `rc` and the message.
         let status =
             unsafe { sys::shim::bmoe_decode(self.raw(), batch.raw(), &mut rc, e.ptr(), e.len()) };
+        // A weight page the storage failed to give was read as zeros: whatever the decode
+        // computed is garbage, whatever it returned.
+        if let Some(f) = super::mapped_fault::take(super::mapped_fault::AfterFault::Restore) {
+            return Err(FfiError::MappedRead(f));
+        }
         e.check("llama_decode", status)?;
         match rc {
             0 => Ok(DecodeStatus::Ok),

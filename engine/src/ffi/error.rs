@@ -49,6 +49,10 @@ pub enum FfiError {
     /// ggml could not make a tensor or context it was asked for.
     #[error("{0}")]
     Ggml(String),
+    /// A mapped page of a model file could not be read (SIGBUS); the compute that met it ran on
+    /// zeros and its results were thrown away.
+    #[error(transparent)]
+    MappedRead(#[from] super::mapped_fault::MappedReadFailed),
     /// The RPC backend (absent, unreachable, a server that would not start or offers nothing).
     #[error("{0}")]
     Rpc(String),

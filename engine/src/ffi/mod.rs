@@ -11,6 +11,7 @@ pub mod gguf;
 pub mod guard;
 pub mod kv;
 pub mod log;
+pub mod mapped_fault;
 pub mod model;
 pub mod probe;
 pub mod quant;
@@ -34,6 +35,8 @@ pub fn backend_init() {
         // Before any threadpool can pin this thread.
         affinity::process_cpus();
         log::install();
+        // Before any model file is mapped: a failed page read is then an error, not a crash.
+        mapped_fault::install();
         // SAFETY: called exactly once per process (guarded by `Once`) before any other llama call.
         unsafe { ggml_sys::llama_backend_init() };
     });

@@ -80,6 +80,7 @@ impl LlamaModel {
         let cpath =
             CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| FfiError::NulInPath)?;
         let (mut devs, kvs) = raw_lists(p)?;
+        super::mapped_fault::register(path);
         super::log::clear_recent();
         let mut err = ErrBuf::new();
         let mut raw: *mut sys::llama_model = std::ptr::null_mut();
@@ -91,8 +92,15 @@ impl LlamaModel {
             mp.use_extra_bufts = p.repack;
             sys::shim::bmoe_model_load_from_file(cpath.as_ptr(), mp, &mut raw, err.ptr(), err.len())
         };
+        let model = NonNull::new(raw).map(LlamaModel::own);
+        // A weight page that failed to read during the load (the CPU repack reads them all) was
+        // read as zeros: the model is dropped (its mapping with it) rather than kept so.
+        if let Some(f) = super::mapped_fault::take(super::mapped_fault::AfterFault::Discard) {
+            drop(model);
+            return Err(FfiError::MappedRead(f));
+        }
         err.check("llama_model_load_from_file", rc)?;
-        NonNull::new(raw).map(LlamaModel::own).ok_or_else(|| {
+        model.ok_or_else(|| {
             FfiError::no_result("llama_model_load_from_file", "no reason was logged")
         })
     }

@@ -318,7 +318,16 @@ impl<'m> Session<'m> {
         if let Ok(mut e) = self.hook_error.lock() {
             *e = None;
         }
-        let status = self.ctx.decode(batch, exec).map_err(EngineError::Decode)?;
+        let status = match self.ctx.decode(batch, exec) {
+            Ok(s) => s,
+            Err(e @ crate::ffi::error::FfiError::MappedRead(_)) => {
+                // The cache holds what was computed from a zeroed weight page: nothing of it may
+                // be reused by the next call.
+                let _ = self.forget();
+                return Err(EngineError::Decode(e));
+            }
+            Err(e) => return Err(EngineError::Decode(e)),
+        };
         let hook_err = self.hook_error.lock().ok().and_then(|mut e| e.take());
         self.abort.store(false, Ordering::Relaxed);
         match (status, hook_err) {

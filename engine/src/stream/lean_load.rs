@@ -349,6 +349,8 @@ impl Unfilled {
             let f = File::open(path).map_err(|e| {
                 load_err(index, format!("opening {} to map it: {e}", path.display()))
             })?;
+            // Its dense weights are mapped: a page the storage fails to give is then an error.
+            crate::ffi::mapped_fault::register(path);
             let m = FileMap::map(&f)
                 .map_err(|e| load_err(index, format!("mapping {}: {e}", path.display())))?;
             maps.push(m);

@@ -62,12 +62,11 @@ fn check_report(p: &Prepared) -> CheckReport {
 /// Runs `bmoe check`.
 pub fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
     let t = &a.t;
-    let p = match prepare(&t.target.jobs, &t.target.selection()) {
+    let p = match prepare(&t.target.jobs, &t.target.selection_with(a.load_timeout)) {
         Ok(p) => p,
         Err(e) => return fail(e, t.format),
     };
-    let limit = std::time::Duration::from_secs(a.load_timeout);
-    let bad = check_models(&p, !a.no_probe, limit)?;
+    let bad = check_models(&p, !a.no_probe)?;
     // Choices tokenized with each model's vocabulary (the models that loaded).
     let choices = run::choices::check(&p.jobs, &|m| bad.contains_key(m), true);
     // A model that cannot load is a broken setup (2), like a configuration error.
@@ -115,7 +114,6 @@ pub fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
 fn check_models(
     p: &Prepared,
     probe: bool,
-    limit: std::time::Duration,
 ) -> anyhow::Result<std::collections::HashMap<PathBuf, String>> {
     let mut bad = std::collections::HashMap::new();
     let mut seen = std::collections::HashSet::new();
@@ -128,7 +126,7 @@ fn check_models(
             continue;
         }
         if probe {
-            let r = probe::probe(&j.model, limit)?;
+            let r = probe::probe(&j.model, p.load_timeout(&j.model))?;
             match (&r, r.error()) {
                 (_, Some(why)) => {
                     bad.insert(j.model.clone(), why.to_string());

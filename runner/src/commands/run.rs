@@ -46,7 +46,7 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         .map(|t| csv_override(t, shard))
         .transpose()?;
     let filter = run::select::Filter::new(shard, a.items.as_deref(), a.limit)?;
-    let mut p = match prepare(&a.target.jobs, &a.target.selection()) {
+    let mut p = match prepare(&a.target.jobs, &a.target.selection_with(a.load_timeout)) {
         Ok(p) => p,
         Err(e) => return super::output::fail(e, a.format),
     };
@@ -57,8 +57,7 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     }
     check_selection(&filter, &p, a.allow_empty)?;
     print_warnings(&p);
-    let load_timeout = std::time::Duration::from_secs(a.load_timeout);
-    let probed = probe_decide_models(&p, a.no_probe, load_timeout)?;
+    let probed = probe_decide_models(&p, a.no_probe)?;
     let skip = |m: &Path| matches!(probed.get(m), Some(Some(_)));
     if let Err(e) = run::choices::check(&p.jobs, &skip, false) {
         return super::output::fail(e.into(), a.format);
@@ -72,7 +71,6 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         quiet,
         filter,
         probe: !a.no_probe,
-        load_timeout,
     };
     let s = run::exec::execute(&p, &opts, &stop)?;
     print_summary(&s, a.format, opts.machine)?;
@@ -120,13 +118,12 @@ fn check_selection(
 fn probe_decide_models(
     p: &Prepared,
     no_probe: bool,
-    limit: std::time::Duration,
 ) -> anyhow::Result<HashMap<PathBuf, Option<String>>> {
     let mut probed = HashMap::new();
     if !no_probe {
         for j in p.jobs.iter().filter(|j| j.job.kind == Kind::Decide) {
             if !probed.contains_key(&j.model) {
-                let r = probe::probe(&j.model, limit)?;
+                let r = probe::probe(&j.model, p.load_timeout(&j.model))?;
                 probed.insert(j.model.clone(), r.error().map(str::to_string));
             }
         }

@@ -517,7 +517,24 @@ declare_settings! {
             r#"`auto` = llama.cpp's repacked CPU layouts (its `CPU_REPACK` buffer type: Q4_0 as `q4_0_8x8` with AVX2, `q4_0_4x8` with i8mm, ...) for every weight whose type has a repacked kernel on this CPU and no prefill device runs: a resident run repacks at load (where the model fits in the memory left: a repacked weight is an anonymous copy; a larger model keeps the file's layout and the load says `repack off:`), a streamed run repacks each expert slice as it is read, into its cache slot, bit for bit the resident repacked run (gate G30), and with `dense_weights = "anon"` the dense copies too. With a prefill device every weight keeps the file's layout (the arena moves it as it is). `off` = the kernels over the file's own layout everywhere. Rows record the setting (`repack`) and the weights held repacked (`repacked_tensors`); `bmoe devices` says whether this CPU has repacked kernels"#,
         );
     }
+    engine {
+        /// Seconds a model load may take (the probe's child, each load in a run) before it is
+        /// abandoned and the check or the model's items fail saying so.
+        load_timeout_s: u64 = DEFAULT_LOAD_TIMEOUT_S;
+        schema [#[schemars(range(min = 1, max = 1_000_000))]];
+        // No flag of the one-shot commands (they load in-process, with no limit); `check` and
+        // `run` keep `--load-timeout` as its one-shot form.
+        flag [#[arg(skip)]] load_timeout_s: Option<u64> => |v| v.map(|v| json!(v));
+        engine |s, load, session| ();
+        docs ("integer 1-1000000 (seconds)", format!("`{DEFAULT_LOAD_TIMEOUT_S}`"), "none (the runner's)",
+            r#"how long a model load may take before it is given up: the probe's child (`check`, `run`) is killed and each load in a run is abandoned on its thread; the check or the model's items then fail with `the load did not finish within N s (load_timeout_s)`. The default fits a 30 GB model read at 20 MB/s (a slow phone's flash, a busy network share) with room to spare, so only a load that is stuck reaches it. The probe of a model takes the largest value of the jobs and points that use it. `--load-timeout SECS` on `check` and `run` is its one-shot form (the highest layer)"#,
+        );
+    }
 }
+
+/// The default of `load_timeout_s`: a 30 GB model read at 20 MB/s (a slow phone's flash, a busy
+/// network share) with room to spare; only a load that is stuck gets near it.
+pub const DEFAULT_LOAD_TIMEOUT_S: u64 = 3600;
 
 /// A count setting's default from its definition in `limits`.
 fn count_default(r: &IntRange) -> Count {

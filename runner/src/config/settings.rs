@@ -7,7 +7,9 @@ use bmoe_engine::limits;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 
 pub use super::cpus::Cpus;
-pub use super::declare::{to_engine, EngineValues, PrefillValues, SettingFlags, Settings, KEYS};
+pub use super::declare::{
+    to_engine, EngineValues, PrefillValues, SettingFlags, Settings, DEFAULT_LOAD_TIMEOUT_S, KEYS,
+};
 use serde::{Deserialize, Serialize};
 
 /// Expert cache size: a number of MiB, or `auto` (what the memory budget leaves).

@@ -45,8 +45,6 @@ pub struct RunOptions {
     pub probe: bool,
     /// Probe verdicts already known (model -> the probe's error, `None` when it passed).
     pub probed: HashMap<PathBuf, Option<String>>,
-    /// How long the probe's child and each model load here may take.
-    pub load_timeout: std::time::Duration,
 }
 
 /// Rows written to one CSV.
@@ -287,12 +285,17 @@ struct LoadOutcome {
 impl Models {
     /// The probe's verdict on `model` (run once per model, before its first load here; kept for
     /// the model's other units); `None` when it passed or is not asked for.
-    fn probe_error(&mut self, opts: &RunOptions, model: &Path) -> anyhow::Result<Option<String>> {
+    fn probe_error(
+        &mut self,
+        opts: &RunOptions,
+        model: &Path,
+        limit: std::time::Duration,
+    ) -> anyhow::Result<Option<String>> {
         if !opts.probe {
             return Ok(None);
         }
         if !self.probed.contains_key(model) {
-            let r = crate::probe::probe(model, opts.load_timeout)?;
+            let r = crate::probe::probe(model, limit)?;
             self.probed
                 .insert(model.to_path_buf(), r.error().map(str::to_string));
         }
@@ -375,7 +378,7 @@ fn load_within(
             }
         }),
         Err(_) => Err(format!(
-            "loading {}: the load did not finish within {} s (--load-timeout); abandoned",
+            "loading {}: the load did not finish within {} s (load_timeout_s); abandoned",
             display_path(model),
             limit.as_secs()
         )),
@@ -525,8 +528,9 @@ fn run_unit(ctx: &Ctx, out: &mut Out, models: &mut Models, unit: &Unit) -> anyho
         let sha = ctx.model_sha.get(&lj.model).map_or("", String::as_str);
         pc.key = ident::prefix_key(sha, &unit.resolved.settings);
     }
-    let probe_error = models.probe_error(ctx.opts, &lj.model)?;
-    let outcome = models.load(&load_opts, probe_error, &lj.model, ctx.opts.load_timeout);
+    let limit = ctx.prep.load_timeout(&lj.model);
+    let probe_error = models.probe_error(ctx.opts, &lj.model, limit)?;
+    let outcome = models.load(&load_opts, probe_error, &lj.model, limit);
     let reused = outcome.reused;
     let loaded = models.loaded(outcome.result);
     let base = unit_base_row(ctx, lj, unit, &loaded, outcome.load_s, reused)?;

@@ -37,6 +37,21 @@ pub struct Prepared {
     pub warnings: Vec<String>,
 }
 
+impl Prepared {
+    /// How long a load of `model` may take: the largest `load_timeout_s` of the units that use it
+    /// (the probe loads it once for all of them).
+    pub fn load_timeout(&self, model: &Path) -> std::time::Duration {
+        let s = self
+            .units
+            .iter()
+            .filter(|u| self.jobs.get(u.job).is_some_and(|j| j.model == model))
+            .map(|u| u.resolved.settings.load_timeout_s)
+            .max()
+            .unwrap_or(crate::config::settings::DEFAULT_LOAD_TIMEOUT_S);
+        std::time::Duration::from_secs(s)
+    }
+}
+
 /// What the user passed besides the job files.
 #[derive(Debug, Clone, Default)]
 pub struct Selection {

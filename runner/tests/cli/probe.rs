@@ -143,11 +143,12 @@ fn run_writes_error_rows_for_a_refused_model_and_goes_on() {
 }
 
 /// A probe's child that never ends (the self-test hook hangs after the load) is killed at
-/// `--load-timeout`: `check` fails and `run` writes error rows, both saying so.
+/// `--load-timeout` (`load_timeout_s`'s one-shot form): `check` fails and `run` writes error
+/// rows, both saying so.
 #[test]
 fn a_hanging_probe_is_killed_at_the_load_timeout() {
     let p = project();
-    let want = "the load did not finish within 1 s (--load-timeout); the probe's child was killed";
+    let want = "the load did not finish within 1 s (load_timeout_s); the probe's child was killed";
     let o = p
         .cmd(&["check", "jobs/job.toml", "--load-timeout", "1"])
         .env("BMOE_PROBE_SELFTEST", "hang")
@@ -170,4 +171,58 @@ fn a_hanging_probe_is_killed_at_the_load_timeout() {
     let rows = data_lines(&csv);
     assert_eq!(rows.len(), 2, "{csv}");
     assert!(rows.iter().all(|r| r.contains(want)), "{csv}");
+}
+
+/// `load_timeout_s` is a setting: from a profile's `[engine]` table or a job's `[overrides]`,
+/// it limits the probe's child; `--load-timeout` is the highest layer over both.
+#[test]
+fn the_load_timeout_is_a_setting() {
+    let p = project();
+    p.write(
+        "profiles/host.toml",
+        &format!("{}load_timeout_s = 2\n", common::HOST_PROFILE),
+    );
+    let killed = |s: u64| {
+        format!(
+            "the load did not finish within {s} s (load_timeout_s); the probe's child was killed"
+        )
+    };
+    let hang = |args: &[&str]| {
+        let o = p
+            .cmd(args)
+            .env("BMOE_PROBE_SELFTEST", "hang")
+            .output()
+            .unwrap();
+        (o.status.code(), text(&o))
+    };
+    // From the profile.
+    let (code, out) = hang(&["check", "jobs/job.toml"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains(&killed(2)), "{out}");
+    // The job's [overrides] over the profile.
+    p.write(
+        "jobs/job.toml",
+        &format!("{DECIDE_JOB}\n[overrides]\nload_timeout_s = 1\n"),
+    );
+    let (code, out) = hang(&["run", "jobs/job.toml", "-q"]);
+    assert_eq!(code, Some(1), "{out}");
+    let csv = p.read("runs/decide.csv");
+    let rows = data_lines(&csv);
+    assert_eq!(rows.len(), 2, "{csv}");
+    assert!(rows.iter().all(|r| r.contains(&killed(1))), "{csv}");
+    // --set and --load-timeout over the job.
+    let (_, out) = hang(&["check", "jobs/job.toml", "--set", "load_timeout_s=3"]);
+    assert!(out.contains(&killed(3)), "{out}");
+    let (_, out) = hang(&["check", "jobs/job.toml", "--load-timeout", "2"]);
+    assert!(out.contains(&killed(2)), "{out}");
+    // Out of range: a configuration error naming the key.
+    let o = p.bmoe(&[
+        "check",
+        "jobs/job.toml",
+        "--set",
+        "load_timeout_s=0",
+        "--no-probe",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("load_timeout_s"), "{}", text(&o));
 }

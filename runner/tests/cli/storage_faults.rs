@@ -3,7 +3,9 @@
 //! them early, or answers short) after the load, and one that never answers a load's reads.
 //! A streamed run meets the fault in an item: that row carries the file, offset and errno, the
 //! run goes on, the expert is read again by the next item that needs it, and the exit status
-//! says items were refused. A load that hangs is abandoned at `--load-timeout`.
+//! says items were refused. A mapped weight page (a resident load's, a streamed load's dense
+//! weights) that fails to read is the same: its SIGBUS becomes that item's error, or the load's
+//! when the load itself reads it. A load that hangs is abandoned at `load_timeout_s`.
 use crate::common;
 #[path = "common/faultfs.rs"]
 mod faultfs;
@@ -254,6 +256,253 @@ fn a_short_answer_is_completed() {
     }
 }
 
+/// A job over the mounted model reading weights through its mapping: resident, or streamed (the
+/// dense weights mapped, the experts read); one compute thread, so that which reads a fault
+/// takes is the same from run to run.
+fn mapped_job(model: &Path, streamed: bool, repack: &str) -> String {
+    let mut job = streamed_job(model)
+        .replace("n_predict = 16", "n_predict = 4")
+        .replace(
+            "[overrides]\n",
+            &format!("[overrides]\nthreads = 1\nrepack = \"{repack}\"\n"),
+        );
+    if !streamed {
+        job = job
+            .replace("moe_stream = true", "moe_stream = false")
+            .replace("cache_mb = 1\n", "")
+            .replace("prefetch = \"off\"\n", "");
+    }
+    job
+}
+
+/// The first whole 4 KiB page inside tensor `name`: a bad block of that weight alone.
+fn page_inside(model: &Path, name: &str) -> (u64, u64) {
+    let idx = GgufIndex::open(model).unwrap();
+    let loc = idx.get(name).unwrap();
+    let a = loc.offset.next_multiple_of(4096);
+    assert!(
+        a + 4096 <= loc.offset + loc.size,
+        "{name} holds a whole page"
+    );
+    (a, a + 4096)
+}
+
+/// The error a failed read of the mapped page at `offset` of `model` gives.
+fn mapped_error(model: &Path, offset: u64) -> String {
+    format!(
+        "{}: reading the mapped page at offset {offset} failed (SIGBUS: the storage returned an I/O error)",
+        model.display()
+    )
+}
+
+fn eio(page: (u64, u64), times: u64) -> Rule {
+    Rule {
+        ranges: vec![page],
+        fault: Fault::Eio,
+        skip: 0,
+        times,
+    }
+}
+
+/// A streamed load maps the dense weights and computes one token over them (the graph captured
+/// again once the tensors the file lacks are out of it): a page that fails to read there fails
+/// the load, with the file and the page's offset, and no model with a zeroed page is kept.
+/// Every item fails saying so; exit 1, no signal death.
+#[test]
+fn eio_on_a_dense_page_during_a_streamed_load_fails_the_load() {
+    let p = Project::new();
+    let fs = Mounted::serve(&p.path("models/tiny.gguf"), false);
+    p.write("jobs/eio.toml", &mapped_job(&fs.path(), true, "off"));
+    let page = page_inside(&fs.path(), "blk.1.attn_q.weight");
+    // A clean run first: the model's hash is cached (it reads every byte).
+    let (code, out, _) = run(&p);
+    assert_eq!(code, Some(0), "{out}");
+    fs.arm(eio(page, u64::MAX / 2));
+    let (code, out, faulted) = run(&p);
+    assert_eq!(code, Some(1), "items were refused, no signal death: {out}");
+    assert_eq!(faulted.len(), ITEMS, "{out}");
+    for r in &faulted {
+        assert!(
+            r["error"].contains(&mapped_error(&fs.path(), page.0)),
+            "{faulted:?}"
+        );
+    }
+    // The probe's child loads the model whole (mapped with MAP_POPULATE, which retries the page
+    // in the kernel: see the next test): it is killed at the limit.
+    let o = p.bmoe(&["check", "jobs/eio.toml", "--load-timeout", "2"]);
+    let out = text(&o);
+    assert!(
+        o.status.code() == Some(2)
+            && out.contains(
+                "the load did not finish within 2 s (load_timeout_s); the probe's child was killed"
+            ),
+        "{out}"
+    );
+}
+
+/// A resident load maps the model with MAP_POPULATE, which reads every page in the mmap call:
+/// a page whose reads fail for good keeps that call retrying in the kernel (it neither fails
+/// nor sends a SIGBUS), so the load never ends. `load_timeout_s` abandons it: every item fails
+/// saying so, and the run ends (the process's exit ends the retrying thread). No signal death.
+#[test]
+fn a_resident_load_over_a_failing_page_is_abandoned_at_the_load_timeout() {
+    let p = Project::new();
+    let fs = Mounted::serve(&p.path("models/tiny.gguf"), false);
+    p.write("jobs/eio.toml", &mapped_job(&fs.path(), false, "off"));
+    let page = page_inside(&fs.path(), "blk.1.attn_q.weight");
+    let (code, out, _) = run(&p);
+    assert_eq!(code, Some(0), "{out}");
+    fs.arm(eio(page, u64::MAX / 2));
+    let _ = std::fs::remove_file(p.path("runs/eio.csv"));
+    let o = p.bmoe(&[
+        "run",
+        "jobs/eio.toml",
+        "--no-probe",
+        "-q",
+        "--load-timeout",
+        "2",
+    ]);
+    let out = text(&o);
+    let faulted = rows(&p.read("runs/eio.csv"));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "items were refused, no signal death: {out}"
+    );
+    assert_eq!(faulted.len(), ITEMS, "{out}");
+    for r in &faulted {
+        assert!(
+            r["error"].contains("the load did not finish within 2 s (load_timeout_s); abandoned"),
+            "{faulted:?}"
+        );
+    }
+    assert!(
+        fs.reads().iter().any(|r| r.faulted),
+        "the load never met the fault"
+    );
+}
+
+/// Waits (at most 300 s) until `done` says so or the child ended; false when it ended first.
+fn wait_for(child: &mut std::process::Child, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return done();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    false
+}
+
+/// Stops or continues the child (SIGSTOP / SIGCONT), so that the storage changes between two
+/// of its instructions, not while the test looks.
+/// A child that has ended (and was reaped) is left alone: the assertions on its status say why.
+fn signal(child: &std::process::Child, sig: &str) {
+    let _ = std::process::Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// A run reading a dense weight from its mapping (resident with `repack = "off"`, or streamed)
+/// whose page goes bad after the load: the test stops the run after its first item, makes the
+/// page fail and drops it from the page cache (FUSE's inval_inode: the kernel unmaps it from
+/// bmoe too), lets the run go on until an item has failed, then lets the storage recover. The
+/// items that met the bad page fail naming the file and offset, no zeroed result survives (every
+/// other item equals the clean run's, the ones right after a failure included), exit 1.
+fn mapped_fault_fails_the_items_that_meet_it(streamed: bool) {
+    const MANY: usize = 24;
+    let p = Project::new();
+    let fs = Mounted::serve(&p.path("models/tiny.gguf"), false);
+    let job = mapped_job(&fs.path(), streamed, "off").replace("n_predict = 4", "n_predict = 24");
+    let prompts = (1..=MANY)
+        .map(|i| format!("{{ id = \"p{i}\", text = \"Tell me about the storage.\" }}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let job = job
+        .lines()
+        .map(|l| {
+            if l.starts_with("prompts = ") {
+                format!("prompts = [{prompts}]")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    p.write("jobs/eio.toml", &job);
+    let page = page_inside(&fs.path(), "blk.1.attn_q.weight");
+    let (code, out, clean) = run(&p);
+    assert_eq!(code, Some(0), "{out}");
+    let reference = clean[0]["text"].clone();
+    assert!(clean.iter().all(|r| r["text"] == reference), "{clean:?}");
+
+    let _ = std::fs::remove_file(p.path("runs/eio.csv"));
+    let mut child = p
+        .cmd(&["run", "jobs/eio.toml", "-q", "--no-probe"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The rows written so far (a line being written is not one yet).
+    let n_rows = || {
+        let c = std::fs::read_to_string(p.path("runs/eio.csv")).unwrap_or_default();
+        rows(&c[..c.rfind('\n').map_or(0, |i| i + 1)])
+    };
+    assert!(wait_for(&mut child, || !n_rows().is_empty()), "no row");
+    signal(&child, "-STOP");
+    let before = n_rows().len();
+    assert!(before < MANY, "the run ended before the storage failed");
+    fs.arm(eio(page, u64::MAX / 2));
+    fs.invalidate(page.0, page.1 - page.0);
+    signal(&child, "-CONT");
+    let failed = wait_for(&mut child, || {
+        n_rows().iter().any(|r| !r["error"].is_empty())
+    });
+    signal(&child, "-STOP");
+    fs.disarm();
+    signal(&child, "-CONT");
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "items were refused, no signal death: {status:?}"
+    );
+    let faulted = rows(&p.read("runs/eio.csv"));
+    assert!(failed, "no item failed: {faulted:?}");
+    assert_eq!(faulted.len(), MANY);
+    let bad: Vec<usize> = (0..MANY)
+        .filter(|&i| !faulted[i]["error"].is_empty())
+        .collect();
+    eprintln!("items {bad:?} failed: {}", faulted[bad[0]]["error"]);
+    for &i in &bad {
+        assert!(
+            i >= before && faulted[i]["error"].contains(&mapped_error(&fs.path(), page.0)),
+            "item {i}: {faulted:?}"
+        );
+    }
+    assert!(
+        bad.last().is_some_and(|&l| l + 1 < MANY),
+        "no item ran after the storage recovered: {faulted:?}"
+    );
+    for (i, r) in faulted.iter().enumerate().filter(|(i, _)| !bad.contains(i)) {
+        assert_eq!(r["text"], reference, "item {i}: {faulted:?}");
+    }
+}
+
+#[test]
+fn eio_on_a_resident_mapped_page_fails_the_items_that_meet_it() {
+    mapped_fault_fails_the_items_that_meet_it(false);
+}
+
+#[test]
+fn eio_on_a_streamed_runs_dense_page_fails_the_items_that_meet_it() {
+    mapped_fault_fails_the_items_that_meet_it(true);
+}
+
 /// Where the tensor data starts: everything from there on is what a load reads, not a header.
 fn data_start(model: &Path) -> u64 {
     let idx = GgufIndex::open(model).unwrap();
@@ -288,7 +537,7 @@ fn hung_model(streamed: bool) -> (Project, Mounted) {
 /// The probe's child hangs in the load (its reads never return): it is killed at the limit, and
 /// the model's items fail saying so.
 #[test]
-#[ignore = "hangs in the test harness (issue 37 item 3): the run never ends after the FUSE read is released; not yet diagnosed"]
+#[ignore = "hangs (issue 37 item 3): the run's own whole-file read (the model hash) meets the blocked range before any load; see docs/robustness.md"]
 fn a_hung_probe_is_killed_at_the_load_timeout() {
     let (p, fs) = hung_model(false);
     let o = p.bmoe(&["run", "jobs/eio.toml", "-q", "--load-timeout", "2"]);
@@ -296,7 +545,7 @@ fn a_hung_probe_is_killed_at_the_load_timeout() {
     let rows = rows(&p.read("runs/eio.csv"));
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert_eq!(rows.len(), ITEMS, "{out}");
-    let want = "the load did not finish within 2 s (--load-timeout); the probe's child was killed";
+    let want = "the load did not finish within 2 s (load_timeout_s); the probe's child was killed";
     for r in &rows {
         assert!(r["error"].contains(want), "{r:?}");
     }
@@ -315,7 +564,7 @@ fn a_hung_probe_is_killed_at_the_load_timeout() {
 /// FUSE or network read already sent waits for its answer), so the process ends only once the
 /// storage answers: the test waits for the rows, then lets the storage answer.
 #[test]
-#[ignore = "hangs in the test harness (issue 37 item 3): the run never ends after the FUSE read is released; not yet diagnosed"]
+#[ignore = "hangs (issue 37 item 3): the run's own whole-file read (the model hash) meets the blocked range before any load; see docs/robustness.md"]
 fn a_hung_load_in_a_run_is_abandoned() {
     let (p, fs) = hung_model(true);
     let mut child = p
@@ -346,7 +595,7 @@ fn a_hung_load_in_a_run_is_abandoned() {
     assert_eq!(rows.len(), ITEMS, "{out}");
     for r in &rows {
         assert!(
-            r["error"].contains("the load did not finish within 2 s (--load-timeout); abandoned"),
+            r["error"].contains("the load did not finish within 2 s (load_timeout_s); abandoned"),
             "{r:?}"
         );
     }

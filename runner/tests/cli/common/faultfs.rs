@@ -231,6 +231,7 @@ impl Filesystem for FaultFs {
 /// The mounted file system; unmounted (after releasing any blocked read) when dropped.
 pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
+    notifier: fuser::Notifier,
     dir: tempfile::TempDir,
     name: String,
     shared: Arc<Shared>,
@@ -260,6 +261,7 @@ impl Mounted {
             panic!("mounting the fault-injecting FUSE file system (needs root and /dev/fuse): {e}")
         });
         Mounted {
+            notifier: session.notifier(),
             session: Some(session),
             dir,
             name,
@@ -282,6 +284,15 @@ impl Mounted {
         self.shared.lock().rule = None;
     }
 
+    /// Drops the kernel's cached pages of `len` bytes at `offset` (FUSE's inval_inode
+    /// notification), unmapping them from every process that maps them: their next touch reads
+    /// from here again.
+    pub fn invalidate(&self, offset: u64, len: u64) {
+        self.notifier
+            .inval_inode(FILE, offset as i64, len as i64)
+            .expect("the kernel takes the invalidation");
+    }
+
     /// The reads answered so far.
     pub fn reads(&self) -> Vec<Read> {
         self.shared.lock().log.clone()
@@ -291,6 +302,22 @@ impl Mounted {
 impl Drop for Mounted {
     fn drop(&mut self) {
         self.disarm();
+        // A process killed inside a read of this file (a probe's child) holds the file open
+        // until its read is answered and it dies; until then umount(2) is EBUSY, and fuser's
+        // umount_and_join, given up on the unmount, would wait for a session that never ends.
+        // So the unmount is retried until the file is free; fuser then finds it unmounted.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            let unmounted = std::process::Command::new("umount")
+                .arg(self.dir.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if unmounted {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         if let Some(s) = self.session.take() {
             let _ = s.umount_and_join();
         }
