@@ -537,7 +537,7 @@ fn hung_model(streamed: bool) -> (Project, Mounted) {
 /// The probe's child hangs in the load (its reads never return): it is killed at the limit, and
 /// the model's items fail saying so.
 #[test]
-#[ignore = "hangs (issue 37 item 3): the run's own whole-file read (the model hash) meets the blocked range before any load; see docs/robustness.md"]
+#[ignore = "hangs (issue 37 item 3): planning reads the file's last block (gguf_init_from_file's fseek to the end), then the hash reads it all, both without a limit, before any load; see docs/robustness.md"]
 fn a_hung_probe_is_killed_at_the_load_timeout() {
     let (p, fs) = hung_model(false);
     let o = p.bmoe(&["run", "jobs/eio.toml", "-q", "--load-timeout", "2"]);
@@ -564,7 +564,7 @@ fn a_hung_probe_is_killed_at_the_load_timeout() {
 /// FUSE or network read already sent waits for its answer), so the process ends only once the
 /// storage answers: the test waits for the rows, then lets the storage answer.
 #[test]
-#[ignore = "hangs (issue 37 item 3): the run's own whole-file read (the model hash) meets the blocked range before any load; see docs/robustness.md"]
+#[ignore = "hangs (issue 37 item 3): planning reads the file's last block (gguf_init_from_file's fseek to the end), then the hash reads it all, both without a limit, before any load; see docs/robustness.md"]
 fn a_hung_load_in_a_run_is_abandoned() {
     let (p, fs) = hung_model(true);
     let mut child = p
