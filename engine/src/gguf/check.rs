@@ -20,6 +20,9 @@ const MAX_LAYERS: i64 = 512;
 const MAX_EXPERTS: i64 = 1024;
 /// The rope scaling types llama.cpp knows (`LLAMA_ROPE_SCALING_TYPES`); another value asserts.
 const ROPE_SCALING_TYPES: &[&str] = &["none", "linear", "yarn", "longrope"];
+/// Architectures whose graphs need `attention.key_length == attention.value_length` (not the rope's
+/// dimensions): see `check_head_sizes`.
+const KEY_EQUALS_VALUE: &[&str] = &["gpt-oss"];
 /// Architectures whose graph builder asserts `n_embd_head_v == n_embd_head_k == n_rot`
 /// (`GGML_ASSERT(n_embd_head == n_rot)` in `models/<arch>.cpp`), by GGUF architecture name.
 const HEAD_SIZE_ASSERTING: &[&str] = &[
@@ -346,6 +349,23 @@ fn check_head_sizes(
             ));
         }
     }
+    // gpt-oss's graph sizes the KV cache's V rows from `value_length` but the V projection from
+    // the key's head size: unequal, the first decode aborts storing V (ggml_set_rows,
+    // `a->ne[0] == b->ne[0]`; issue 37's fuzz), resident and streamed alike.
+    if n_head > 0 && KEY_EQUALS_VALUE.contains(&arch) {
+        let kl = int_key(path, g, &k("attention.key_length"))?;
+        let vl = int_key(path, g, &k("attention.value_length"))?;
+        if let (Some(kl), Some(vl)) = (kl, vl) {
+            if kl != vl {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "{arch}: attention.key_length = {kl}, attention.value_length = {vl}: this architecture needs them equal"
+                    ),
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -526,8 +546,11 @@ fn check_tensor_type(path: &Path, t: &TensorInfo) -> Result<()> {
     }
     // Vectors (at most one dimension above 1: norms, biases, scales) feed ggml's add and mul, whose CPU
     // kernels take them in F32 only ("binary_op: unsupported types ... src1: f16", an abort at
-    // the first decode); converters and quantizers always keep them F32.
-    if t.ne.iter().filter(|&&n| n > 1).count() <= 1 && t.ty != sys::GGML_TYPE_F32 {
+    // the first decode); converters and quantizers always keep them F32. So do biases of any
+    // shape: an expert's bias ([n_embd, n_expert], gpt-oss) feeds `add_id`, which asserts F32
+    // (ops.cpp: GGML_ASSERT(src1->type == GGML_TYPE_F32), issue 37's fuzz).
+    let vector = t.ne.iter().filter(|&&n| n > 1).count() <= 1 || t.name.ends_with(".bias");
+    if vector && t.ty != sys::GGML_TYPE_F32 {
         return Err(invalid(
             path,
             format!(
