@@ -61,6 +61,7 @@ pub(crate) fn check(
     n_embd: Option<i64>,
 ) -> Result<()> {
     check_gating(path, g, arch)?;
+    check_delta_net(path, g, arch)?;
     if n_head <= 0 {
         return Ok(());
     }
@@ -86,6 +87,37 @@ pub(crate) fn check(
         }
         None => Ok(()),
     }
+}
+
+/// Architectures with gated delta-net layers whose tensors are sized by `ssm.state_size` and
+/// `ssm.time_step_rank` while the graph splits the convolution's channels by `ssm.inner_size`.
+const DELTA_NET: &[&str] = &["qwen35moe", "qwen35", "qwen3next"];
+
+/// Gated delta-net layers (qwen35moe and kin): llama.cpp sizes the value heads of the tensors as
+/// `ssm.state_size` x `ssm.time_step_rank` but cuts the convolution's channels with
+/// `ssm.inner_size`; unequal, `ggml_concat` asserts at the first graph (ggml.c:
+/// `a->ne[d] == b->ne[d]`; issue 37's fuzz, qwen35moe, resident and streamed).
+fn check_delta_net(path: &Path, g: &GgufFile, arch: &str) -> Result<()> {
+    if !DELTA_NET.contains(&arch) {
+        return Ok(());
+    }
+    let k = |s: &str| format!("{arch}.ssm.{s}");
+    let (Some(inner), Some(state), Some(rank)) = (
+        uint(g, &k("inner_size")),
+        uint(g, &k("state_size")),
+        uint(g, &k("time_step_rank")),
+    ) else {
+        return Ok(());
+    };
+    if state.checked_mul(rank) != Some(inner) {
+        return Err(invalid(
+            path,
+            format!(
+                "{arch}.ssm.inner_size = {inner}: expected ssm.state_size x ssm.time_step_rank = {state} x {rank} (the value heads the tensors are sized by)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Multi-section rope (`rope.dimension_sections`, qwen35moe and kin): the CPU rope cycles through
