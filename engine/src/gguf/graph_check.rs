@@ -33,10 +33,14 @@ fn uint(g: &GgufFile, key: &str) -> Option<i64> {
 
 /// One rope width (`rope_key`) against the head size it turns (`head`, named `head_key`).
 fn check_rope(path: &Path, rope_key: &str, rot: i64, head_key: &str, head: i64) -> Result<()> {
-    if rot % 2 != 0 || rot < 0 {
+    // 0 is no rope to llama.cpp's loader but not to every graph: qwen35moe's multi-section rope
+    // with no dimensions spun at the first decode for minutes (issue 37's fuzz, seed 3).
+    if rot % 2 != 0 || rot <= 0 {
         return Err(invalid(
             path,
-            format!("{rope_key} = {rot}: expected an even number (rope turns pairs of values)"),
+            format!(
+                "{rope_key} = {rot}: expected a positive even number (rope turns pairs of values)"
+            ),
         ));
     }
     if rot > head {
