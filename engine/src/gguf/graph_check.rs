@@ -33,14 +33,10 @@ fn uint(g: &GgufFile, key: &str) -> Option<i64> {
 
 /// One rope width (`rope_key`) against the head size it turns (`head`, named `head_key`).
 fn check_rope(path: &Path, rope_key: &str, rot: i64, head_key: &str, head: i64) -> Result<()> {
-    // 0 is no rope to llama.cpp's loader but not to every graph: qwen35moe's multi-section rope
-    // with no dimensions spun at the first decode for minutes (issue 37's fuzz, seed 3).
-    if rot % 2 != 0 || rot <= 0 {
+    if rot % 2 != 0 || rot < 0 {
         return Err(invalid(
             path,
-            format!(
-                "{rope_key} = {rot}: expected a positive even number (rope turns pairs of values)"
-            ),
+            format!("{rope_key} = {rot}: expected an even number (rope turns pairs of values)"),
         ));
     }
     if rot > head {
@@ -74,6 +70,14 @@ pub(crate) fn check(
     let kl = uint(g, &kl_key).unwrap_or(n_embd.unwrap_or(0) / n_head);
     let rot_key = k("rope.dimension_count");
     let rot = uint(g, &rot_key).unwrap_or(kl);
+    // 0 turns nothing, which only a graph without rope takes: qwen35moe's multi-section rope with
+    // no dimensions spun at the first decode for minutes (issue 37's fuzz, seed 3).
+    if rot == 0 && !NO_ROPE.contains(&arch) {
+        return Err(invalid(
+            path,
+            format!("{rot_key} = 0: expected a positive even number ({arch}'s attention turns its keys with rope)"),
+        ));
+    }
     if MLA.contains(&arch) {
         check_rope(path, &rot_key, rot, &kl_key, kl)?;
         return check_mla(path, g, arch, rot);
@@ -92,6 +96,10 @@ pub(crate) fn check(
         None => Ok(()),
     }
 }
+
+/// Architectures whose attention applies no rope (Nemotron-H's attention layers have no position
+/// encoding), where a rope dimension count of 0 is harmless.
+const NO_ROPE: &[&str] = &["nemotron_h", "nemotron_h_moe"];
 
 /// Architectures with gated delta-net layers whose tensors are sized by `ssm.state_size` and
 /// `ssm.time_step_rank` while the graph splits the convolution's channels by `ssm.inner_size`.
