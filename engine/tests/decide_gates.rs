@@ -335,7 +335,9 @@ fn g18b_recurrent(arch: bmoe_synth::SynthArch) {
         );
         worst = worst.max(max_delta(a, b));
     }
-    assert!(worst <= 1e-2, "{}: {worst}", arch.name());
+    // The design's bound for `on` (G18b): 1e-3 in log-prob. Measured: 1.5e-5 (qwen35moe) and
+    // 2.6e-7 (nemotron_h_moe); the gate was seen red at 1e-6.
+    assert!(worst <= 1e-3, "{}: {worst}", arch.name());
     for (what, runs) in [("on", &on), ("auto", &auto)] {
         let outcomes: Vec<&str> = runs.iter().map(|r| r.reuse.as_str()).collect();
         for o in ["restore", "hit"] {
