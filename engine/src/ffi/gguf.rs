@@ -191,17 +191,68 @@ impl Drop for GgufFile {
     }
 }
 
+/// What gguf's header reader reads from: the file, and the first error a read met.
+struct HeaderSource {
+    file: std::fs::File,
+    error: Option<std::io::Error>,
+}
+
+/// gguf's read callback, over `pread`: the header is read where gguf asks and nowhere else. (With
+/// a `FILE*`, gguf seeks to the end to size the file and glibc then reads the last block, which is
+/// tensor data: on storage that hangs there, the header read hung too.)
+unsafe extern "C" fn read_header_at(
+    userdata: *mut std::ffi::c_void,
+    output: *mut std::ffi::c_void,
+    offset: u64,
+    len: usize,
+) -> usize {
+    use std::os::unix::fs::FileExt;
+    // SAFETY: `userdata` is the HeaderSource that `GgufFile::open` handed to
+    // gguf_init_from_callback, alive and not otherwise borrowed during that call; `output` is a
+    // buffer of `len` bytes gguf owns (an initialised value or vector it reads into).
+    let (src, out) = unsafe {
+        (
+            &mut *userdata.cast::<HeaderSource>(),
+            std::slice::from_raw_parts_mut(output.cast::<u8>(), len),
+        )
+    };
+    let mut done = 0;
+    while done < len {
+        match src.file.read_at(&mut out[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                src.error.get_or_insert(e);
+                break;
+            }
+        }
+    }
+    done
+}
+
 impl GgufFile {
-    /// Reads the header of `path`; on failure returns what gguf logged.
+    /// Reads the header of `path` (and only the header); on failure returns what gguf logged, or
+    /// the read error that stopped it.
     pub fn open(path: &Path) -> Result<Self, FfiError> {
         super::backend_init();
-        let c =
-            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| FfiError::NulInPath)?;
+        let io = |e: std::io::Error| FfiError::NoResult {
+            call: "gguf_init_from_callback",
+            logged: format!("reading the header failed: {e}"),
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let mut src = HeaderSource { file, error: None };
         super::log::clear_recent();
-        // SAFETY: NUL-terminated path; `no_alloc` reads only the header.
+        // SAFETY: the callback and its userdata (`src`, outliving the call) are as
+        // `read_header_at` expects; `len` bounds every size gguf reads; `no_alloc` reads only the
+        // header.
         let raw = unsafe {
-            sys::gguf_init_from_file(
-                c.as_ptr(),
+            sys::gguf_init_from_callback(
+                Some(read_header_at),
+                std::ptr::from_mut(&mut src).cast(),
+                0,
+                len,
                 sys::gguf_init_params {
                     no_alloc: true,
                     ctx: std::ptr::null_mut(),
@@ -210,7 +261,10 @@ impl GgufFile {
         };
         NonNull::new(raw)
             .map(|gguf| Self { gguf })
-            .ok_or_else(|| FfiError::no_result("gguf_init_from_file", "unreadable GGUF header"))
+            .ok_or_else(|| match src.error.take() {
+                Some(e) => io(e),
+                None => FfiError::no_result("gguf_init_from_callback", "unreadable GGUF header"),
+            })
     }
 
     /// Absolute offset of the data section.

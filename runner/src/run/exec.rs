@@ -460,13 +460,36 @@ fn lock_and_read(
     Ok((locks, state))
 }
 
-/// Each job's model, hashed once (the `model_sha256` column).
+/// Each job's model, hashed once (the `model_sha256` column), within the model's load time limit:
+/// a hash that the storage leaves hanging is abandoned on its thread with a `bmoe:` line, and that
+/// model's rows carry no hash (nor does it get a prefix cache, whose key needs the hash).
 fn hash_models(prep: &Prepared, quiet: bool) -> anyhow::Result<HashMap<PathBuf, String>> {
     let mut model_sha: HashMap<PathBuf, String> = HashMap::new();
     for j in &prep.jobs {
-        if !model_sha.contains_key(&j.model) {
-            model_sha.insert(j.model.clone(), ident::model_sha256(&j.model, quiet)?);
+        if model_sha.contains_key(&j.model) {
+            continue;
         }
+        let limit = prep.load_timeout(&j.model);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = j.model.clone();
+        std::thread::Builder::new()
+            .name("bmoe-hash".into())
+            .spawn(move || {
+                let _ = tx.send(ident::model_sha256(&path, quiet));
+            })
+            .context("starting the hash thread")?;
+        let sha = match rx.recv_timeout(limit) {
+            Ok(r) => r?,
+            Err(_) => {
+                eprintln!(
+                    "bmoe: hashing {} did not finish within {} s (load_timeout_s); abandoned: its rows carry no model_sha256 and it gets no prefix cache",
+                    display_path(&j.model),
+                    limit.as_secs()
+                );
+                String::new()
+            }
+        };
+        model_sha.insert(j.model.clone(), sha);
     }
     Ok(model_sha)
 }
@@ -524,8 +547,12 @@ fn run_unit(ctx: &Ctx, out: &mut Out, models: &mut Models, unit: &Unit) -> anyho
     }
     out.progress.start_unit(&label, pending.len() as u64);
     let (load_opts, mut sess_opts) = (unit.placement.load.clone(), unit.placement.session.clone());
+    let sha = ctx.model_sha.get(&lj.model).map_or("", String::as_str);
+    if sha.is_empty() {
+        // Without the model's hash (abandoned), entries could not be told from another model's.
+        sess_opts.prefix_cache = None;
+    }
     if let Some(pc) = sess_opts.prefix_cache.as_mut() {
-        let sha = ctx.model_sha.get(&lj.model).map_or("", String::as_str);
         pc.key = ident::prefix_key(sha, &unit.resolved.settings);
     }
     let limit = ctx.prep.load_timeout(&lj.model);

@@ -524,6 +524,21 @@ fn hung_model(streamed: bool) -> (Project, Mounted) {
         job = job.replace("moe_stream = true", "moe_stream = false");
     }
     p.write("jobs/eio.toml", &job);
+    // A nightly's model was hashed before (the hash is cached by path, size and mtime): the hang
+    // meets the load, not the hash, which reads the whole file. (A first run over hung storage
+    // abandons its hash at the limit too, but that thread then holds the process until the
+    // storage answers.)
+    let o = p.bmoe(&[
+        "run",
+        "jobs/eio.toml",
+        "-q",
+        "--no-probe",
+        "--limit",
+        "1",
+        "--csv",
+        "runs/warm.csv",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
     let size = std::fs::metadata(fs.path()).unwrap().len();
     fs.arm(Rule {
         ranges: vec![(data_start(&fs.path()), size)],
@@ -537,7 +552,6 @@ fn hung_model(streamed: bool) -> (Project, Mounted) {
 /// The probe's child hangs in the load (its reads never return): it is killed at the limit, and
 /// the model's items fail saying so.
 #[test]
-#[ignore = "hangs (issue 37 item 3): planning reads the file's last block (gguf_init_from_file's fseek to the end), then the hash reads it all, both without a limit, before any load; see docs/robustness.md"]
 fn a_hung_probe_is_killed_at_the_load_timeout() {
     let (p, fs) = hung_model(false);
     let o = p.bmoe(&["run", "jobs/eio.toml", "-q", "--load-timeout", "2"]);
@@ -564,7 +578,6 @@ fn a_hung_probe_is_killed_at_the_load_timeout() {
 /// FUSE or network read already sent waits for its answer), so the process ends only once the
 /// storage answers: the test waits for the rows, then lets the storage answer.
 #[test]
-#[ignore = "hangs (issue 37 item 3): planning reads the file's last block (gguf_init_from_file's fseek to the end), then the hash reads it all, both without a limit, before any load; see docs/robustness.md"]
 fn a_hung_load_in_a_run_is_abandoned() {
     let (p, fs) = hung_model(true);
     let mut child = p
