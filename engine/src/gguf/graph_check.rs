@@ -62,6 +62,7 @@ pub(crate) fn check(
 ) -> Result<()> {
     check_gating(path, g, arch)?;
     check_delta_net(path, g, arch)?;
+    check_attention_interval(path, g, arch)?;
     if n_head <= 0 {
         return Ok(());
     }
@@ -130,6 +131,25 @@ fn check_delta_net(path: &Path, g: &GgufFile, arch: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Architectures whose loader picks the full-attention layers as `(il + 1) % full_attention_interval`
+/// (llama.cpp's models/qwen35moe.cpp and kin, an unsigned modulo).
+const ATTENTION_INTERVAL: &[&str] = &["qwen35moe", "qwen35", "qwen3next", "qwen4exp", "minimax-01"];
+
+/// `full_attention_interval = 0` divides by zero in the loader: SIGFPE, resident and streamed
+/// alike (issue 37's fuzz, seed 4, qwen35moe).
+fn check_attention_interval(path: &Path, g: &GgufFile, arch: &str) -> Result<()> {
+    let key = format!("{arch}.full_attention_interval");
+    match uint(g, &key) {
+        Some(0) if ATTENTION_INTERVAL.contains(&arch) => Err(invalid(
+            path,
+            format!(
+                "{key} = 0: expected at least 1 (every how many layers one has full attention)"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Multi-section rope (`rope.dimension_sections`, qwen35moe and kin): the CPU rope cycles through
