@@ -180,6 +180,10 @@ pub enum StreamError {
     /// The streamer's lock was poisoned by an earlier panic.
     #[error("the expert streamer panicked earlier")]
     Poisoned,
+    /// A lossy knob is on but the routing node of this layer does not select from the router's
+    /// probabilities (`ffn_moe_probs`) in host memory.
+    #[error("expert_substitute and drop_cold need the router's probabilities (ffn_moe_probs) at the routing node of layer {0}; this architecture's graph selects experts from something else")]
+    NoRouterProbs(u32),
 }
 
 /// What the prefill device's arena or its loaders failed at; the wide graph is stopped.

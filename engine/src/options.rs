@@ -82,6 +82,12 @@ pub struct StreamOptions {
     pub prefetch: Prefetch,
     /// CPUs the read-ahead threads run on (off the compute threads' cores); empty = anywhere.
     pub cpus: Vec<usize>,
+    /// Lossy (0 = off): at a cache miss, a cached expert of the same layer whose router
+    /// probability is within this of the missed expert's is used instead.
+    pub expert_substitute: f64,
+    /// Lossy (0 = off): a missed routed expert whose share of the token's selected router weights
+    /// is below `drop_cold / n_expert_used` is skipped (in `(0, 1]`).
+    pub drop_cold: f64,
 }
 
 impl Default for StreamOptions {
@@ -101,6 +107,8 @@ impl Default for StreamOptions {
             llama_load: false,
             prefetch: Prefetch::Router,
             cpus: Vec::new(),
+            expert_substitute: 0.0,
+            drop_cold: 0.0,
         }
     }
 }
