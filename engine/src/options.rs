@@ -248,6 +248,8 @@ impl LoadOptions {
         }
         if let Some(so) = &self.stream {
             limits::IO_THREADS.check(so.io_threads as u64)?;
+            limits::EXPERT_SUBSTITUTE.check(so.expert_substitute)?;
+            limits::DROP_COLD.check(so.drop_cold)?;
             match so.cache {
                 CacheBudget::Mib(n) => limits::CACHE_MB.check(n)?,
                 CacheBudget::Auto { floor_mb } => limits::CACHE_FLOOR_MB.check(floor_mb)?,

@@ -605,6 +605,12 @@ impl Streamer {
         self.knobs
     }
 
+    /// Replaces the lossy routing knobs (engine tests: `Model::set_lossy`).
+    #[cfg(feature = "test-support")]
+    pub fn set_knobs(&mut self, knobs: lossy::Knobs) {
+        self.knobs = knobs;
+    }
+
     /// Applies the lossy knobs to layer `il`'s routing `ids` (rows of `n_used`) in place before
     /// they are made resident: misses dropped or replaced by a cached expert whose probability in
     /// `probs` (rows of `n_expert`) is close, counted. Dropped slots are kept for the layer's
