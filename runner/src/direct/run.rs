@@ -119,6 +119,14 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
             }
         );
     }
+    if s.substituted + s.dropped > 0 {
+        eprintln!(
+            "lossy: {} routed experts substituted by cached ones, {} dropped (of {} looked up after them)",
+            s.substituted,
+            s.dropped,
+            s.cache_hits + s.cache_misses
+        );
+    }
     if s.predicted_routed > 0 {
         eprintln!(
             "prefetch: {} experts read ahead, {} misses served by them (overlap {}); prediction named {} of {} routed experts ({:.1}%)",
