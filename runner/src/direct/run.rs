@@ -121,10 +121,8 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
     }
     if s.substituted + s.dropped > 0 {
         eprintln!(
-            "lossy: {} routed experts substituted by cached ones, {} dropped (of {} looked up after them)",
-            s.substituted,
-            s.dropped,
-            s.cache_hits + s.cache_misses
+            "lossy: {} routed experts replaced by cached ones at a miss (expert_substitute), {} skipped (drop_cold)",
+            s.substituted, s.dropped
         );
     }
     if s.predicted_routed > 0 {
