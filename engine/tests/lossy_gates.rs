@@ -1,8 +1,8 @@
 //! Gates of the lossy routing knobs (`expert_substitute`, `drop_cold`) on the tiny synthetic
-//! model: G20a substitution happens only at a miss (a cache holding every expert gives output
-//! bit for bit equal to off, with nothing substituted); G20b an evicting cache substitutes,
-//! changes the output and does so the same way twice; G21a dropping reads less and counts what
-//! it dropped; G21b dropping every missed expert but the best at top-2 (nothing cached, share
+//! model: G35a substitution happens only at a miss (a cache holding every expert gives output
+//! bit for bit equal to off, with nothing substituted); G35b an evicting cache substitutes,
+//! changes the output and does so the same way twice; G35c dropping reads less and counts what
+//! it dropped; G35d dropping every missed expert but the best at top-2 (nothing cached, share
 //! threshold 1) is exactly top-1 routing, so a dropped expert contributes nothing and the kept
 //! one's weight is renormalised by the model's own normalisation.
 mod common;
@@ -101,15 +101,15 @@ fn run_then(
 }
 
 #[test]
-fn g20a_a_cache_holding_every_expert_substitutes_nothing() {
+fn g35a_a_cache_holding_every_expert_substitutes_nothing() {
     let path = common::tiny();
     // 64 MiB holds the tiny model's 32 experts (about 1.7 MiB) many times over.
     let (off, c_off) = run(&path, knobs(64, 0.0, 0.0), None);
     // Substitution avoids the reads that would fill the cache, so the warm-up prompt runs with
     // the knob off; then the widest distance, where any cached expert would do for any miss.
     let (on, c_on) = run_then(&path, knobs(64, 0.0, 0.0), None, Some((1.0, 0.0)));
-    assert_eq!(c_on.substituted, 0, "G20a: substituted with every expert cached: {c_on:?}");
-    assert_eq!(on, off, "G20a: expert_substitute with a full cache changed the output");
+    assert_eq!(c_on.substituted, 0, "G35a: substituted with every expert cached: {c_on:?}");
+    assert_eq!(on, off, "G35a: expert_substitute with a full cache changed the output");
     assert_eq!(c_on.read_bytes, c_off.read_bytes);
     assert_eq!(c_on.evictions, 0);
     // Before the warm-up the cache lacks experts, and the same knob substitutes at once.
@@ -119,41 +119,41 @@ fn g20a_a_cache_holding_every_expert_substitutes_nothing() {
 }
 
 #[test]
-fn g20b_an_evicting_cache_substitutes_deterministically() {
+fn g35b_an_evicting_cache_substitutes_deterministically() {
     let path = common::tiny();
     let (off, c_off) = run(&path, knobs(1, 0.0, 0.0), None);
     assert!(c_off.evictions > 0, "the cache must evict: {c_off:?}");
     assert_eq!(c_off.substituted, 0);
     let (on, c_on) = run(&path, knobs(1, 0.5, 0.0), None);
     eprintln!(
-        "G20b: {} substituted, {} misses vs {} off, {} vs {} bytes read",
+        "G35b: {} substituted, {} misses vs {} off, {} vs {} bytes read",
         c_on.substituted, c_on.cache_misses, c_off.cache_misses, c_on.read_bytes, c_off.read_bytes
     );
-    assert!(c_on.substituted > 0, "G20b: nothing substituted: {c_on:?}");
-    assert!(c_on.read_bytes < c_off.read_bytes, "G20b: substitution must read less");
-    assert_ne!(on, off, "G20b: substitution changed nothing");
+    assert!(c_on.substituted > 0, "G35b: nothing substituted: {c_on:?}");
+    assert!(c_on.read_bytes < c_off.read_bytes, "G35b: substitution must read less");
+    assert_ne!(on, off, "G35b: substitution changed nothing");
     let (again, c_again) = run(&path, knobs(1, 0.5, 0.0), None);
-    assert_eq!(again, on, "G20b: two substituting runs differ");
+    assert_eq!(again, on, "G35b: two substituting runs differ");
     assert_eq!(c_again.substituted, c_on.substituted);
 }
 
 #[test]
-fn g21a_dropping_cold_misses_reads_less_and_counts_them() {
+fn g35c_dropping_cold_misses_reads_less_and_counts_them() {
     let path = common::tiny();
     let (off, c_off) = run(&path, knobs(0, 0.0, 0.0), None);
     let (on, c_on) = run(&path, knobs(0, 0.0, 0.5), None);
     eprintln!(
-        "G21a: {} dropped, {} vs {} bytes read",
+        "G35c: {} dropped, {} vs {} bytes read",
         c_on.dropped, c_on.read_bytes, c_off.read_bytes
     );
-    assert!(c_on.dropped > 0, "G21a: nothing dropped: {c_on:?}");
-    assert!(c_on.read_bytes < c_off.read_bytes, "G21a: dropping must read less");
-    assert_ne!(on, off, "G21a: dropping changed nothing");
+    assert!(c_on.dropped > 0, "G35c: nothing dropped: {c_on:?}");
+    assert!(c_on.read_bytes < c_off.read_bytes, "G35c: dropping must read less");
+    assert_ne!(on, off, "G35c: dropping changed nothing");
     assert_eq!(c_off.dropped, 0);
 }
 
 #[test]
-fn g21b_dropping_all_but_the_best_at_top_2_is_top_1() {
+fn g35d_dropping_all_but_the_best_at_top_2_is_top_1() {
     // No cache: every routed expert is a miss; at threshold 1 the second expert's share (below
     // a half) is always under 1 / 2, so each token keeps only its best expert. qwen3moe
     // normalises the selected weights (the kept one's becomes 1, as at top-1); olmoe does not
@@ -166,10 +166,10 @@ fn g21b_dropping_all_but_the_best_at_top_2_is_top_1() {
         assert_eq!(
             dropped,
             top1,
-            "G21b {}: a dropped expert still contributes, or the kept one's weight is wrong",
+            "G35d {}: a dropped expert still contributes, or the kept one's weight is wrong",
             path.display()
         );
-        assert_eq!(c.read_bytes, c1.read_bytes, "G21b: a dropped expert was read");
+        assert_eq!(c.read_bytes, c1.read_bytes, "G35d: a dropped expert was read");
     }
 }
 

@@ -319,7 +319,7 @@ declare_settings! {
             st.expert_substitute = s.expert_substitute;
         };
         docs (float_type(&limits::EXPERT_SUBSTITUTE), limits::EXPERT_SUBSTITUTE.default, "`StreamOptions.expert_substitute`",
-            r#"LOSSY speed knob, off at 0: at a routing node, a routed expert the cache lacks is replaced by the cached expert of the same layer (not already chosen for that token) whose router probability (`ffn_moe_probs`, as the graph computes it) is closest to the missed one's, when within this distance; nothing is read for it, and its weight is the router's own probability for the expert used. Only at a miss: with every routed expert cached the output is bit for bit that of 0 (gate G20a). Needs a cache (`cache_mb > 0`). Rows count `experts_substituted`; the workflow that prices it is in docs/tuning.md"#,
+            r#"LOSSY speed knob, off at 0: at a routing node, a routed expert the cache lacks is replaced by the cached expert of the same layer (not already chosen for that token) whose router probability (`ffn_moe_probs`, as the graph computes it) is closest to the missed one's, when within this distance; nothing is read for it, and its weight is the router's own probability for the expert used. Only at a miss: with every routed expert cached the output is bit for bit that of 0 (gate G35a). Needs a cache (`cache_mb > 0`). Rows count `experts_substituted`; the workflow that prices it is in docs/tuning.md"#,
         );
     }
     engine {
