@@ -48,7 +48,11 @@ fn knobs(cache_mb: u64, substitute: f64, drop_cold: f64) -> StreamOptions {
 }
 
 /// The warm-up prompt (one piece), then the prompts and a perplexity in one session.
-fn run(path: &Path, stream: StreamOptions, n_expert_used: Option<u32>) -> (Outcome, StreamCounters) {
+fn run(
+    path: &Path,
+    stream: StreamOptions,
+    n_expert_used: Option<u32>,
+) -> (Outcome, StreamCounters) {
     run_then(path, stream, n_expert_used, None)
 }
 
@@ -108,8 +112,14 @@ fn g35a_a_cache_holding_every_expert_substitutes_nothing() {
     // Substitution avoids the reads that would fill the cache, so the warm-up prompt runs with
     // the knob off; then the widest distance, where any cached expert would do for any miss.
     let (on, c_on) = run_then(&path, knobs(64, 0.0, 0.0), None, Some((1.0, 0.0)));
-    assert_eq!(c_on.substituted, 0, "G35a: substituted with every expert cached: {c_on:?}");
-    assert_eq!(on, off, "G35a: expert_substitute with a full cache changed the output");
+    assert_eq!(
+        c_on.substituted, 0,
+        "G35a: substituted with every expert cached: {c_on:?}"
+    );
+    assert_eq!(
+        on, off,
+        "G35a: expert_substitute with a full cache changed the output"
+    );
     assert_eq!(c_on.read_bytes, c_off.read_bytes);
     assert_eq!(c_on.evictions, 0);
     // Before the warm-up the cache lacks experts, and the same knob substitutes at once.
@@ -130,7 +140,10 @@ fn g35b_an_evicting_cache_substitutes_deterministically() {
         c_on.substituted, c_on.cache_misses, c_off.cache_misses, c_on.read_bytes, c_off.read_bytes
     );
     assert!(c_on.substituted > 0, "G35b: nothing substituted: {c_on:?}");
-    assert!(c_on.read_bytes < c_off.read_bytes, "G35b: substitution must read less");
+    assert!(
+        c_on.read_bytes < c_off.read_bytes,
+        "G35b: substitution must read less"
+    );
     assert_ne!(on, off, "G35b: substitution changed nothing");
     let (again, c_again) = run(&path, knobs(1, 0.5, 0.0), None);
     assert_eq!(again, on, "G35b: two substituting runs differ");
@@ -147,7 +160,10 @@ fn g35c_dropping_cold_misses_reads_less_and_counts_them() {
         c_on.dropped, c_on.read_bytes, c_off.read_bytes
     );
     assert!(c_on.dropped > 0, "G35c: nothing dropped: {c_on:?}");
-    assert!(c_on.read_bytes < c_off.read_bytes, "G35c: dropping must read less");
+    assert!(
+        c_on.read_bytes < c_off.read_bytes,
+        "G35c: dropping must read less"
+    );
     assert_ne!(on, off, "G35c: dropping changed nothing");
     assert_eq!(c_off.dropped, 0);
 }
@@ -169,7 +185,10 @@ fn g35d_dropping_all_but_the_best_at_top_2_is_top_1() {
             "G35d {}: a dropped expert still contributes, or the kept one's weight is wrong",
             path.display()
         );
-        assert_eq!(c.read_bytes, c1.read_bytes, "G35d: a dropped expert was read");
+        assert_eq!(
+            c.read_bytes, c1.read_bytes,
+            "G35d: a dropped expert was read"
+        );
     }
 }
 

@@ -14,7 +14,10 @@ fn host_of(t: &sys::ggml_tensor, ty: sys::ggml_type) -> bool {
         t.buffer
     };
     // SAFETY: checked non-null buffer of a live tensor.
-    t.type_ == ty && !t.data.is_null() && !buf.is_null() && unsafe { sys::ggml_backend_buffer_is_host(buf) }
+    t.type_ == ty
+        && !t.data.is_null()
+        && !buf.is_null()
+        && unsafe { sys::ggml_backend_buffer_is_host(buf) }
 }
 
 /// The router's probabilities a routing node chose from: `ffn_moe_topk` is a view of an argsort

@@ -113,12 +113,12 @@ impl EvalHook for EngineHook {
             Ok(mut s) => reroute(&mut s, il, t, &mut ids)
                 .and_then(|()| s.ensure(il, &ids))
                 .map(|()| {
-                // Decode-sized graphs only (ne[1] = tokens): the copy of a wide piece's rows
-                // would cost more than any read ahead saves.
-                if t.ne[1] as usize <= crate::stream::MAX_PREFETCH_TOKENS {
-                    s.prefetch_after(il, || tensor::router_input(t));
-                }
-            }),
+                    // Decode-sized graphs only (ne[1] = tokens): the copy of a wide piece's rows
+                    // would cost more than any read ahead saves.
+                    if t.ne[1] as usize <= crate::stream::MAX_PREFETCH_TOKENS {
+                        s.prefetch_after(il, || tensor::router_input(t));
+                    }
+                }),
             Err(_) => Err(StreamError::Poisoned),
         };
         if let Err(e) = r {
@@ -152,7 +152,11 @@ impl EngineHook {
             return false;
         };
         // Cheap first: a byte-prefix test before the name is decoded or the lock taken.
-        if !t.name[..15].iter().map(|&c| c as u8).eq(*b"ffn_moe_weights") {
+        if !t.name[..15]
+            .iter()
+            .map(|&c| c as u8)
+            .eq(*b"ffn_moe_weights")
+        {
             return false;
         }
         weights_layer(tensor::name(t)).is_some()

@@ -25,7 +25,11 @@ fn counts_per_point(csv: &str) -> BTreeMap<String, (usize, u64, u64)> {
     let mut rdr = csv::Reader::from_reader(csv.as_bytes());
     let h = rdr.headers().unwrap().clone();
     let col = |name: &str| h.iter().position(|c| c == name).expect(name);
-    let (point, sub, drop) = (col("point"), col("experts_substituted"), col("experts_dropped"));
+    let (point, sub, drop) = (
+        col("point"),
+        col("experts_substituted"),
+        col("experts_dropped"),
+    );
     let mut out = BTreeMap::new();
     for r in rdr.records() {
         let r = r.unwrap();
@@ -48,7 +52,9 @@ fn the_lossy_sweep_counts_each_point_and_report_picks_the_fastest_that_agrees() 
     assert_eq!(per_point.len(), 9, "{per_point:?}");
     for (label, &(rows, substituted, dropped)) in &per_point {
         assert_eq!(rows, 3, "{label}");
-        let on = |key: &str| !label.contains(&format!("{key}=0,")) && !label.ends_with(&format!("{key}=0"));
+        let on = |key: &str| {
+            !label.contains(&format!("{key}=0,")) && !label.ends_with(&format!("{key}=0"))
+        };
         assert_eq!(
             (substituted > 0, dropped > 0),
             (on("expert_substitute"), on("drop_cold")),
@@ -90,33 +96,76 @@ fn one_shot_flags_count_in_the_json_stream_stats() {
         assert!(o.status.success(), "{}", text(&o));
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)))
     };
-    let stream = ["--moe-stream", "--cache-mb", "1", "-t", "1", "--format", "json"];
+    let stream = [
+        "--moe-stream",
+        "--cache-mb",
+        "1",
+        "-t",
+        "1",
+        "--format",
+        "json",
+    ];
     // No cache hit before a layer's first routing node: nothing to substitute in a one-piece
     // decision, but every routed expert is a miss there, so the cold ones are dropped.
-    let mut a = vec!["decide", "-m", m, "--prefix", "Pick one. ", "--suffix", "A or B?"];
+    let mut a = vec![
+        "decide",
+        "-m",
+        m,
+        "--prefix",
+        "Pick one. ",
+        "--suffix",
+        "A or B?",
+    ];
     a.extend(["--choice", "A", "--choice", "B", "--drop-cold", "1"]);
     a.extend(stream);
     let v = json(&a);
     assert!(v["stream"]["dropped"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(v["stream"]["substituted"].as_u64(), Some(0), "{v}");
     // Decoding token by token through an evicting cache: misses with cached neighbours.
-    let mut a = vec!["generate", "-m", m, "-p", "Stream the experts, please.", "-n", "16"];
+    let mut a = vec![
+        "generate",
+        "-m",
+        m,
+        "-p",
+        "Stream the experts, please.",
+        "-n",
+        "16",
+    ];
     a.extend(["--expert-substitute", "0.1"]);
     a.extend(stream);
     let v = json(&a);
     assert!(v["stream"]["substituted"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(v["stream"]["dropped"].as_u64(), Some(0), "{v}");
     let text_file = std::env::temp_dir().join(format!("bmoe-lossy-{}.txt", std::process::id()));
-    std::fs::write(&text_file, "one two three four five six seven eight nine ten ".repeat(4))
-        .unwrap();
-    let mut a = vec!["ppl", "-m", m, text_file.to_str().unwrap(), "--drop-cold", "1"];
+    std::fs::write(
+        &text_file,
+        "one two three four five six seven eight nine ten ".repeat(4),
+    )
+    .unwrap();
+    let mut a = vec![
+        "ppl",
+        "-m",
+        m,
+        text_file.to_str().unwrap(),
+        "--drop-cold",
+        "1",
+    ];
     a.extend(stream);
     let v = json(&a);
     let _ = std::fs::remove_file(&text_file);
     assert!(v["stream"]["dropped"].as_u64().unwrap() > 0, "{v}");
     // Out of range: a usage error naming the flag's range, before anything loads.
     let o = common::bmoe_command()
-        .args(["generate", "-m", m, "-p", "x", "--moe-stream", "--drop-cold", "1.5"])
+        .args([
+            "generate",
+            "-m",
+            m,
+            "-p",
+            "x",
+            "--moe-stream",
+            "--drop-cold",
+            "1.5",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
