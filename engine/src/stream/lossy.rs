@@ -87,7 +87,9 @@ fn drop_cold_misses(
     }
     let w: Vec<f64> = row.iter().map(|&e| prob(p, e)).collect();
     let total: f64 = w.iter().sum();
-    if !(total > 0.0) || w.iter().any(|&x| !(x >= 0.0)) {
+    // A NaN fails both tests too: no share.
+    let share_defined = total > 0.0 && w.iter().all(|&x| x >= 0.0);
+    if !share_defined {
         return 0;
     }
     let floor = s / row.len() as f64;
