@@ -179,7 +179,7 @@ fn reroute(
     let (n_expert, probs) = routing::router_probs(t).ok_or(StreamError::NoRouterProbs(il))?;
     let n_used = t.ne[0] as usize;
     if s.reroute(il, ids, n_used, &probs, n_expert) && !routing::write_ids(t, ids) {
-        return Err(StreamError::UnreadableRouting(il));
+        return Err(StreamError::UnwritableRouting(il));
     }
     Ok(())
 }
@@ -198,6 +198,6 @@ fn zero_dropped(
     if routing::zero_slots(t, n_used, dropped) {
         Ok(())
     } else {
-        Err(StreamError::UnreadableRouting(il))
+        Err(StreamError::UnwritableRouting(il))
     }
 }
