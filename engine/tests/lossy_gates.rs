@@ -9,6 +9,8 @@ mod common;
 
 use std::path::Path;
 
+use bmoe_synth::{Preset, SynthArch, SynthSpec, WeightType};
+
 use bmoe_engine::{
     CacheBudget, CancelToken, GenerateOptions, LoadOptions, Model, Prefetch, SessionOptions,
     StreamCounters, StreamOptions,
@@ -64,12 +66,21 @@ fn run_then(
     n_expert_used: Option<u32>,
     after_warm: Option<(f64, f64)>,
 ) -> (Outcome, StreamCounters) {
-    let m = Model::load(&LoadOptions {
+    let load = LoadOptions {
         stream: Some(stream),
         n_expert_used,
         ..common::in_file_layout(path)
-    })
-    .expect("load");
+    };
+    let (out, c, _) = run_load(&load, after_warm);
+    (out, c)
+}
+
+/// `run_then` on any load; also the weight tensors the load tagged for the CPU's repacked layout.
+fn run_load(
+    load: &LoadOptions,
+    after_warm: Option<(f64, f64)>,
+) -> (Outcome, StreamCounters, usize) {
+    let m = Model::load(load).expect("load");
     let mut s = m
         .session(&SessionOptions {
             n_ubatch: 512,
@@ -101,7 +112,7 @@ fn run_then(
         generated,
         nll_bits: ppl.nll_mean.to_bits(),
     };
-    (out, m.stream_counters())
+    (out, m.stream_counters(), m.load_stats().repacked.tensors)
 }
 
 #[test]
@@ -207,4 +218,48 @@ fn knobs_out_of_range_are_refused_before_loading() {
             "{msg}"
         );
     }
+}
+
+#[test]
+fn g35e_dropping_never_routes_a_token_to_one_repacked_expert_twice() {
+    // Q4_0 experts, which the CPU's repacked MUL_MAT_ID takes (AVX2, dotprod, i8mm): its
+    // per-expert row lists hold one use per token, so a dropped slot may point only at a cached
+    // expert outside the token's row, never at one the row keeps.
+    let spec = SynthSpec {
+        n_embd: 256,
+        n_ff_exp: 256,
+        n_expert: 16,
+        expert_type: WeightType::Q4_0,
+        ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
+    };
+    let path = common::model("lossy-q4_0", &spec);
+    // `repack = auto`, the default.
+    let load = |s: StreamOptions| LoadOptions {
+        stream: Some(s),
+        ..LoadOptions::new(&path)
+    };
+    let (off, c_off, tagged) = run_load(&load(knobs(2, 0.0, 0.0)), None);
+    if tagged == 0 {
+        eprintln!("G35e skipped: this CPU has no repacked kernel for Q4_0 experts");
+        return;
+    }
+    let (on, c_on, _) = run_load(&load(knobs(2, 0.0, 1.0)), None);
+    eprintln!(
+        "G35e: {} dropped, {} vs {} bytes read",
+        c_on.dropped, c_on.read_bytes, c_off.read_bytes
+    );
+    assert!(c_on.dropped > 0, "G35e: nothing dropped: {c_on:?}");
+    assert!(
+        c_on.read_bytes < c_off.read_bytes,
+        "G35e: dropping must read less"
+    );
+    assert_ne!(on, off);
+    // No cache: no expert outside a row is resident, so nothing can be dropped, bit for bit.
+    let (none_off, _, _) = run_load(&load(knobs(0, 0.0, 0.0)), None);
+    let (none_on, c_none, _) = run_load(&load(knobs(0, 0.0, 1.0)), None);
+    assert_eq!(
+        c_none.dropped, 0,
+        "G35e: dropped with nowhere to point: {c_none:?}"
+    );
+    assert_eq!(none_on, none_off);
 }

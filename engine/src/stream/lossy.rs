@@ -37,6 +37,7 @@ pub struct Rewrite {
 /// drops the cold misses, then substitutes the remaining misses where a cached expert's
 /// probability in `probs` (rows of `n_expert`) is within `knobs.substitute` of theirs. A row
 /// whose probabilities do not give a share (negative or zero total, as with logits) drops none.
+/// `twice_ok`: the layer's expert kernel takes one expert twice in a row (see `repoint_dropped`).
 pub fn rewrite(
     ids: &mut [i32],
     n_used: usize,
@@ -44,6 +45,7 @@ pub fn rewrite(
     n_expert: usize,
     knobs: Knobs,
     cached: impl Fn(u32) -> bool,
+    twice_ok: bool,
 ) -> Rewrite {
     let mut out = Rewrite {
         dropped: vec![false; ids.len()],
@@ -57,9 +59,9 @@ pub fn rewrite(
             break;
         };
         let drop = &mut out.dropped[r * n_used..r * n_used + row.len()];
-        out.n_dropped += drop_cold_misses(row, p, knobs.drop_cold, &cached, drop);
+        let dropped = drop_cold_misses(row, p, knobs.drop_cold, &cached, drop);
         out.substituted += substitute_misses(row, p, knobs.substitute, &cached, drop);
-        repoint_dropped(row, drop);
+        out.n_dropped += dropped - repoint_dropped(row, drop, n_expert, &cached, twice_ok);
     }
     out
 }
@@ -142,17 +144,42 @@ fn substitute_misses(
     n
 }
 
-/// Points every dropped slot of one row at the row's first kept expert, which is resident by the
-/// time the matmuls run: nothing is read for a dropped slot, and its weight is zeroed.
-fn repoint_dropped(row: &mut [i32], drop: &[bool]) {
-    let Some(keep) = (0..row.len()).find(|&j| !drop[j]).map(|j| row[j]) else {
-        return;
-    };
-    for (id, &d) in row.iter_mut().zip(drop) {
-        if d {
-            *id = keep;
+/// Points every dropped slot of one row at an expert that costs no read and, its weight zeroed,
+/// changes nothing: a cached expert of the layer outside the row (a different one per slot),
+/// else, where the layer's expert kernel takes one expert twice in a row (`twice_ok`), the row's
+/// first kept expert. llama.cpp never routes a token to one expert twice, and the CPU's
+/// repacked `MUL_MAT_ID` sizes its per-expert row lists for one use per token: a repeat there
+/// writes past them (seen: `malloc(): corrupted top size`). A slot with neither is kept (read
+/// after all); returns how many were.
+fn repoint_dropped(
+    row: &mut [i32],
+    drop: &mut [bool],
+    n_expert: usize,
+    cached: &impl Fn(u32) -> bool,
+    twice_ok: bool,
+) -> u64 {
+    let keep = (0..row.len()).find(|&j| !drop[j]).map(|j| row[j]);
+    let outside: Vec<i32> = (0..n_expert as u32)
+        .filter(|&c| cached(c))
+        .map(|c| c as i32)
+        .filter(|c| !row.contains(c))
+        .collect();
+    let mut spare = outside.into_iter();
+    let mut kept = 0;
+    for j in 0..row.len() {
+        if !drop[j] {
+            continue;
+        }
+        match (spare.next(), keep) {
+            (Some(c), _) => row[j] = c,
+            (None, Some(k)) if twice_ok => row[j] = k,
+            _ => {
+                drop[j] = false;
+                kept += 1;
+            }
         }
     }
+    kept
 }
 
 #[cfg(test)]
@@ -171,7 +198,7 @@ mod tests {
     #[test]
     fn all_cached_leaves_the_routing_alone() {
         let mut ids = vec![0, 1, 2, 3];
-        let r = rewrite(&mut ids, 4, &P, 6, knobs(1.0, 1.0), |_| true);
+        let r = rewrite(&mut ids, 4, &P, 6, knobs(1.0, 1.0), |_| true, true);
         assert_eq!(ids, vec![0, 1, 2, 3]);
         assert_eq!((r.substituted, r.n_dropped), (0, 0));
     }
@@ -180,17 +207,17 @@ mod tests {
     fn a_miss_takes_the_closest_cached_expert_within_the_distance() {
         // Expert 2 (0.15) missed; 3 (0.10) and 4 (0.04) cached: 3 is within 0.06, 4 is not.
         let mut ids = vec![0, 2];
-        let r = rewrite(&mut ids, 2, &P, 6, knobs(0.06, 0.0), |e| e != 2);
+        let r = rewrite(&mut ids, 2, &P, 6, knobs(0.06, 0.0), |e| e != 2, true);
         assert_eq!(ids, vec![0, 3]);
         assert_eq!(r.substituted, 1);
         // Too far: left to be read.
         let mut ids = vec![0, 2];
-        let r = rewrite(&mut ids, 2, &P, 6, knobs(0.01, 0.0), |e| e != 2);
+        let r = rewrite(&mut ids, 2, &P, 6, knobs(0.01, 0.0), |e| e != 2, true);
         assert_eq!(ids, vec![0, 2]);
         assert_eq!(r.substituted, 0);
         // A cached expert already in the row is never taken twice.
         let mut ids = vec![3, 2];
-        rewrite(&mut ids, 2, &P, 6, knobs(0.2, 0.0), |e| e != 2);
+        rewrite(&mut ids, 2, &P, 6, knobs(0.2, 0.0), |e| e != 2, true);
         assert_eq!(ids, vec![3, 4]);
     }
 
@@ -198,13 +225,33 @@ mod tests {
     fn cold_misses_are_dropped_and_pointed_at_a_kept_expert() {
         // Row 0,1,4: shares 0.54, 0.41, 0.054; floor at s = 0.5 is 0.5/3 = 0.167.
         let mut ids = vec![0, 1, 4];
-        let r = rewrite(&mut ids, 3, &P, 6, knobs(0.0, 0.5), |_| false);
+        let r = rewrite(&mut ids, 3, &P, 6, knobs(0.0, 0.5), |_| false, true);
         assert_eq!(r.dropped, vec![false, false, true]);
         assert_eq!(r.n_dropped, 1);
         assert_eq!(ids, vec![0, 1, 0]);
+        // Where the kernel cannot take an expert twice: a cached expert outside the row...
+        let mut ids = vec![0, 1, 4];
+        let r = rewrite(
+            &mut ids,
+            3,
+            &P,
+            6,
+            knobs(0.0, 0.5),
+            |e| e >= 3 && e != 4,
+            false,
+        );
+        assert_eq!((r.n_dropped, ids), (1, vec![0, 1, 3]));
+        // ... one per dropped slot, else the slot is kept and read.
+        let mut ids = vec![0, 4, 5];
+        let r = rewrite(&mut ids, 3, &P, 6, knobs(0.0, 1.0), |e| e == 3, false);
+        assert_eq!(r.dropped, vec![false, true, false]);
+        assert_eq!((r.n_dropped, ids), (1, vec![0, 3, 5]));
+        let mut ids = vec![0, 4];
+        let r = rewrite(&mut ids, 2, &P, 6, knobs(0.0, 1.0), |_| false, false);
+        assert_eq!((r.n_dropped, ids), (0, vec![0, 4]));
         // A cached cold expert costs no read: kept.
         let mut ids = vec![0, 1, 4];
-        let r = rewrite(&mut ids, 3, &P, 6, knobs(0.0, 0.5), |e| e == 4);
+        let r = rewrite(&mut ids, 3, &P, 6, knobs(0.0, 0.5), |e| e == 4, true);
         assert_eq!(r.n_dropped, 0);
         assert_eq!(ids, vec![0, 1, 4]);
     }
@@ -213,7 +260,7 @@ mod tests {
     fn rows_are_decided_one_token_at_a_time() {
         let probs: Vec<f32> = P.iter().chain(P.iter().rev()).copied().collect();
         let mut ids = vec![0, 5, 5, 0];
-        let r = rewrite(&mut ids, 2, &probs, 6, knobs(0.0, 0.5), |_| false);
+        let r = rewrite(&mut ids, 2, &probs, 6, knobs(0.0, 0.5), |_| false, true);
         assert_eq!(r.dropped, vec![false, true, false, true]);
         assert_eq!(ids, vec![0, 0, 5, 5]);
     }
@@ -222,7 +269,7 @@ mod tests {
     fn logits_give_no_share_and_drop_nothing() {
         let logits = [2.0, -1.0, 0.5, -3.0, 0.0, 0.1];
         let mut ids = vec![0, 1];
-        let r = rewrite(&mut ids, 2, &logits, 6, knobs(0.0, 1.0), |_| false);
+        let r = rewrite(&mut ids, 2, &logits, 6, knobs(0.0, 1.0), |_| false, true);
         assert_eq!(r.n_dropped, 0);
     }
 }

@@ -625,7 +625,12 @@ impl Streamer {
     ) -> bool {
         let lru = self.lru.as_ref();
         let cached = |e: u32| lru.is_some_and(|l| l.contains(il, e));
-        let r = lossy::rewrite(ids, n_used, probs, n_expert, self.knobs(), cached);
+        // The CPU's repacked kernels take each expert once per token (`lossy::repoint_dropped`).
+        let twice_ok = self
+            .layers
+            .get(&il)
+            .is_some_and(|l| l.repacks.iter().all(Option::is_none));
+        let r = lossy::rewrite(ids, n_used, probs, n_expert, self.knobs(), cached, twice_ok);
         self.counters.substituted += r.substituted;
         self.counters.dropped += r.n_dropped;
         let changed = r.substituted > 0 || r.n_dropped > 0;
