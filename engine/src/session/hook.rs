@@ -59,7 +59,7 @@ impl EvalHook for EngineHook {
                 return topk || a.pacing_layer(tensor::name(t)).is_some();
             }
         }
-        topk || self.drops_at(t)
+        (topk && self.streamer.is_some()) || self.drops_at(t)
     }
 
     fn observe(&mut self, t: &sys::ggml_tensor) {
