@@ -256,6 +256,25 @@ pub const ROUTED_FULL: FloatRange = FloatRange {
     max: 1.0,
 };
 
+/// Lossy: the router-probability distance within which a cached expert replaces a missed one
+/// (0 = off).
+pub const EXPERT_SUBSTITUTE: FloatRange = FloatRange {
+    name: "expert_substitute",
+    default: 0.0,
+    min: 0.0,
+    min_exclusive: false,
+    max: 1.0,
+};
+/// Lossy: a missed expert whose share of the token's selected router weights is below this
+/// times `1 / n_expert_used` is skipped (0 = off).
+pub const DROP_COLD: FloatRange = FloatRange {
+    name: "drop_cold",
+    default: 0.0,
+    min: 0.0,
+    min_exclusive: false,
+    max: 1.0,
+};
+
 /// What `io_threads = auto` resolves to: lanes block in the kernel rather than spin, so they are
 /// not tied to the cores.
 pub const AUTO_IO_THREADS: u32 = 4;

@@ -712,6 +712,22 @@ impl Model {
             .unwrap_or_default()
     }
 
+    /// Changes the lossy routing knobs of a streamed model between calls, checked against their
+    /// ranges: a gate warms the cache with them off, then turns them on (engine tests only).
+    #[cfg(feature = "test-support")]
+    pub fn set_lossy(&self, expert_substitute: f64, drop_cold: f64) -> crate::error::Result<()> {
+        let knobs = crate::stream::lossy::Knobs {
+            substitute: crate::limits::EXPERT_SUBSTITUTE.check(expert_substitute)?,
+            drop_cold: crate::limits::DROP_COLD.check(drop_cold)?,
+        };
+        if let Some(s) = &self.stream {
+            if let Ok(mut s) = s.lock() {
+                s.set_knobs(knobs);
+            }
+        }
+        Ok(())
+    }
+
     /// Cumulative prefill-device counters (zero when no device runs graphs).
     pub fn prefill_dev_counters(&self) -> crate::telemetry::PrefillDevCounters {
         self.arena

@@ -82,6 +82,12 @@ pub struct StreamOptions {
     pub prefetch: Prefetch,
     /// CPUs the read-ahead threads run on (off the compute threads' cores); empty = anywhere.
     pub cpus: Vec<usize>,
+    /// Lossy (0 = off): at a cache miss, a cached expert of the same layer whose router
+    /// probability is within this of the missed expert's is used instead.
+    pub expert_substitute: f64,
+    /// Lossy (0 = off): a missed routed expert whose share of the token's selected router weights
+    /// is below `drop_cold / n_expert_used` is skipped (in `(0, 1]`).
+    pub drop_cold: f64,
 }
 
 impl Default for StreamOptions {
@@ -101,6 +107,8 @@ impl Default for StreamOptions {
             llama_load: false,
             prefetch: Prefetch::Router,
             cpus: Vec::new(),
+            expert_substitute: 0.0,
+            drop_cold: 0.0,
         }
     }
 }
@@ -240,6 +248,8 @@ impl LoadOptions {
         }
         if let Some(so) = &self.stream {
             limits::IO_THREADS.check(so.io_threads as u64)?;
+            limits::EXPERT_SUBSTITUTE.check(so.expert_substitute)?;
+            limits::DROP_COLD.check(so.drop_cold)?;
             match so.cache {
                 CacheBudget::Mib(n) => limits::CACHE_MB.check(n)?,
                 CacheBudget::Auto { floor_mb } => limits::CACHE_FLOOR_MB.check(floor_mb)?,

@@ -36,6 +36,10 @@ pub struct StreamCounters {
     pub repacked: u64,
     /// Seconds spent repacking them (summed over threads; reads ahead not included).
     pub repack_s: f64,
+    /// Routed experts replaced by a cached one at a cache miss (`expert_substitute`).
+    pub substituted: u64,
+    /// Routed experts skipped at a cache miss for their small router weight (`drop_cold`).
+    pub dropped: u64,
 }
 
 impl StreamCounters {
@@ -66,6 +70,8 @@ impl StreamCounters {
             predicted_right: self.predicted_right - before.predicted_right,
             repacked: self.repacked - before.repacked,
             repack_s: self.repack_s - before.repack_s,
+            substituted: self.substituted - before.substituted,
+            dropped: self.dropped - before.dropped,
         }
     }
 

@@ -19,6 +19,7 @@ pub mod quiet;
 pub mod region;
 pub mod registry;
 pub mod repack;
+pub mod routing;
 pub mod rpc;
 pub mod sampler;
 pub mod tensor;

@@ -3,6 +3,7 @@
 //! by the direct reader, kept in an LRU within `cache_mb`.
 mod cache;
 pub(crate) mod lean_load;
+pub mod lossy;
 pub mod memory;
 pub mod page_moves;
 pub mod prefetch;
@@ -110,6 +111,10 @@ pub struct Streamer {
     pub direct: Vec<bool>,
     /// Reader lanes this streamer reads on (`0..own_lanes`).
     own_lanes: usize,
+    /// The lossy routing knobs (both off by default).
+    knobs: lossy::Knobs,
+    /// The layer whose routing node dropped slots last, and which: its weight nodes zero them.
+    dropped: Option<(u32, usize, Vec<bool>)>,
 }
 
 /// Page moves a streamer may make over its life. Every mapping boundary a move leaves inside an
@@ -513,6 +518,11 @@ impl Streamer {
             direct,
             // What `Model::load` sized the reader by: the arena's lanes start after these.
             own_lanes: Self::lanes(capture, opts),
+            knobs: lossy::Knobs {
+                substitute: opts.expert_substitute,
+                drop_cold: opts.drop_cold,
+            },
+            dropped: None,
         })
     }
 
@@ -584,6 +594,57 @@ impl Streamer {
             }
         }
         Ok(n)
+    }
+
+    /// The lossy routing knobs; off (`read_all_experts`, the reference of gate G3, reads every
+    /// expert whatever they say).
+    pub fn knobs(&self) -> lossy::Knobs {
+        if self.read_all {
+            return lossy::Knobs::default();
+        }
+        self.knobs
+    }
+
+    /// Replaces the lossy routing knobs (engine tests: `Model::set_lossy`).
+    #[cfg(feature = "test-support")]
+    pub fn set_knobs(&mut self, knobs: lossy::Knobs) {
+        self.knobs = knobs;
+    }
+
+    /// Applies the lossy knobs to layer `il`'s routing `ids` (rows of `n_used`) in place before
+    /// they are made resident: misses dropped or replaced by a cached expert whose probability in
+    /// `probs` (rows of `n_expert`) is close, counted. Dropped slots are kept for the layer's
+    /// weight nodes (`dropped_slots`). Returns whether any id changed.
+    pub fn reroute(
+        &mut self,
+        il: u32,
+        ids: &mut [i32],
+        n_used: usize,
+        probs: &[f32],
+        n_expert: usize,
+    ) -> bool {
+        let lru = self.lru.as_ref();
+        let cached = |e: u32| lru.is_some_and(|l| l.contains(il, e));
+        // The CPU's repacked kernels take each expert once per token (`lossy::repoint_dropped`).
+        let twice_ok = self
+            .layers
+            .get(&il)
+            .is_some_and(|l| l.repacks.iter().all(Option::is_none));
+        let r = lossy::rewrite(ids, n_used, probs, n_expert, self.knobs(), cached, twice_ok);
+        self.counters.substituted += r.substituted;
+        self.counters.dropped += r.n_dropped;
+        let changed = r.substituted > 0 || r.n_dropped > 0;
+        self.dropped = (r.n_dropped > 0).then_some((il, n_used, r.dropped));
+        changed
+    }
+
+    /// The slots layer `il`'s routing node dropped (rows of the returned slots per token),
+    /// whose weights are zeroed before its expert matmuls run.
+    pub fn dropped_slots(&self, il: u32) -> Option<(usize, &[bool])> {
+        match &self.dropped {
+            Some((l, n, d)) if *l == il => Some((*n, d)),
+            _ => None,
+        }
     }
 
     /// Whether `ids` (one routing node's experts, `n_expert_used` per token) come from a

@@ -306,6 +306,38 @@ declare_settings! {
             r#"read every expert of each MoE layer while streaming instead of only the routed ones: the reference that selective reads equal bit for bit (gate G3), to check a device whose results are in doubt; it reads far more and is never faster. Ignored without `moe_stream`"#,
         );
     }
+    engine {
+        /// Lossy: at a cache miss, use a cached expert of the same layer whose router probability is within this of the missed one's (0 = off).
+        expert_substitute: f64 = limits::EXPERT_SUBSTITUTE.default;
+        schema [#[schemars(range(min = 0.0, max = 1.0))]];
+        flag [
+            /// With --moe-stream, LOSSY: at a cache miss, use the cached expert of the same layer
+            /// whose router probability is closest to the missed one's, when within this (0 = off).
+            #[arg(long, value_parser = |s: &str| float_in(s, &limits::EXPERT_SUBSTITUTE), help_heading = "Expert streaming", display_order = 14)]
+        ] expert_substitute: Option<f64> => |v| v.map(|v| json!(v));
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.expert_substitute = s.expert_substitute;
+        };
+        docs (float_type(&limits::EXPERT_SUBSTITUTE), "`0.0` (off)", "`StreamOptions.expert_substitute`",
+            r#"LOSSY speed knob, off at 0: at a routing node, a routed expert the cache lacks is replaced by the cached expert of the same layer (not already chosen for that token) whose router probability (`ffn_moe_probs`, as the graph computes it) is closest to the missed one's, when within this distance; nothing is read for it, and its weight is the router's own probability for the expert used. Only at a miss: with every routed expert cached the output is bit for bit that of 0 (gate G35a). Needs a cache (`cache_mb > 0`). Rows count `experts_substituted`; the workflow that prices it is in docs/tuning.md"#,
+        );
+    }
+    engine {
+        /// Lossy: skip a missed routed expert whose share of the token's selected router weights is below drop_cold / n_expert_used (0 = off).
+        drop_cold: f64 = limits::DROP_COLD.default;
+        schema [#[schemars(range(min = 0.0, max = 1.0))]];
+        flag [
+            /// With --moe-stream, LOSSY: skip a routed expert the cache lacks when its share of the
+            /// token's selected router weights is below this times 1/top-k (0 = off).
+            #[arg(long, value_parser = |s: &str| float_in(s, &limits::DROP_COLD), help_heading = "Expert streaming", display_order = 14)]
+        ] drop_cold: Option<f64> => |v| v.map(|v| json!(v));
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.drop_cold = s.drop_cold;
+        };
+        docs (float_type(&limits::DROP_COLD), "`0.0` (off)", "`StreamOptions.drop_cold`",
+            r#"LOSSY speed knob, off at 0: a routed expert the cache lacks (every one without a cache) is skipped when its router weight's share of the token's selected weights is below `drop_cold / n_expert_used` (the specification's `--drop-cold-experts F`: "skip a routed expert that is a cache MISS and has < F x (1/top-k) of routing weight"); it is not read and its weight is zeroed before the model's own normalisation, which renormalises the rest. A token's best expert is never dropped. Rows count `experts_dropped`; see docs/tuning.md"#,
+        );
+    }
     prefill {
         /// ggml device that runs wide prefill pieces (HTP0 = Hexagon NPU), or "none".
         device: String = "none".into();

@@ -119,6 +119,12 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
             }
         );
     }
+    if s.substituted + s.dropped > 0 {
+        eprintln!(
+            "lossy: {} routed experts replaced by cached ones at a miss (expert_substitute), {} skipped (drop_cold)",
+            s.substituted, s.dropped
+        );
+    }
     if s.predicted_routed > 0 {
         eprintln!(
             "prefetch: {} experts read ahead, {} misses served by them (overlap {}); prediction named {} of {} routed experts ({:.1}%)",

@@ -1082,6 +1082,8 @@ fn fill_common(
     row.cache_hit_pct = s.cache_hit_pct();
     row.cache_resident_mib = s.resident_bytes as f64 / (1u64 << 20) as f64;
     row.evictions = s.evictions;
+    row.experts_substituted = s.substituted;
+    row.experts_dropped = s.dropped;
     row.prefetched = s.prefetched;
     row.overlap_pct = s.overlap_pct();
     row.prefill_dev_tokens = d.tokens;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 pub use crate::config::declare::SETTING_COLUMNS;
 
@@ -292,6 +292,15 @@ pub struct Row {
     /// kernel ran over the file's own layout; empty when the model did not load.
     #[schemars(extend("x-since" = 7, "x-unit" = "tensors"))]
     pub repacked_tensors: Option<u64>,
+    // ---- schema 8 ----
+    /// Routed experts of this item replaced at a cache miss by a cached expert of the same layer
+    /// with a close router probability (`expert_substitute`; 0 when off).
+    #[schemars(extend("x-since" = 8, "x-unit" = "count"))]
+    pub experts_substituted: u64,
+    /// Routed experts of this item skipped at a cache miss for their small share of the token's
+    /// router weight (`drop_cold`; 0 when off).
+    #[schemars(extend("x-since" = 8, "x-unit" = "count"))]
+    pub experts_dropped: u64,
 }
 }
 

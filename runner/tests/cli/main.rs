@@ -22,6 +22,7 @@ mod fleet;
 mod hostile_models;
 mod layering;
 mod load_once;
+mod lossy;
 mod memory_budget;
 mod probe;
 mod reader;
