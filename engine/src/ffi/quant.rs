@@ -91,3 +91,9 @@ pub fn is_quantized(ty: GgmlType) -> bool {
     // SAFETY: pure lookup in ggml's static type-traits table.
     unsafe { (*sys::ggml_get_type_traits(ty)).is_quantized }
 }
+
+/// Whether `ty` is NVFP4, whose matmul path in llama.cpp's graph asserts when a weight has both an
+/// optional scale and an optional bias tensor.
+pub fn is_nvfp4(ty: GgmlType) -> bool {
+    ty == sys::GGML_TYPE_NVFP4
+}

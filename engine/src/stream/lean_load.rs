@@ -62,12 +62,25 @@ fn load_err(index: &GgufIndex, reason: String) -> EngineError {
 /// (`GGML_ASSERT(buft != nullptr)`, llama-model-loader.cpp:1329).
 pub(crate) fn unsupported(index: &GgufIndex, arch: &str) -> Option<String> {
     let key = format!("{arch}.nextn_predict_layers");
-    match index.get_u64(&key) {
-        Some(n) if n > 0 => Some(format!(
+    if let Some(n) = index.get_u64(&key).filter(|&n| n > 0) {
+        return Some(format!(
             "{key} = {n}: llama.cpp's load from the header alone asserts on MTP blocks"
-        )),
-        _ => None,
+        ));
     }
+    // Built from the header alone, a weight's absent optional scale and bias are both tensors
+    // (absent ones are unlinked only after the first graph), and llama.cpp's graph asserts on an
+    // NVFP4 weight that has both (llama-graph.cpp: `!down_s || !down_b || ... != NVFP4`; issue
+    // 37's fuzz, seed 4, llama). The whole-file load leaves them out and takes it.
+    index
+        .tensor_infos()
+        .iter()
+        .find(|t| crate::ffi::quant::is_nvfp4(t.ty))
+        .map(|t| {
+            format!(
+                "tensor {} is NVFP4, which the load from the header alone cannot build",
+                t.name
+            )
+        })
 }
 
 /// Builds the model without reading tensor data. For a split GGUF llama.cpp is given one header
