@@ -403,6 +403,40 @@ fn streamed_dense_repacked_equals_resident_repacked() {
     }
 }
 
+/// Dense weights the CPU repacks beside experts it does not (Q8_0 experts, Q4_0 dense on AVX2):
+/// the repacked dense copies point at the CPU's repack marker buffer, which no expert slice holds
+/// then. The streamer must keep it; freed, the scheduler read a dangling buffer type and aborted
+/// at random (`GGML_ASSERT(buft)`, issue 37's fuzz, seed 4). Several loads, since a freed buffer
+/// is not always overwritten before the graph reads it.
+#[test]
+fn repacked_dense_copies_outlive_their_load_without_repacked_experts() {
+    use common::gates::{stream, stream_run_repack};
+    let path = common::model(
+        "w256-q8_0-experts-q4_0-dense",
+        &SynthSpec {
+            expert_type: WeightType::Q8_0,
+            dense_type: WeightType::Q4_0,
+            n_embd: 256,
+            n_ff_exp: 256,
+            ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
+        },
+    );
+    let (resident, _, resident_tensors) = stream_run_repack(&path, None, Repack::Auto);
+    if !repacks_experts_only() {
+        eprintln!("no repacked Q4_0 kernel known here (not AVX2): the gate is for AVX2 CPUs");
+        return;
+    }
+    assert!(resident_tensors > 0, "the resident load repacked nothing");
+    for round in 0..6 {
+        let (out, _, tensors) = stream_run_repack(&path, stream(round % 2, false), Repack::Auto);
+        assert_eq!(tensors, resident_tensors, "round {round}: tensors tagged");
+        assert!(
+            out == resident,
+            "round {round}: streamed differs from resident"
+        );
+    }
+}
+
 /// The streamed run in the file's layout (`repack = off`) repacks nothing; and where a prefill
 /// device takes part, `auto` keeps the file's layout too: its arena must never receive the CPU's
 /// repacked bytes.

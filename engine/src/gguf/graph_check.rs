@@ -71,14 +71,7 @@ pub(crate) fn check(
     let kl = uint(g, &kl_key).unwrap_or(n_embd.unwrap_or(0) / n_head);
     let rot_key = k("rope.dimension_count");
     let rot = uint(g, &rot_key).unwrap_or(kl);
-    // 0 turns nothing, which only a graph without rope takes: qwen35moe's multi-section rope with
-    // no dimensions spun at the first decode for minutes (issue 37's fuzz, seed 3).
-    if rot == 0 && !NO_ROPE.contains(&arch) {
-        return Err(invalid(
-            path,
-            format!("{rot_key} = 0: expected a positive even number ({arch}'s attention turns its keys with rope)"),
-        ));
-    }
+    check_rot_nonzero(path, &rot_key, rot, arch)?;
     if MLA.contains(&arch) {
         check_rope(path, &rot_key, rot, &kl_key, kl)?;
         return check_mla(path, g, arch, rot);
@@ -89,13 +82,29 @@ pub(crate) fn check(
     let kl_swa = uint(g, &kl_swa_key).unwrap_or(kl);
     let rot_swa_key = k("rope.dimension_count_swa");
     match uint(g, &rot_swa_key) {
-        Some(rot_swa) => check_rope(path, &rot_swa_key, rot_swa, &kl_swa_key, kl_swa),
+        Some(rot_swa) => {
+            check_rot_nonzero(path, &rot_swa_key, rot_swa, arch)?;
+            check_rope(path, &rot_swa_key, rot_swa, &kl_swa_key, kl_swa)
+        }
         // Absent: the SWA layers turn the full rope width over their own head size.
         None if g.kv_type(&kl_swa_key).is_some() => {
             check_rope(path, &rot_key, rot, &kl_swa_key, kl_swa)
         }
         None => Ok(()),
     }
+}
+
+/// A rope width of 0 turns nothing, which only a graph without rope takes: the first decode spun
+/// for minutes on qwen35moe's multi-section rope (issue 37's fuzz, seed 3) and on gemma4's
+/// sliding-window layers (`rope.dimension_count_swa`, seed 4).
+fn check_rot_nonzero(path: &Path, key: &str, rot: i64, arch: &str) -> Result<()> {
+    if rot == 0 && !NO_ROPE.contains(&arch) {
+        return Err(invalid(
+            path,
+            format!("{key} = 0: expected a positive even number ({arch}'s attention turns its keys with rope)"),
+        ));
+    }
+    Ok(())
 }
 
 /// Architectures whose attention applies no rope (Nemotron-H's attention layers have no position

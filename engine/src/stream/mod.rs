@@ -103,6 +103,11 @@ pub struct Streamer {
     /// Copies of the dense weights (`dense_weights = anon`), kept alive here, with the weight
     /// bound to each.
     dense: Vec<(TensorPtr, Region)>,
+    /// The CPU's repack marker, held while weights are tagged with it: a dense copy's tensor
+    /// points at its buffer, and when no expert slice holds it too (experts in a type the CPU
+    /// does not repack) it would otherwise be freed under the graph (issue 37's fuzz, seed 4:
+    /// `GGML_ASSERT(buft)` at random in the scheduler).
+    repack: Option<crate::ffi::repack::CpuRepack>,
     /// Bytes of routed experts one token reads when nothing is cached.
     pub token_bytes: u64,
     /// The cache budget in bytes (0 = shared slots).
@@ -513,6 +518,7 @@ impl Streamer {
             keep_evicted,
             spare: Vec::new(),
             dense,
+            repack: None,
             token_bytes,
             budget_bytes,
             direct,
@@ -593,6 +599,7 @@ impl Streamer {
                 n += usize::from(repacked::repack_copy(&cpu, *w, region, quiet)?);
             }
         }
+        self.repack = Some(cpu);
         Ok(n)
     }
 
