@@ -74,12 +74,21 @@ fn a_session_computes_on_the_threads_it_keeps() {
         );
         let kept_ns = kept.iter().map(|&t| cpu_ns(t)).sum::<u64>() - kept0;
         let me_ns = cpu_ns(me) - me0;
-        // Two threads share each graph's work: the kept worker runs for a good part of what the
-        // calling thread runs. A worker the graphs never reach only polls once after starting.
-        assert!(
-            kept_ns * 2 > me_ns,
-            "streamed {streamed}: the kept worker ran {kept_ns} ns against the calling thread's {me_ns} ns"
-        );
+        // A streamed decode is cut into one graph per routing node, and the bug this guards
+        // against gave each of those graphs fresh workers while the kept one sat idle: measured
+        // here, the kept worker then ran 0.12x of the calling thread's time (an idle pool worker
+        // still spins for a while after each wake), against 3.1x with the pool reached (its spin
+        // between the many graphs counts too). A quarter sits between with room on both sides;
+        // CI's load (ARM64 builds beside the tests) has cut a ratio by 2.2x. A resident decode
+        // runs one graph per token, where the same bug measured 1.45x: nothing to tell apart, so
+        // only the workers' lifetime is checked there.
+        eprintln!("streamed {streamed}: kept worker {kept_ns} ns, calling thread {me_ns} ns");
+        if streamed {
+            assert!(
+                kept_ns * 4 > me_ns,
+                "streamed: the kept worker ran {kept_ns} ns against the calling thread's {me_ns} ns"
+            );
+        }
         drop(s);
         // A joined thread can stay listed for a moment after the join returns (the kernel wakes
         // the joiner as the thread exits, before it releases the task), so its end is waited for,
