@@ -207,6 +207,22 @@ pub const CACHE_FLOOR_MB: IntRange = IntRange {
     min: 0,
     max: 1 << 30,
 };
+/// MiB of memory the expert cache keeps free while it runs (0 = the cache keeps its size).
+pub const CACHE_RESERVE_MB: IntRange = IntRange {
+    name: "cache_reserve_mb",
+    default: IntDefault::N(0),
+    unit: "MiB",
+    min: 0,
+    max: 1 << 30,
+};
+/// MiB the expert cache never shrinks below under memory pressure.
+pub const CACHE_MIN_MB: IntRange = IntRange {
+    name: "cache_min_mb",
+    default: IntDefault::N(0),
+    unit: "MiB",
+    min: 0,
+    max: 1 << 30,
+};
 /// Size limit of the prefix cache folder (`prefix_cache`): the least recently used entries go.
 pub const PREFIX_CACHE_MB: IntRange = IntRange {
     name: "prefix_cache_mb",

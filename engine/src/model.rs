@@ -487,6 +487,12 @@ fn build_streamer(
         st.repack_weights(capture, &mut exec.quiet())?;
     }
     cache_warnings(&st, budget, warnings);
+    if budget == 0 && so.cache_reserve_mb > 0 {
+        warnings.push(format!(
+            "cache_reserve_mb = {} does nothing without an expert cache (cache_mb = 0): there is nothing to give back",
+            so.cache_reserve_mb
+        ));
+    }
     if so.dense_weights == crate::options::DenseWeights::Anon {
         if let Some(m) = dense_maps {
             m.release_file_pages();

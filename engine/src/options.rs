@@ -88,6 +88,11 @@ pub struct StreamOptions {
     /// Lossy (0 = off): a missed routed expert whose share of the token's selected router weights
     /// is below `drop_cold / n_expert_used` is skipped (in `(0, 1]`).
     pub drop_cold: f64,
+    /// MiB of memory the cache keeps free while it runs (`stream::pressure`): below it, or while
+    /// memory stalls, the cache shrinks; 0 = the cache keeps its size.
+    pub cache_reserve_mb: u64,
+    /// MiB the cache never shrinks below under pressure.
+    pub cache_min_mb: u64,
 }
 
 impl Default for StreamOptions {
@@ -109,6 +114,8 @@ impl Default for StreamOptions {
             cpus: Vec::new(),
             expert_substitute: 0.0,
             drop_cold: 0.0,
+            cache_reserve_mb: limits::CACHE_RESERVE_MB.default_u32().into(),
+            cache_min_mb: limits::CACHE_MIN_MB.default_u32().into(),
         }
     }
 }
@@ -250,6 +257,8 @@ impl LoadOptions {
             limits::IO_THREADS.check(so.io_threads as u64)?;
             limits::EXPERT_SUBSTITUTE.check(so.expert_substitute)?;
             limits::DROP_COLD.check(so.drop_cold)?;
+            limits::CACHE_RESERVE_MB.check(so.cache_reserve_mb)?;
+            limits::CACHE_MIN_MB.check(so.cache_min_mb)?;
             match so.cache {
                 CacheBudget::Mib(n) => limits::CACHE_MB.check(n)?,
                 CacheBudget::Auto { floor_mb } => limits::CACHE_FLOOR_MB.check(floor_mb)?,

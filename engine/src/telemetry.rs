@@ -40,6 +40,12 @@ pub struct StreamCounters {
     pub substituted: u64,
     /// Routed experts skipped at a cache miss for their small router weight (`drop_cold`).
     pub dropped: u64,
+    /// Times memory pressure shrank the cache's budget (`cache_reserve_mb`).
+    pub cache_shrinks: u64,
+    /// Times the budget grew back after the pressure eased.
+    pub cache_grows: u64,
+    /// The cache's budget in bytes at the end (its configured size unless pressure shrank it).
+    pub budget_bytes: u64,
 }
 
 impl StreamCounters {
@@ -52,7 +58,7 @@ impl StreamCounters {
         let n = self.cache_hits + self.cache_misses;
         (n > 0).then(|| 100.0 * self.cache_hits as f64 / n as f64)
     }
-    /// `self - before`, for per-call deltas of cumulative counters (resident stays absolute).
+    /// `self - before`, for per-call deltas of cumulative counters (resident and budget stay absolute).
     pub fn since(&self, before: &StreamCounters) -> StreamCounters {
         StreamCounters {
             read_bytes: self.read_bytes - before.read_bytes,
@@ -72,6 +78,9 @@ impl StreamCounters {
             repack_s: self.repack_s - before.repack_s,
             substituted: self.substituted - before.substituted,
             dropped: self.dropped - before.dropped,
+            cache_shrinks: self.cache_shrinks - before.cache_shrinks,
+            cache_grows: self.cache_grows - before.cache_grows,
+            budget_bytes: self.budget_bytes,
         }
     }
 

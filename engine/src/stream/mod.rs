@@ -7,6 +7,7 @@ pub mod lossy;
 pub mod memory;
 pub mod page_moves;
 pub mod prefetch;
+pub mod pressure;
 mod read_threads;
 mod repacked;
 
@@ -112,6 +113,9 @@ pub struct Streamer {
     pub token_bytes: u64,
     /// The cache budget in bytes (0 = shared slots).
     pub budget_bytes: u64,
+    /// The budget as memory pressure moves it (`cache_reserve_mb`; `None`: it stays
+    /// `budget_bytes`).
+    pressure: Option<pressure::Watch>,
     /// Whether each file is read with O_DIRECT.
     pub direct: Vec<bool>,
     /// Reader lanes this streamer reads on (`0..own_lanes`).
@@ -521,6 +525,13 @@ impl Streamer {
             repack: None,
             token_bytes,
             budget_bytes,
+            pressure: (budget_bytes > 0 && opts.cache_reserve_mb > 0).then(|| {
+                pressure::Watch::new(
+                    budget_bytes,
+                    opts.cache_min_mb << 20,
+                    opts.cache_reserve_mb << 20,
+                )
+            }),
             direct,
             // What `Model::load` sized the reader by: the arena's lanes start after these.
             own_lanes: Self::lanes(capture, opts),
@@ -537,6 +548,29 @@ impl Streamer {
     /// streamer and records the streamer's bindings as the host ones it restores.
     pub fn later_lanes(&self) -> crate::io::Lanes {
         crate::io::Lanes::new(self.reader.clone(), self.own_lanes)
+    }
+
+    /// The cache's budget now: its configured size, or less while memory pressure shrank it.
+    pub fn budget(&self) -> u64 {
+        self.pressure
+            .as_ref()
+            .map_or(self.budget_bytes, pressure::Watch::budget)
+    }
+
+    /// Samples memory pressure (at most every `pressure::POLL`) and moves the budget; the next
+    /// evictions act on it. Each resize is said once and counted.
+    fn watch_memory(&mut self, now: Instant) {
+        let (Some(w), Some(lru)) = (self.pressure.as_mut(), self.lru.as_ref()) else {
+            return;
+        };
+        let Some(r) = w.poll(now, lru.resident_bytes()) else {
+            return;
+        };
+        match r {
+            pressure::Resize::Shrink { .. } => self.counters.cache_shrinks += 1,
+            pressure::Resize::Grow { .. } => self.counters.cache_grows += 1,
+        }
+        eprintln!("bmoe: {r}");
     }
 
     /// Per layer, the experts the cache holds now (none without a cache: shared slots keep
@@ -562,6 +596,7 @@ impl Streamer {
             c.prefetch_used = p.used;
             c.prefetch_moved = self.adopted;
         }
+        c.budget_bytes = self.budget();
         c.resident_bytes = match &self.lru {
             Some(l) => l.resident_bytes(),
             None => 0,
@@ -665,6 +700,7 @@ impl Streamer {
     /// the rest read from the file.
     pub fn ensure(&mut self, il: u32, ids: &[i32]) -> std::result::Result<(), StreamError> {
         let t0 = Instant::now();
+        self.watch_memory(t0);
         let decode_sized = self.decode_sized(ids);
         let Some(layer_bytes) = self
             .layers
@@ -688,6 +724,7 @@ impl Streamer {
             .enumerate()
             .filter(|(_, &m)| m)
             .map(|(e, _)| e);
+        let budget = self.budget();
         if let Some(lru) = self.lru.as_mut() {
             match &read {
                 // Nothing partially read may count as resident.
@@ -695,8 +732,7 @@ impl Streamer {
                 Ok(()) => {
                     missed.for_each(|e| lru.insert(il, e as u32, layer_bytes));
                     if !decode_sized {
-                        let share =
-                            (self.budget_bytes / layer_bytes.max(1)) as usize / self.layers.len();
+                        let share = (budget / layer_bytes.max(1)) as usize / self.layers.len();
                         lru.keep_popular(il, ids, share.max(self.n_expert_used));
                     }
                 }
@@ -732,6 +768,7 @@ impl Streamer {
     /// Which wanted experts must be read: all of them without a cache; with one, those the LRU
     /// lacks, after evicting (and keeping the pages of, within the move bound) enough for them.
     fn cache_misses(&mut self, il: u32, wanted: &[bool], layer_bytes: u64) -> Vec<bool> {
+        let budget = self.budget();
         let Some(lru) = self.lru.as_mut() else {
             self.counters.cache_misses += wanted.iter().filter(|&&w| w).count() as u64;
             return wanted.to_vec();
@@ -749,7 +786,7 @@ impl Streamer {
         let (layers, spare, moves_left) = (&mut self.layers, &mut self.spare, &mut self.moves_left);
         let keep = self.keep_evicted;
         let protect = |&(l, e): &(u32, u32)| l == il && wanted[e as usize];
-        let evicted = lru.make_room(need, self.budget_bytes, protect, |(l, e)| {
+        let evicted = lru.make_room(need, budget, protect, |(l, e)| {
             if let Some(layer) = layers.get_mut(&l) {
                 for (t, r) in layer.tensors.iter().zip(layer.regions.iter_mut()) {
                     let (at, eb) = (e as usize * t.expert_bytes, t.expert_bytes);

@@ -24,6 +24,8 @@ fn int_ranges() -> BTreeMap<&'static str, IntRange> {
         limits::N_EXPERT_USED,
         limits::CACHE_MB,
         limits::CACHE_FLOOR_MB,
+        limits::CACHE_RESERVE_MB,
+        limits::CACHE_MIN_MB,
         limits::N_PREDICT,
         limits::TOP_K,
     ]

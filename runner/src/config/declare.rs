@@ -8,8 +8,8 @@
 //! The CSV columns that record settings ([`row_with_settings`], [`with_recorded_settings`],
 //! [`SETTING_COLUMNS`]) live here too, in column order: columns are only ever appended.
 use bmoe_engine::limits::{
-    self, FloatRange, IntRange, CACHE_FLOOR_MB, CONTEXT, CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS,
-    N_EXPERT_USED, PREFIX_CACHE_MB,
+    self, FloatRange, IntRange, CACHE_FLOOR_MB, CACHE_MIN_MB, CACHE_RESERVE_MB, CONTEXT,
+    CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS, N_EXPERT_USED, PREFIX_CACHE_MB,
 };
 use bmoe_engine::{CacheBudget, LoadOptions, SessionOptions};
 use schemars::JsonSchema;
@@ -241,6 +241,38 @@ declare_settings! {
         engine |s, load, session| ();
         docs (int_type(&CACHE_FLOOR_MB), int_default_doc(&CACHE_FLOOR_MB), "(placement)",
             r#"RAM left to the OS and other apps: the budget is `ram_mb - cache_floor_mb`"#,
+        );
+    }
+    engine {
+        /// MiB of memory the expert cache keeps free while it runs: under it (or while tasks stall on memory) the cache shrinks (0 = off).
+        cache_reserve_mb: u64 = u64::from(CACHE_RESERVE_MB.default_u32());
+        schema [#[schemars(range(min = CACHE_RESERVE_MB.min, max = CACHE_RESERVE_MB.max))]];
+        flag [
+            /// With --moe-stream: MiB of memory the expert cache keeps free while it runs; under
+            /// it, or while tasks stall on memory, the cache shrinks, and grows back once it eases
+            /// (0 = the cache keeps its size).
+            #[arg(long, value_parser = |s: &str| CACHE_RESERVE_MB.parse(s).map_err(|e| e.to_string()), help_heading = "Expert streaming", display_order = 10)]
+        ] cache_reserve_mb: Option<u64> => |v| v.map(|v| json!(v));
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.cache_reserve_mb = s.cache_reserve_mb;
+        };
+        docs (int_type(&CACHE_RESERVE_MB), "`0` (off)", "`StreamOptions.cache_reserve_mb`",
+            r#"memory the expert cache keeps free for everything else while it runs, so a phone's low-memory killer (or a cgroup's OOM killer) finds nothing to take from bmoe: at routing nodes, at most every 100 ms, bmoe reads the memory available to it (the smaller of `MemAvailable` and the cgroup's limit minus its resident memory) and PSI's memory stall time (`/proc/pressure/memory`); when available memory falls under this, the cache's budget falls below what it holds by the shortfall and a quarter of the reserve (stalls over 10% of the interval alone: an eighth of `cache_mb`), down to `cache_min_mb`, and evictions give the pages back; after a second with at least twice this available and no stalls it grows back, at most to `cache_mb`. The output stays bit for bit the same (the cache only decides what is read). Rows count `cache_shrinks` and `cache_grows` and record `cache_budget_mib`; each resize is one `bmoe:` line. Needs a cache (`cache_mb > 0`); docs/streaming.md "Memory pressure""#,
+        );
+    }
+    engine {
+        /// MiB the expert cache never shrinks below under memory pressure.
+        cache_min_mb: u64 = u64::from(CACHE_MIN_MB.default_u32());
+        schema [#[schemars(range(min = CACHE_MIN_MB.min, max = CACHE_MIN_MB.max))]];
+        flag [
+            /// With --cache-reserve-mb: MiB the expert cache never shrinks below.
+            #[arg(long, value_parser = |s: &str| CACHE_MIN_MB.parse(s).map_err(|e| e.to_string()), help_heading = "Expert streaming", display_order = 10)]
+        ] cache_min_mb: Option<u64> => |v| v.map(|v| json!(v));
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.cache_min_mb = s.cache_min_mb;
+        };
+        docs (int_type(&CACHE_MIN_MB), int_default_doc(&CACHE_MIN_MB), "`StreamOptions.cache_min_mb`",
+            r#"the size memory pressure never shrinks the expert cache below (`cache_reserve_mb`); a layer's routed experts stay resident while it computes whatever this is. Above `cache_mb` it is `cache_mb`"#,
         );
     }
     engine {

@@ -125,6 +125,14 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
             s.substituted, s.dropped
         );
     }
+    if s.cache_shrinks + s.cache_grows > 0 {
+        eprintln!(
+            "memory pressure: the expert cache shrank {} times and grew back {} times; its budget is {:.0} MiB at the end",
+            s.cache_shrinks,
+            s.cache_grows,
+            s.budget_bytes as f64 / 1048576.0
+        );
+    }
     if s.predicted_routed > 0 {
         eprintln!(
             "prefetch: {} experts read ahead, {} misses served by them (overlap {}); prediction named {} of {} routed experts ({:.1}%)",

@@ -1084,6 +1084,10 @@ fn fill_common(
     row.evictions = s.evictions;
     row.experts_substituted = s.substituted;
     row.experts_dropped = s.dropped;
+    row.cache_shrinks = s.cache_shrinks;
+    row.cache_grows = s.cache_grows;
+    row.cache_budget_mib =
+        (s.budget_bytes > 0).then(|| s.budget_bytes as f64 / (1u64 << 20) as f64);
     row.prefetched = s.prefetched;
     row.overlap_pct = s.overlap_pct();
     row.prefill_dev_tokens = d.tokens;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 pub use crate::config::declare::SETTING_COLUMNS;
 
@@ -301,6 +301,18 @@ pub struct Row {
     /// router weight (`drop_cold`; 0 when off).
     #[schemars(extend("x-since" = 8, "x-unit" = "count"))]
     pub experts_dropped: u64,
+    // ---- schema 9 ----
+    /// Times memory pressure shrank the expert cache during this item (`cache_reserve_mb`; 0
+    /// when off). Each is also said once on stderr.
+    #[schemars(extend("x-since" = 9, "x-unit" = "count"))]
+    pub cache_shrinks: u64,
+    /// Times the expert cache's budget grew back during this item after the pressure eased.
+    #[schemars(extend("x-since" = 9, "x-unit" = "count"))]
+    pub cache_grows: u64,
+    /// The expert cache's budget at the end of this item: `cache_mb` unless memory pressure
+    /// shrank it; empty without a cache.
+    #[schemars(extend("x-since" = 9, "x-unit" = "MiB"))]
+    pub cache_budget_mib: Option<f64>,
 }
 }
 

@@ -24,6 +24,7 @@ mod layering;
 mod load_once;
 mod lossy;
 mod memory_budget;
+mod memory_pressure;
 mod probe;
 mod reader;
 mod readme;
