@@ -204,11 +204,14 @@ fn pressured_run(p: &Project, job: &str, hold: Duration) -> (std::process::ExitS
         .spawn()
         .expect("start bmoe");
     let mut bmoe = bmoe;
-    let mut err = bmoe.stderr.take().unwrap();
+    let err = bmoe.stderr.take().unwrap();
+    // Each stderr line with when it came, to time the growth after the app is gone.
     let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut err, &mut s).ok();
-        s
+        BufReader::new(err)
+            .lines()
+            .map_while(Result::ok)
+            .map(|l| (Instant::now(), l))
+            .collect::<Vec<_>>()
     });
     let csv = format!(
         "runs/{}.csv",
@@ -226,12 +229,19 @@ fn pressured_run(p: &Project, job: &str, hold: Duration) -> (std::process::ExitS
     std::thread::sleep(hold);
     drop(app.stdin.take());
     let _ = app.wait();
+    let freed = Instant::now();
     let status = bmoe.wait().unwrap();
-    let stderr = reader.join().unwrap();
+    let lines = reader.join().unwrap();
+    let regrown = lines
+        .iter()
+        .find(|(t, l)| *t > freed && l.contains("may grow back"))
+        .map(|(t, _)| format!("{:.2} s", t.duration_since(freed).as_secs_f64()));
+    let stderr: String = lines.into_iter().map(|(_, l)| l + "\n").collect();
     eprintln!(
-        "{job}: app said {:?}; OOM kills in the group: {}; bmoe: {status}\n{stderr}",
+        "{job}: app said {:?}; OOM kills in the group: {}; bmoe: {status}; first growth {} after the app freed its memory\n{stderr}",
         line.trim(),
-        g.oom_kills()
+        g.oom_kills(),
+        regrown.as_deref().unwrap_or("never")
     );
     (status, stderr)
 }
