@@ -446,7 +446,7 @@ fn open_reader(
 fn cache_warnings(st: &Streamer, budget: u64, warnings: &mut Vec<String>) {
     if budget > 0 && budget < st.token_bytes {
         warnings.push(format!(
-            "expert cache of {} MiB is below one token's routed experts ({:.1} MiB): past this cliff the LRU hits 0% and every token reads all its experts",
+            "expert cache of {} MiB is below one token's routed experts ({:.1} MiB): past this cliff a token reads most of its experts, and only the most used ones stay cached",
             budget >> 20,
             st.token_bytes as f64 / 1048576.0,
         ));

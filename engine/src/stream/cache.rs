@@ -1,22 +1,66 @@
-//! The expert cache's bookkeeping: an LRU over (layer, expert) with a byte budget.
+//! The expert cache's bookkeeping: resident experts with a byte budget, evicted least recently
+//! used first, or, below the cliff, least used first and the most recent among equals.
+//!
+//! Recency fails where the cache is smaller than one token's routed experts, as it is ten times
+//! larger than memory: decode walks the layers in the same order every token, so by a layer's
+//! turn its experts from the token before are the least recent ones, and they are gone (0% hits
+//! on bench10 with 450 MiB against 648 MiB a token). There counting uses keeps the experts the
+//! router keeps choosing, and halving the counts every [`AGE_EVERY`] uses lets a new prompt's
+//! favourites take over. Where the counts are equal (a decode that routes each layer to the same
+//! experts every token), the most recent goes: in a cycle the one used last is the one needed
+//! furthest ahead, the choice the offline optimum makes, so a fixed part of the cycle stays
+//! (62% decode hits on bench10 at 450 MiB; oldest-first among equals still gave 0%). Above the
+//! cliff recency stays: on the bench preset at 2.6x its memory,
+//! a replay of decode's routing gave plain LRU 0.565 misses a token and LFU 0.901
+//! (docs/benchmarks.md).
+use std::collections::HashMap;
+
 use lru::LruCache;
 
-/// LRU of resident experts with their bytes.
+/// Uses between two halvings of every count.
+const AGE_EVERY: u32 = 8192;
+
+/// Resident experts with their bytes, in recency order, and recent use counts.
 pub(crate) struct ExpertLru {
     map: LruCache<(u32, u32), u64>,
     resident: u64,
+    /// How often each (layer, expert) was routed to lately, resident or not.
+    uses: HashMap<(u32, u32), u32>,
+    /// Uses since the counts were last halved.
+    since_aging: u32,
+    /// Evict the least used first (below the cliff) instead of the least recent.
+    by_use: bool,
 }
 
 impl ExpertLru {
-    pub(crate) fn new() -> Self {
+    /// An empty cache; `by_use`: evict the least used first (see [`Self::set_by_use`]).
+    pub(crate) fn new(by_use: bool) -> Self {
         Self {
             map: LruCache::unbounded(),
             resident: 0,
+            uses: HashMap::new(),
+            since_aging: 0,
+            by_use,
         }
     }
 
-    /// Marks (layer, expert) used now; true when it is resident.
+    /// Evicts by use counts (`true`: the budget is below one token's routed experts) or by
+    /// recency.
+    pub(crate) fn set_by_use(&mut self, by_use: bool) {
+        self.by_use = by_use;
+    }
+
+    /// Marks (layer, expert) used now and counts the use; true when it is resident.
     pub(crate) fn touch(&mut self, layer: u32, expert: u32) -> bool {
+        *self.uses.entry((layer, expert)).or_default() += 1;
+        self.since_aging += 1;
+        if self.since_aging >= AGE_EVERY {
+            self.since_aging = 0;
+            self.uses.retain(|_, n| {
+                *n /= 2;
+                *n > 0
+            });
+        }
         self.map.get(&(layer, expert)).is_some()
     }
 
@@ -40,9 +84,10 @@ impl ExpertLru {
         }
     }
 
-    /// Evicts least recently used entries until `need` more bytes fit in `budget`, calling
-    /// `release` for each. Entries `protect` names (what the current layer routes to, touched
-    /// last, so at the MRU end) are never evicted. Returns how many were evicted.
+    /// Evicts entries until `need` more bytes fit in `budget`, calling `release` for each: the
+    /// least recently used first, or with `by_use` the least used (the most recent among
+    /// equals). Entries `protect` names (what the current layer routes to, touched last, so at
+    /// the most recent end) are never evicted. Returns how many were evicted.
     pub(crate) fn make_room(
         &mut self,
         need: u64,
@@ -52,11 +97,20 @@ impl ExpertLru {
     ) -> u64 {
         let mut n = 0;
         while self.resident + need > budget {
-            match self.map.peek_lru() {
-                Some((k, _)) if !protect(k) => {}
-                _ => break,
-            }
-            let Some((k, b)) = self.map.pop_lru() else {
+            let victim = if self.by_use {
+                // From the most recent end: of equal counts the newest goes (see the module doc).
+                self.map
+                    .iter()
+                    .map(|(k, _)| *k)
+                    .filter(|k| !protect(k))
+                    .min_by_key(|k| self.uses.get(k).copied().unwrap_or(0))
+            } else {
+                self.map.peek_lru().map(|(k, _)| *k).filter(|k| !protect(k))
+            };
+            let Some(k) = victim else {
+                break;
+            };
+            let Some(b) = self.map.pop(&k) else {
                 break;
             };
             self.resident -= b;
@@ -104,8 +158,42 @@ mod tests {
     }
 
     #[test]
+    fn the_least_used_go_first_and_the_newest_among_equals() {
+        let mut lru = ExpertLru::new(true);
+        for e in 0..4 {
+            lru.insert(0, e, 1);
+        }
+        // Expert 0 is routed to three times, 2 once, 1 and 3 never (3 more recent than 1).
+        for e in [0, 0, 2, 0] {
+            lru.touch(0, e);
+        }
+        assert_eq!(evict_one(&mut lru), (0, 3));
+        assert_eq!(evict_one(&mut lru), (0, 1));
+        assert_eq!(evict_one(&mut lru), (0, 2));
+        // A protected entry stays whatever its count.
+        let mut out = vec![];
+        lru.make_room(1, lru.resident_bytes(), |k| *k == (0, 0), |k| out.push(k));
+        assert!(out.is_empty() && lru.contains(0, 0));
+    }
+
+    #[test]
+    fn counts_halve_so_new_favourites_take_over() {
+        let mut lru = ExpertLru::new(true);
+        lru.insert(0, 0, 1);
+        lru.insert(0, 1, 1);
+        for _ in 0..100 {
+            lru.touch(0, 0);
+        }
+        // Expert 1 is all that is used from now on: after enough halvings 0 counts less.
+        for _ in 0..AGE_EVERY * 8 {
+            lru.touch(0, 1);
+        }
+        assert_eq!(evict_one(&mut lru), (0, 0));
+    }
+
+    #[test]
     fn a_wide_piece_keeps_its_most_routed_experts_and_offers_the_rest_first() {
-        let mut lru = ExpertLru::new();
+        let mut lru = ExpertLru::new(false);
         // Layer 0 was routed by an earlier piece; layer 1 now, by four tokens of two experts each.
         for e in [0, 1] {
             lru.insert(0, e, 1);

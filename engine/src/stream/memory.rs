@@ -44,9 +44,11 @@ fn cgroup_headroom() -> Option<u64> {
 
 /// Bytes this process could still use without being reclaimed or killed.
 pub fn available_bytes() -> u64 {
-    let m = meminfo_available().unwrap_or(0);
-    match cgroup_headroom() {
-        Some(c) => c.min(m),
-        None => m,
-    }
+    let (machine, group) = available_split();
+    group.map_or(machine, |g| g.min(machine))
+}
+
+/// The machine's `MemAvailable` and, inside a memory-limited cgroup, the group's headroom.
+pub fn available_split() -> (u64, Option<u64>) {
+    (meminfo_available().unwrap_or(0), cgroup_headroom())
 }

@@ -57,6 +57,21 @@ const MAX_MOVES: u64 = 12_000;
 /// Below this many bytes per routing node, reads run on the calling thread.
 const INLINE_READ_BYTES: usize = 1 << 20;
 
+/// A decode-sized routing node with fewer expert slices than this to read reads them on the
+/// calling thread; with more, on the lanes. A model that mostly hits its cache misses an expert
+/// or two per layer (3-6 slices), where waking the lanes costs more than it saves; ten times
+/// larger than its memory, a layer misses most of its eight experts (about 24 slices), and
+/// random 576 KiB `O_DIRECT` reads four at a time ran at 1.45x the rate of one at a time here
+/// (`scripts/bench-disk`).
+const DECODE_INLINE_SLICES: usize = 8;
+
+/// What reads ahead delivered is multiplied by this at each sampled node while they are paused.
+const AHEAD_FADE: f64 = 0.99;
+
+/// Weight of the newest decode-sized routing node in the read share (an exponential average over
+/// about this many nodes' inverse).
+const READ_SHARE_WEIGHT: f64 = 1.0 / 32.0;
+
 struct Layer {
     /// The layer's expert matrices, each checked to be readable expert by expert from the file.
     tensors: Vec<ExpertMatrix>,
@@ -86,6 +101,17 @@ pub struct Streamer {
     candidates: (f64, f64),
     /// Routing nodes seen while reads ahead were paused (see `PAUSED_SAMPLE`).
     paused_nodes: u64,
+    /// Experts read ahead and how many of them served a miss, decayed like `candidates`: what
+    /// reads ahead really delivered, and `(issued, used)` of the prefetcher when last counted.
+    ahead: (f64, f64),
+    ahead_seen: (u64, u64),
+    /// Decode's wait at routing nodes (reads) and compute between them, in seconds, each averaged
+    /// over recent decode-sized nodes: wait / (wait + compute) is how read-bound decode is (see
+    /// `worth_reading_ahead`).
+    read_share: (f64, f64),
+    /// When the last decode-sized routing node was done (`None` after a wider piece), to time
+    /// the compute between nodes.
+    last_node_end: Option<Instant>,
     n_expert_used: usize,
     lru: Option<ExpertLru>,
     n_expert: u32,
@@ -435,20 +461,23 @@ fn read_all(
     counters: &mut StreamCounters,
 ) -> std::io::Result<()> {
     let total: usize = jobs.iter().map(|j| j.dst.len()).sum();
-    // Small batches, and every decode-sized graph's misses (a few experts), are read on the
-    // calling thread, whose compute threads wait for them anyway. Waking the lanes costs more
-    // than it saves there: rayon's idle lanes spin and yield for a while after each batch, on
-    // the very cores the next graph's compute threads need.
-    let results: Vec<std::io::Result<repacked::Done>> =
-        if total < INLINE_READ_BYTES || jobs.len() < 2 || decode_sized {
-            jobs.into_iter().map(|j| j.run(reader, 0)).collect()
-        } else {
-            pool.install(|| {
-                jobs.into_par_iter()
-                    .map(|j| j.run(reader, rayon::current_thread_index().unwrap_or(0)))
-                    .collect()
-            })
-        };
+    // Small batches, and a decode-sized graph's few misses, are read on the calling thread,
+    // whose compute threads wait for them anyway. Waking the lanes costs more than it saves
+    // there: rayon's idle lanes spin and yield for a while after each batch, on the very cores
+    // the next graph's compute threads need. Many misses (`DECODE_INLINE_SLICES`) go to the
+    // lanes, where reads in flight together run faster.
+    let results: Vec<std::io::Result<repacked::Done>> = if total < INLINE_READ_BYTES
+        || jobs.len() < 2
+        || (decode_sized && jobs.len() < DECODE_INLINE_SLICES)
+    {
+        jobs.into_iter().map(|j| j.run(reader, 0)).collect()
+    } else {
+        pool.install(|| {
+            jobs.into_par_iter()
+                .map(|j| j.run(reader, rayon::current_thread_index().unwrap_or(0)))
+                .collect()
+        })
+    };
     let mut first_err = None;
     for r in results {
         match r {
@@ -512,8 +541,12 @@ impl Streamer {
             prediction: None,
             candidates: (0.0, 0.0),
             paused_nodes: 0,
+            read_share: (0.0, 0.0),
+            ahead: (0.0, 0.0),
+            ahead_seen: (0, 0),
+            last_node_end: None,
             n_expert_used: n_expert_used as usize,
-            lru: (budget_bytes > 0).then(ExpertLru::new),
+            lru: (budget_bytes > 0).then(|| ExpertLru::new(budget_bytes < token_bytes)),
             n_expert,
             read_all: opts.read_all_experts,
             counters: StreamCounters::default(),
@@ -569,6 +602,10 @@ impl Streamer {
         match r {
             pressure::Resize::Shrink { .. } => self.counters.cache_shrinks += 1,
             pressure::Resize::Grow { .. } => self.counters.cache_grows += 1,
+        }
+        let below_cliff = w.budget() < self.token_bytes;
+        if let Some(lru) = self.lru.as_mut() {
+            lru.set_by_use(below_cliff);
         }
         eprintln!("bmoe: {r}");
     }
@@ -739,7 +776,30 @@ impl Streamer {
             }
         }
         self.counters.stall_s += t0.elapsed().as_secs_f64();
+        self.time_node(t0, decode_sized);
         read.map_err(|source| StreamError::Read { layer: il, source })
+    }
+
+    /// Folds one routing node (begun at `t0`) into the read share: its wait against the compute
+    /// since the node before it. Only between decode-sized nodes: a prompt piece's compute is
+    /// not what reads ahead would overlap.
+    fn time_node(&mut self, t0: Instant, decode_sized: bool) {
+        let end = Instant::now();
+        if let (true, Some(before)) = (decode_sized, self.last_node_end) {
+            let (wait, compute) = (
+                end.duration_since(t0).as_secs_f64(),
+                t0.duration_since(before).as_secs_f64(),
+            );
+            // A gap of a second or more is the caller's (the next call), not compute. Wait and
+            // compute are averaged apart and divided after: a mean of per-node shares would
+            // weigh a node that hit everything as much as one that waited 50 ms.
+            if compute < 1.0 {
+                let (w, c) = &mut self.read_share;
+                *w += READ_SHARE_WEIGHT * (wait - *w);
+                *c += READ_SHARE_WEIGHT * (compute - *c);
+            }
+        }
+        self.last_node_end = decode_sized.then_some(end);
     }
 
     /// The experts layer `il` routes to (every one with `read_all`), remembered for the
@@ -888,15 +948,51 @@ impl Streamer {
     }
     /// Whether reads ahead pay: at least `MIN_PRECISION` of the recent candidates were misses
     /// (each wrong one costs a read and CPU time for its copy, which on a small machine competes
-    /// with compute). Nothing is read until `CANDIDATE_WARMUP` candidates were scored: reading
-    /// while the share is unknown cost the bench preset 65 wasted reads (1.0 MiB a token over 64
-    /// tokens) on routing too scattered to predict. Predictions keep being scored while reads are
-    /// off, so they come back when the routing becomes predictable. `eager` and the always-wrong
-    /// control read regardless.
-    fn worth_reading_ahead(candidates: (f64, f64), mode: Prefetch) -> bool {
-        let (n, u) = candidates;
+    /// with compute), and more than the share of decode spent waiting for reads (`read_share`).
+    /// A read ahead can hide at most the compute it overlaps, C per node, while the storage
+    /// still reads every byte; a candidate that is not used adds its read to the R a node
+    /// already waits for. With a share p of candidates used, the waste per useful read is
+    /// (1 - p) / p of it, so reads ahead pay only where C / R > (1 - p) / p, that is where p is
+    /// above R / (R + C), the read share. Ten times larger than its memory (bench10), decode
+    /// waited for reads 81-92% of the time, and reads ahead on made it 1.5-1.8x slower.
+    /// Nothing is read until `CANDIDATE_WARMUP` candidates were scored: reading while the share
+    /// is unknown cost the bench preset 65 wasted reads (1.0 MiB a token over 64 tokens) on
+    /// routing too scattered to predict. Predictions keep being scored while reads are off, so
+    /// they come back when the routing becomes predictable. `eager` and the always-wrong control
+    /// read regardless.
+    ///
+    /// The same bar holds for what the reads ahead really delivered (`ahead`: experts read ahead
+    /// and how many served a miss), once `CANDIDATE_WARMUP` were read: a candidate scored as a
+    /// miss is not always served in time, and on bench10 at 52% cache hits, 80% of candidates
+    /// were misses, over the 74% read share, while 62% of the reads ahead were used, and decode
+    /// ran 1.43x slower than with reads ahead off. While paused that record fades (see
+    /// `prefetch_after`), so reads ahead are tried again now and then.
+    fn worth_reading_ahead(
+        candidates: (f64, f64),
+        ahead: (f64, f64),
+        read_share: f64,
+        mode: Prefetch,
+    ) -> bool {
+        let bar = MIN_PRECISION.max(read_share);
+        let ((n, u), (r, used)) = (candidates, ahead);
         matches!(mode, Prefetch::Wrong | Prefetch::Eager)
-            || (n >= CANDIDATE_WARMUP && u >= MIN_PRECISION * n)
+            || (n >= CANDIDATE_WARMUP && u >= bar * n && (r < CANDIDATE_WARMUP || used >= bar * r))
+    }
+
+    /// Folds what the reads ahead delivered since the last count into `ahead`.
+    fn count_ahead(&mut self) {
+        let Some(p) = &self.prefetcher else {
+            return;
+        };
+        let (issued, used) = (p.issued, p.used);
+        let (r, u) = &mut self.ahead;
+        *r += (issued - self.ahead_seen.0) as f64;
+        *u += (used - self.ahead_seen.1) as f64;
+        self.ahead_seen = (issued, used);
+        if *r > CANDIDATE_WINDOW {
+            *r /= 2.0;
+            *u /= 2.0;
+        }
     }
 
     /// After layer `il`'s routing node: reads ahead what the next MoE layer is predicted to route
@@ -908,6 +1004,7 @@ impl Streamer {
         il: u32,
         router_input: impl FnOnce() -> Option<(usize, Vec<f32>)>,
     ) {
+        self.count_ahead();
         let (Some(pred), Some(pf)) = (&self.predictor, self.prefetcher.as_mut()) else {
             return;
         };
@@ -917,7 +1014,19 @@ impl Streamer {
         let Some(layer) = self.layers.get(&next) else {
             return;
         };
-        let reading = Self::worth_reading_ahead(self.candidates, pred.mode());
+        let reading = Self::worth_reading_ahead(
+            self.candidates,
+            self.ahead,
+            {
+                let (w, c) = self.read_share;
+                if w + c > 0.0 {
+                    w / (w + c)
+                } else {
+                    0.0
+                }
+            },
+            pred.mode(),
+        );
         // While warming up every node predicts, so the share is known within a few tokens.
         let warm = self.candidates.0 >= CANDIDATE_WARMUP;
         if !reading && warm {
@@ -925,6 +1034,10 @@ impl Streamer {
             if !self.paused_nodes.is_multiple_of(PAUSED_SAMPLE) {
                 return;
             }
+            // What reads ahead delivered fades while they are off (from the window's 512 below
+            // the 64 that count in about 200 sampled nodes), so they are tried again.
+            self.ahead.0 *= AHEAD_FADE;
+            self.ahead.1 *= AHEAD_FADE;
         }
         let predicted = match pred.mode() {
             Prefetch::Repeat => self.last_routed.get(&next).cloned().unwrap_or_default(),
@@ -967,7 +1080,7 @@ mod tests {
 
     #[test]
     fn reads_ahead_pause_while_few_candidates_turn_out_misses() {
-        let worth = Streamer::worth_reading_ahead;
+        let worth = |c, mode| Streamer::worth_reading_ahead(c, (0.0, 0.0), 0.1, mode);
         // Until 64 candidates were scored the share is not trusted, and nothing is read.
         assert!(!worth(
             (CANDIDATE_WARMUP - 1.0, CANDIDATE_WARMUP - 1.0),
@@ -980,5 +1093,16 @@ mod tests {
         // `eager` and the always-wrong control read regardless.
         assert!(worth((100.0, 0.0), Prefetch::Wrong));
         assert!(worth((0.0, 0.0), Prefetch::Eager));
+        // Read-bound (85% of decode waiting): 80% of candidates used is not enough, 90% is.
+        let bound =
+            |u| Streamer::worth_reading_ahead((100.0, u), (0.0, 0.0), 0.85, Prefetch::Router);
+        assert!(!bound(80.0));
+        assert!(bound(90.0));
+        // Candidates that pass, reads ahead that did not deliver: paused; too few read to tell,
+        // or delivering: on.
+        let ahead = |a| Streamer::worth_reading_ahead((100.0, 80.0), a, 0.74, Prefetch::Router);
+        assert!(!ahead((100.0, 62.0)));
+        assert!(ahead((60.0, 0.0)));
+        assert!(ahead((100.0, 80.0)));
     }
 }

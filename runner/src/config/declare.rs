@@ -240,7 +240,7 @@ declare_settings! {
         ] cache_floor_mb: Option<u64> => |v| v.map(|v| json!(v));
         engine |s, load, session| ();
         docs (int_type(&CACHE_FLOOR_MB), int_default_doc(&CACHE_FLOOR_MB), "(placement)",
-            r#"RAM left to the OS and other apps: the budget is `ram_mb - cache_floor_mb`"#,
+            r#"RAM left to the OS and other apps: the budget is `ram_mb - cache_floor_mb`. Without a profile (the one-shot commands, `Model::load`) the RAM is what this machine has available; inside a memory cgroup tighter than that less the floor, the group's headroom is planned for with a floor of at most an eighth of it, since other apps live outside the group (the eighth is for the program's code pages and the page cache's working room, which the plan does not count)"#,
         );
     }
     engine {
@@ -319,7 +319,7 @@ declare_settings! {
             st.prefetch = s.prefetch.engine();
         };
         docs ("`\"router\"`, `\"eager\"`, `\"repeat\"` or `\"off\"`", "`\"router\"`", "`StreamOptions.prefetch`",
-            r#"expert reads ahead while streaming: at each routing node of a decode step, the next MoE layer's router applied to this layer's router input predicts its experts (`repeat`: the experts the next layer routed to on the previous token), and those not in the cache are read on two lanes of their own while this layer computes; the next routing node copies what arrived, waits for what is in flight and reads the rest. A wrong prediction costs only bandwidth and a copy (gate G19); prefill pieces wider than 4 tokens are not predicted. `router` and `repeat` read only once 64 candidates were scored and at least half of the recent ones turned out to be misses (predictions go on being scored, on one routing node in seven while paused); `eager` reads the router's prediction from the first token on, never paused. Rows record `prefetched` and `overlap_pct`. The one-shot flag is `--prefetch`"#,
+            r#"expert reads ahead while streaming: at each routing node of a decode step, the next MoE layer's router applied to this layer's router input predicts its experts (`repeat`: the experts the next layer routed to on the previous token), and those not in the cache are read on two lanes of their own while this layer computes; the next routing node copies what arrived, waits for what is in flight and reads the rest. A wrong prediction costs only bandwidth and a copy (gate G19); prefill pieces wider than 4 tokens are not predicted. `router` and `repeat` read only once 64 candidates were scored and at least half of the recent ones turned out to be misses, and more of them than the share of decode spent waiting for reads (where decode is read-bound, a wrong read ahead costs more than a right one hides) (predictions go on being scored, on one routing node in seven while paused); `eager` reads the router's prediction from the first token on, never paused. Rows record `prefetched` and `overlap_pct`. The one-shot flag is `--prefetch`"#,
         );
     }
     engine {

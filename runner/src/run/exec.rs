@@ -345,30 +345,41 @@ impl Models {
     }
 }
 
+/// Runs `f` on a thread named `name` and waits at most `limit` for it: `None` when it is still
+/// running then. Work that storage leaves hanging (a read that never returns) cannot be
+/// cancelled, so it is abandoned: its thread stays blocked, holding what it allocated, and what
+/// it returns later is dropped there (the receiver is gone).
+fn within<T: Send + 'static>(
+    limit: std::time::Duration,
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<Option<T>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })?;
+    Ok(rx.recv_timeout(limit).ok())
+}
+
 /// Loads a model on a thread of its own and waits at most `limit` for it. A load still running
-/// then (a storage read that never returns, a loop in llama.cpp) is abandoned: its thread is left
-/// blocked, holding what it allocated, and the unit's items fail saying so; the run goes on.
+/// then (a storage read that never returns, a loop in llama.cpp) is abandoned ([`within`]), and
+/// the unit's items fail saying so; the run goes on.
 fn load_within(
     load_opts: &bmoe_engine::LoadOptions,
     limit: std::time::Duration,
     model: &Path,
 ) -> Result<Model, String> {
-    let (tx, rx) = std::sync::mpsc::channel();
     let opts = load_opts.clone();
-    std::thread::Builder::new()
-        .name("bmoe-load".into())
-        .spawn(move || {
-            // The receiver is gone when the load was abandoned: the model is then dropped here.
-            let _ = tx.send(Model::load(&opts));
-        })
-        .map_err(|e| {
-            format!(
-                "loading {}: starting the load thread: {e}",
-                display_path(model)
-            )
-        })?;
-    match rx.recv_timeout(limit) {
-        Ok(r) => r.map_err(|e| {
+    let loaded = within(limit, "bmoe-load", move || Model::load(&opts)).map_err(|e| {
+        format!(
+            "loading {}: starting the load thread: {e}",
+            display_path(model)
+        )
+    })?;
+    match loaded {
+        Some(r) => r.map_err(|e| {
             let msg = e.to_string();
             // Most load errors name the file already; the others get it in front.
             if msg.contains(&model.display().to_string()) {
@@ -377,7 +388,7 @@ fn load_within(
                 format!("loading {}: {msg}", display_path(model))
             }
         }),
-        Err(_) => Err(format!(
+        None => Err(format!(
             "loading {}: the load did not finish within {} s (load_timeout_s); abandoned",
             display_path(model),
             limit.as_secs()
@@ -470,17 +481,14 @@ fn hash_models(prep: &Prepared, quiet: bool) -> anyhow::Result<HashMap<PathBuf, 
             continue;
         }
         let limit = prep.load_timeout(&j.model);
-        let (tx, rx) = std::sync::mpsc::channel();
         let path = j.model.clone();
-        std::thread::Builder::new()
-            .name("bmoe-hash".into())
-            .spawn(move || {
-                let _ = tx.send(ident::model_sha256(&path, quiet));
-            })
-            .context("starting the hash thread")?;
-        let sha = match rx.recv_timeout(limit) {
-            Ok(r) => r?,
-            Err(_) => {
+        let hashed = within(limit, "bmoe-hash", move || {
+            ident::model_sha256(&path, quiet)
+        })
+        .context("starting the hash thread")?;
+        let sha = match hashed {
+            Some(r) => r?,
+            None => {
                 eprintln!(
                     "bmoe: hashing {} did not finish within {} s (load_timeout_s); abandoned: its rows carry no model_sha256 and it gets no prefix cache",
                     display_path(&j.model),
