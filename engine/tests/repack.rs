@@ -353,6 +353,32 @@ fn streamed_repacked_equals_resident_repacked_bit_for_bit() {
     }
 }
 
+/// The tiny preset at width 256 with these expert and dense types, and its resident run with
+/// repack on (output, tensors repacked); `None`, said, where this CPU has no repacked Q4_0 kernel
+/// known (the gates that use it are for AVX2 CPUs).
+fn w256_resident(
+    name: &str,
+    expert_type: WeightType,
+    dense_type: WeightType,
+) -> Option<(std::path::PathBuf, common::gates::Outcome, usize)> {
+    let path = common::model(
+        name,
+        &SynthSpec {
+            expert_type,
+            dense_type,
+            n_embd: 256,
+            n_ff_exp: 256,
+            ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
+        },
+    );
+    let (resident, _, tensors) = common::gates::stream_run_repack(&path, None, Repack::Auto);
+    if !repacks_experts_only() {
+        eprintln!("no repacked Q4_0 kernel known here (not AVX2): the gate is for AVX2 CPUs");
+        return None;
+    }
+    Some((path, resident, tensors))
+}
+
 /// G30 on a model whose dense matrices are Q4_0 too: the dense weights are repacked once at load
 /// wherever ggml repacks them in the resident load (the `anon` copies in place; mapped ones
 /// through a copy of each, since a mapping holds only the file's layout), so a streamed run equals
@@ -364,21 +390,11 @@ fn streamed_repacked_equals_resident_repacked_bit_for_bit() {
 fn streamed_dense_repacked_equals_resident_repacked() {
     use bmoe_engine::{DenseWeights, StreamOptions};
     use common::gates::{stream, stream_run_repack};
-    let path = common::model(
-        "w256-q4_0-all",
-        &SynthSpec {
-            expert_type: WeightType::Q4_0,
-            dense_type: WeightType::Q4_0,
-            n_embd: 256,
-            n_ff_exp: 256,
-            ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
-        },
-    );
-    let (resident, _, resident_tensors) = stream_run_repack(&path, None, Repack::Auto);
-    if !repacks_experts_only() {
-        eprintln!("no repacked Q4_0 kernel known here (not AVX2): the gate is for AVX2 CPUs");
+    let Some((path, resident, resident_tensors)) =
+        w256_resident("w256-q4_0-all", WeightType::Q4_0, WeightType::Q4_0)
+    else {
         return;
-    }
+    };
     // The same shape with Q8_0 dense weights (no repacked Q8_0 kernel on AVX2): its experts only.
     let experts = stream_run_repack(&model(), stream(0, false), Repack::Auto).2;
     assert!(
@@ -411,21 +427,13 @@ fn streamed_dense_repacked_equals_resident_repacked() {
 #[test]
 fn repacked_dense_copies_outlive_their_load_without_repacked_experts() {
     use common::gates::{stream, stream_run_repack};
-    let path = common::model(
+    let Some((path, resident, resident_tensors)) = w256_resident(
         "w256-q8_0-experts-q4_0-dense",
-        &SynthSpec {
-            expert_type: WeightType::Q8_0,
-            dense_type: WeightType::Q4_0,
-            n_embd: 256,
-            n_ff_exp: 256,
-            ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
-        },
-    );
-    let (resident, _, resident_tensors) = stream_run_repack(&path, None, Repack::Auto);
-    if !repacks_experts_only() {
-        eprintln!("no repacked Q4_0 kernel known here (not AVX2): the gate is for AVX2 CPUs");
+        WeightType::Q8_0,
+        WeightType::Q4_0,
+    ) else {
         return;
-    }
+    };
     assert!(resident_tensors > 0, "the resident load repacked nothing");
     for round in 0..6 {
         let (out, _, tensors) = stream_run_repack(&path, stream(round % 2, false), Repack::Auto);

@@ -181,11 +181,15 @@ mod tests {
         let mut lru = ExpertLru::new(true);
         lru.insert(0, 0, 1);
         lru.insert(0, 1, 1);
-        for _ in 0..100 {
+        for _ in 0..4000 {
             lru.touch(0, 0);
         }
-        // Expert 1 is all that is used from now on: after enough halvings 0 counts less.
-        for _ in 0..AGE_EVERY * 8 {
+        // Uses of an expert not held age the counts three times: 0's 4000 become 500.
+        for _ in 0..AGE_EVERY * 3 {
+            lru.touch(0, 2);
+        }
+        // Expert 1 is used 1000 times, fewer than 0 ever was but more than 0 lately.
+        for _ in 0..1000 {
             lru.touch(0, 1);
         }
         assert_eq!(evict_one(&mut lru), (0, 0));

@@ -780,6 +780,16 @@ impl Streamer {
         read.map_err(|source| StreamError::Read { layer: il, source })
     }
 
+    /// The share of recent decode time spent waiting at routing nodes, 0 before any was timed.
+    fn read_bound(&self) -> f64 {
+        let (w, c) = self.read_share;
+        if w + c > 0.0 {
+            w / (w + c)
+        } else {
+            0.0
+        }
+    }
+
     /// Folds one routing node (begun at `t0`) into the read share: its wait against the compute
     /// since the node before it. Only between decode-sized nodes: a prompt piece's compute is
     /// not what reads ahead would overlap.
@@ -1014,19 +1024,8 @@ impl Streamer {
         let Some(layer) = self.layers.get(&next) else {
             return;
         };
-        let reading = Self::worth_reading_ahead(
-            self.candidates,
-            self.ahead,
-            {
-                let (w, c) = self.read_share;
-                if w + c > 0.0 {
-                    w / (w + c)
-                } else {
-                    0.0
-                }
-            },
-            pred.mode(),
-        );
+        let reading =
+            Self::worth_reading_ahead(self.candidates, self.ahead, self.read_bound(), pred.mode());
         // While warming up every node predicts, so the share is known within a few tokens.
         let warm = self.candidates.0 >= CANDIDATE_WARMUP;
         if !reading && warm {
