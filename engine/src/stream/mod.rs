@@ -1015,6 +1015,7 @@ impl Streamer {
         router_input: impl FnOnce() -> Option<(usize, Vec<f32>)>,
     ) {
         self.count_ahead();
+        let read_bound = self.read_bound();
         let (Some(pred), Some(pf)) = (&self.predictor, self.prefetcher.as_mut()) else {
             return;
         };
@@ -1025,7 +1026,7 @@ impl Streamer {
             return;
         };
         let reading =
-            Self::worth_reading_ahead(self.candidates, self.ahead, self.read_bound(), pred.mode());
+            Self::worth_reading_ahead(self.candidates, self.ahead, read_bound, pred.mode());
         // While warming up every node predicts, so the share is known within a few tokens.
         let warm = self.candidates.0 >= CANDIDATE_WARMUP;
         if !reading && warm {
