@@ -38,10 +38,31 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     }
     println!("system: {}", bmoe_engine::system_info());
     println!("cpu variant: {}", bmoe_engine::cpu_variant().line());
+    println!("vulkan: {}", vulkan_line());
     println!("repack: {}", repack_line());
     println!("page moves: {}", page_moves_line(bmoe_engine::page_moves()));
     println!("cores: {}", cores_line());
     Ok(())
+}
+
+/// Whether this build has ggml's Vulkan backend, and how to get or see a device (docs/vulkan.md).
+fn vulkan_line() -> String {
+    let names: Vec<String> = bmoe_engine::devices()
+        .into_iter()
+        .filter(|d| d.backend == "Vulkan")
+        .map(|d| d.name)
+        .collect();
+    if !names.is_empty() {
+        format!(
+            "{} (`--device {}` runs wide prefill pieces there)",
+            names.join(", "),
+            names[0]
+        )
+    } else if bmoe_engine::backend_names().iter().any(|b| b == "Vulkan") {
+        "in this build, no device found: a CPU-type device (Mesa's lavapipe) is listed only with GGML_VK_VISIBLE_DEVICES=0".into()
+    } else {
+        "not in this build (scripts/build-vulkan builds one into target-vulkan/)".into()
+    }
 }
 
 /// Whether `repack = "auto"` can take llama.cpp's repacked kernels in this build.

@@ -200,6 +200,7 @@ fn objective_measured(d: &Data, gs: &[&Group], objective: &str) -> Result<(), Re
         "dev_wait_share" => "ran prefill on a device".into(),
         "accuracy" => "carries `correct` or `expected`".into(),
         "agreement" => "has a `best` its reference point also has".into(),
+        "ppl_change" => "has a `ppl` for an item its reference point also scored".into(),
         _ => "measures it".into(),
     };
     let measured = |m: &str| gs.iter().any(|g| g.metrics.contains_key(m));

@@ -115,6 +115,7 @@ fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
     let acc = gs.iter().any(|g| g.accuracy.is_some());
     let agr = gs.iter().find_map(|g| g.agreement.as_ref());
     let spd = gs.iter().find_map(|g| g.speedup.as_ref());
+    let ppl = gs.iter().find_map(|g| g.ppl_change.as_ref());
     let headroom = gs
         .iter()
         .any(|g| g.metrics.contains_key("peak_rss_mib") && r.ram.contains_key(&g.profile));
@@ -132,6 +133,9 @@ fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
     }
     if let Some(a) = agr {
         head.push(format!("agreement vs {}", a.reference));
+    }
+    if let Some(p) = ppl {
+        head.push(format!("ppl vs {} (worst item)", p.reference));
     }
     let mut rows = Vec::new();
     for g in gs {
@@ -168,6 +172,16 @@ fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
                     .map(|a| format!("{:.3} (n={})", a.value, a.n))
                     .unwrap_or("-".into()),
             );
+        }
+        if ppl.is_some() {
+            cells.push(g.ppl_change.as_ref().map_or("-".into(), |p| {
+                format!(
+                    "{:+.3}% ({:+.3}%, n={})",
+                    100.0 * p.value,
+                    100.0 * p.worst,
+                    p.n
+                )
+            }));
         }
         rows.push(cells);
     }

@@ -158,6 +158,20 @@ pub struct Agreement {
     pub n: usize,
 }
 
+/// Perplexity against the reference point, paired by item: how a person prices a prefill device
+/// whose kernels compute differently (docs/vulkan.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PplChange {
+    /// The reference point's label.
+    pub reference: String,
+    /// Median over the items both scored of this group's `ppl` over the reference's, minus 1.
+    pub value: f64,
+    /// The largest such change in magnitude, signed.
+    pub worst: f64,
+    /// Items compared.
+    pub n: usize,
+}
+
 /// One (job, profile, point).
 #[derive(Debug, Clone, Serialize)]
 pub struct Group {
@@ -201,6 +215,8 @@ pub struct Group {
     pub item_scores: BTreeMap<String, f64>,
     /// Speed against the reference point.
     pub speedup: Option<Speedup>,
+    /// Perplexity against the reference point.
+    pub ppl_change: Option<PplChange>,
     /// Row indices into [`Data::recs`] (not serialized).
     #[serde(skip)]
     pub members: Vec<usize>,
@@ -377,6 +393,7 @@ fn summarise(
             .map(|(i, s, n)| (i.to_string(), s / n))
             .collect(),
         speedup: None,
+        ppl_change: None,
         members,
     }
 }
@@ -439,6 +456,7 @@ pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportErr
         agreement(d, &mut out, &idx, ref_i);
         accuracy_change(&mut out, &idx, ref_i);
         speedup(&mut out, &idx, ref_i);
+        ppl_change(d, &mut out, &idx, ref_i);
     }
     Ok(out)
 }
@@ -497,6 +515,48 @@ fn accuracy_change(out: &mut [Group], idx: &[usize], ref_i: usize) {
     }
 }
 
+/// Each group's perplexity against the reference group's, item by item (first repeat of each).
+fn ppl_change(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
+    let per_item = |g: &Group| {
+        let mut m: HashMap<&str, (u32, f64)> = HashMap::new();
+        for &i in &g.members {
+            let r = &d.recs[i];
+            if let (false, Some(p)) = (r.failed, d.num(r, "ppl")) {
+                let rep = r.repeat.unwrap_or(0);
+                let e = m.entry(r.item.as_str()).or_insert((rep, p));
+                if rep < e.0 {
+                    *e = (rep, p);
+                }
+            }
+        }
+        m
+    };
+    let base = per_item(&out[ref_i]);
+    if base.is_empty() {
+        return;
+    }
+    let reference = out[ref_i].label.clone();
+    for &gi in idx.iter().filter(|&&gi| gi != ref_i) {
+        let changes: Vec<f64> = per_item(&out[gi])
+            .iter()
+            .filter_map(|(item, (_, p))| base.get(item).map(|(_, b)| p / b - 1.0))
+            .filter(|c| c.is_finite())
+            .collect();
+        let worst = changes
+            .iter()
+            .copied()
+            .fold(0f64, |a, c| if c.abs() > a.abs() { c } else { a });
+        if let Some(s) = Stat::of(changes.clone()) {
+            out[gi].ppl_change = Some(PplChange {
+                reference: reference.clone(),
+                value: s.median,
+                worst,
+                n: changes.len(),
+            });
+        }
+    }
+}
+
 /// Each group's median speed over the reference group's: decode where the pair decodes, else
 /// prefill.
 fn speedup(out: &mut [Group], idx: &[usize], ref_i: usize) {
@@ -530,6 +590,7 @@ pub fn scalar(d: &Data, g: &Group, name: &str) -> Option<f64> {
         "errors" => return Some(g.errors as f64),
         "accuracy" => return g.accuracy.as_ref().map(|a| a.value),
         "agreement" => return g.agreement.as_ref().map(|a| a.value),
+        "ppl_change" => return g.ppl_change.as_ref().map(|p| p.value),
         _ => {}
     }
     if let Some(s) = g.metrics.get(name) {
@@ -561,7 +622,7 @@ pub fn known_name(d: &Data, name: &str) -> bool {
         .strip_suffix("_p10")
         .or_else(|| name.strip_suffix("_p90"))
         .unwrap_or(name);
-    ["rows", "errors", "accuracy", "agreement"].contains(&name)
+    ["rows", "errors", "accuracy", "agreement", "ppl_change"].contains(&name)
         || METRICS.iter().any(|(m, _, _)| *m == name || *m == base)
         || d.has(name)
 }

@@ -58,6 +58,11 @@ fn devices_names_the_cpu_variant_and_the_page_moves() {
     assert!(out.contains("\npage moves: move ("), "{out}");
     // This build's CPU backend has llama.cpp's repacked layouts (GGML_CPU_REPACK is on).
     assert!(out.contains("\nrepack: CPU_REPACK ("), "{out}");
+    // The default build has no Vulkan backend and says how to get one.
+    assert!(
+        out.contains("\nvulkan: not in this build (scripts/build-vulkan"),
+        "{out}"
+    );
     let o = bmoe(&["devices", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["cpu_variant"]["variant"], "built-in", "{v}");
