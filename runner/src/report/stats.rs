@@ -42,7 +42,13 @@ pub const METRICS: &[(&str, &str, &str)] = &[
 pub fn lower_is_better(name: &str) -> bool {
     matches!(
         name,
-        "read_mib_per_token" | "dev_wait_share" | "ppl" | "nll_mean" | "evictions" | "errors"
+        "read_mib_per_token"
+            | "dev_wait_share"
+            | "ppl"
+            | "ppl_change"
+            | "nll_mean"
+            | "evictions"
+            | "errors"
     ) || name.ends_with("_s")
         || name.ends_with("_mib")
         || name.ends_with("_mib_p10")
@@ -536,7 +542,8 @@ fn ppl_change(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
         return;
     }
     let reference = out[ref_i].label.clone();
-    for &gi in idx.iter().filter(|&&gi| gi != ref_i) {
+    // The reference too (0 against itself), as agreement does, so `--require` can keep it.
+    for &gi in idx {
         let changes: Vec<f64> = per_item(&out[gi])
             .iter()
             .filter_map(|(item, (_, p))| base.get(item).map(|(_, b)| p / b - 1.0))

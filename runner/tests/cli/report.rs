@@ -719,3 +719,59 @@ fn unlike_rows_of_a_point_are_split_and_duplicates_counted_once() {
         assert_eq!(g["rows"].as_u64().unwrap() as usize, n / 3, "{g}");
     }
 }
+
+/// A perplexity job swept over a numerics-changing setting: the report prices each point against
+/// the reference by perplexity, item by item (`ppl vs <reference> (worst item)`), and
+/// `--require ppl_change<=X` filters on it. The reference is 0 against itself.
+#[test]
+fn a_perplexity_sweep_shows_the_change_against_the_reference() {
+    let p = Project::new();
+    let texts: Vec<String> = (0..3)
+        .map(|i| format!("{{ id = \"t{i}\", text = \"Text {i}: the quick brown fox jumps over the lazy dog, again and again.\" }}"))
+        .collect();
+    p.write(
+        "jobs/ppl.toml",
+        &format!(
+            r#"
+name = "ppl"
+model = "../models/tiny.gguf"
+kind = "perplexity"
+profile = "../profiles/host.toml"
+csv = "../runs/ppl.csv"
+prompts = [{}]
+
+[sweep]
+n_expert_used = [0, 1]
+"#,
+            texts.join(", ")
+        ),
+    );
+    let o = p.bmoe(&["run", "jobs/ppl.toml", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = p.bmoe(&["report", "runs/ppl.csv", "--format", "md"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("ppl vs n_expert_used=0 (worst item)"), "{out}");
+    let cell = |point: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("| {point} ")))
+            .and_then(|l| l.trim_end_matches('|').rsplit('|').next())
+            .map(|c| c.trim().to_string())
+            .unwrap_or_else(|| panic!("no row {point}: {out}"))
+    };
+    assert_eq!(cell("n_expert_used=0"), "+0.000% (+0.000%, n=3)", "{out}");
+    let c = cell("n_expert_used=1");
+    assert!(c.ends_with("n=3)") && c.contains('%'), "{c}");
+    let o = p.bmoe(&[
+        "report",
+        "runs/ppl.csv",
+        "--best",
+        "--objective",
+        "prefill_tps",
+        "--require",
+        "ppl_change<=0.000001",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("n_expert_used=0"), "{out}");
+}
