@@ -80,25 +80,18 @@ fn decisions(p: &Project) {
 
 const N_DECISIONS: usize = 24;
 
-const PROFILE: &str = r#"
-name = "host"
-hexagon = "none"
-ram_mb = 4096
-
-[engine]
-threads = 2
-context = 512
-cache_floor_mb = 512
-
-[prefill]
-min_tokens = 16
-device_ubatch = 64
-"#;
+/// The shared host profile, with device pieces from 16 tokens, 64 wide.
+fn profile() -> String {
+    format!(
+        "{}\n[prefill]\nmin_tokens = 16\ndevice_ubatch = 64\n",
+        common::HOST_PROFILE
+    )
+}
 
 #[test]
 fn a_sweep_over_the_device_records_where_rows_ran_and_the_report_prices_it() {
     let p = Project::new();
-    p.write("profiles/host.toml", PROFILE);
+    p.write("profiles/host.toml", &profile());
     decisions(&p);
     p.write(
         "jobs/replay.toml",
@@ -114,31 +107,9 @@ decisions_file = "decisions.jsonl"
 device = ["none", "Vulkan0"]
 "#,
     );
-    let texts: Vec<String> = (0..4)
-        .map(|i| {
-            format!(
-                "{{ id = \"t{i}\", text = \"{}\" }}",
-                format!("Text {i} for the perplexity of a device path, two pieces long. ")
-                    .repeat(2)
-            )
-        })
-        .collect();
     p.write(
         "jobs/ppl.toml",
-        &format!(
-            r#"
-name = "ppl"
-model = "../models/tiny.gguf"
-kind = "perplexity"
-profile = "../profiles/host.toml"
-csv = "../runs/ppl.csv"
-prompts = [{}]
-
-[sweep]
-device = ["none", "Vulkan0"]
-"#,
-            texts.join(", ")
-        ),
+        &common::ppl_sweep_job(4, r#"device = ["none", "Vulkan0"]"#),
     );
     for job in ["jobs/replay.toml", "jobs/ppl.toml"] {
         let o = bmoe(&p, &["run", job, "--quiet"]);

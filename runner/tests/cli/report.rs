@@ -726,25 +726,9 @@ fn unlike_rows_of_a_point_are_split_and_duplicates_counted_once() {
 #[test]
 fn a_perplexity_sweep_shows_the_change_against_the_reference() {
     let p = Project::new();
-    let texts: Vec<String> = (0..3)
-        .map(|i| format!("{{ id = \"t{i}\", text = \"Text {i}: the quick brown fox jumps over the lazy dog, again and again.\" }}"))
-        .collect();
     p.write(
         "jobs/ppl.toml",
-        &format!(
-            r#"
-name = "ppl"
-model = "../models/tiny.gguf"
-kind = "perplexity"
-profile = "../profiles/host.toml"
-csv = "../runs/ppl.csv"
-prompts = [{}]
-
-[sweep]
-n_expert_used = [0, 1]
-"#,
-            texts.join(", ")
-        ),
+        &common::ppl_sweep_job(3, "n_expert_used = [0, 1]"),
     );
     let o = p.bmoe(&["run", "jobs/ppl.toml", "--quiet"]);
     assert!(o.status.success(), "{}", text(&o));

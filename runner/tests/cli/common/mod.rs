@@ -45,6 +45,30 @@ csv = "../runs/decide.csv"
 decisions_file = "decisions.jsonl"
 "#;
 
+/// A perplexity job `ppl` over `n` short texts (ids t0..), writing `runs/ppl.csv`, swept as
+/// `sweep` (a `[sweep]` line such as `device = ["none", "Vulkan0"]`).
+pub fn ppl_sweep_job(n: usize, sweep: &str) -> String {
+    let texts: Vec<String> = (0..n)
+        .map(|i| {
+            format!("{{ id = \"t{i}\", text = \"Text {i}: the quick brown fox jumps over the lazy dog, again and again.\" }}")
+        })
+        .collect();
+    format!(
+        r#"
+name = "ppl"
+model = "../models/tiny.gguf"
+kind = "perplexity"
+profile = "../profiles/host.toml"
+csv = "../runs/ppl.csv"
+prompts = [{}]
+
+[sweep]
+{sweep}
+"#,
+        texts.join(", ")
+    )
+}
+
 impl Project {
     /// A fresh project with the model and the host profile.
     pub fn new() -> Self {
