@@ -31,6 +31,9 @@ pub struct StreamCounters {
     pub predicted_routed: u64,
     /// Of those, the ones the prediction named.
     pub predicted_right: u64,
+    /// Seconds the compute thread spent predicting (copying the router input, applying the next
+    /// layer's router): what `prefetch = router` costs decode when it reads nothing ahead.
+    pub predict_s: f64,
     /// Expert slices repacked into the CPU's repacked layout on the threads that read them
     /// (`repack = auto`; reads ahead included).
     pub repacked: u64,
@@ -74,6 +77,7 @@ impl StreamCounters {
             prefetch_moved: self.prefetch_moved - before.prefetch_moved,
             predicted_routed: self.predicted_routed - before.predicted_routed,
             predicted_right: self.predicted_right - before.predicted_right,
+            predict_s: self.predict_s - before.predict_s,
             repacked: self.repacked - before.repacked,
             repack_s: self.repack_s - before.repack_s,
             substituted: self.substituted - before.substituted,

@@ -1039,6 +1039,7 @@ impl Streamer {
             self.ahead.0 *= AHEAD_FADE;
             self.ahead.1 *= AHEAD_FADE;
         }
+        let t0 = Instant::now();
         let predicted = match pred.mode() {
             Prefetch::Repeat => self.last_routed.get(&next).cloned().unwrap_or_default(),
             _ => match router_input() {
@@ -1048,6 +1049,7 @@ impl Streamer {
                 _ => return,
             },
         };
+        self.counters.predict_s += t0.elapsed().as_secs_f64();
         let experts: Vec<u32> = predicted
             .iter()
             .copied()

@@ -140,6 +140,7 @@ pub fn g2(path: &Path, resident: &Outcome) {
     assert!(c2.cache_hits > 0, "G2 must hit sometimes: {c2:?}");
     assert!(c2.resident_bytes <= 1 << 20);
     assert!(c2.predicted_routed > 0, "G2 must score predictions: {c2:?}");
+    assert!(c2.predict_s > 0.0, "G2's predictions must be timed: {c2:?}");
     for mode in [Prefetch::Eager, Prefetch::Wrong, Prefetch::Off] {
         let (g, c) = stream_run(
             path,
@@ -150,7 +151,10 @@ pub fn g2(path: &Path, resident: &Outcome) {
         );
         assert_eq!(&g, resident, "G19: prefetch {mode:?} differs from resident");
         match mode {
-            Prefetch::Off => assert_eq!(c.prefetched, 0),
+            Prefetch::Off => {
+                assert_eq!(c.prefetched, 0);
+                assert_eq!(c.predict_s, 0.0, "prefetch off must not predict: {c:?}");
+            }
             _ => assert!(c.prefetched > 0, "{c:?}"),
         }
         eprintln!(

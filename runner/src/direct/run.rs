@@ -76,6 +76,15 @@ fn print_decode_stream(rec: &bmoe_engine::GenerateRecord) {
             100.0 * d.stall_s / t.decode_s.max(1e-9),
             pct(d.cache_hit_pct()),
         );
+        if d.predict_s > 0.0 {
+            // What `prefetch = router` costs decode even when it reads nothing ahead.
+            eprintln!(
+                "prefetch decode: predicting took {:.1} ms ({:.3} ms a token, {:.2}% of decoding)",
+                1e3 * d.predict_s,
+                1e3 * d.predict_s / f64::from(t.n_decoded),
+                100.0 * d.predict_s / t.decode_s.max(1e-9),
+            );
+        }
     }
 }
 
