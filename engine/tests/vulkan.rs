@@ -53,15 +53,16 @@ fn fp16_budget(n_layer: u32, k: u32) -> f64 {
 /// token gets, far beyond any rounding budget), so the model is a continuous function of its
 /// weights and the fp16 budget applies; and that budget.
 fn continuous() -> (PathBuf, f64) {
-    let spec = bmoe_synth::SynthSpec {
-        n_expert_used: 8,
-        ..bmoe_synth::SynthSpec::preset(bmoe_synth::Preset::Tiny, bmoe_synth::SynthArch::Qwen3Moe)
-    };
+    tiny_with_budget("tiny-all-experts", |s| s.n_expert_used = 8)
+}
+
+/// The tiny qwen3moe changed by `edit`, written as `name`, and its fp16 budget.
+fn tiny_with_budget(name: &str, edit: impl FnOnce(&mut bmoe_synth::SynthSpec)) -> (PathBuf, f64) {
+    let mut spec =
+        bmoe_synth::SynthSpec::preset(bmoe_synth::Preset::Tiny, bmoe_synth::SynthArch::Qwen3Moe);
+    edit(&mut spec);
     let k = spec.n_embd.max(spec.n_ff_exp);
-    (
-        common::model("tiny-all-experts", &spec),
-        fp16_budget(spec.n_layer, k),
-    )
+    (common::model(name, &spec), fp16_budget(spec.n_layer, k))
 }
 
 /// The tiny qwen3moe with 64 experts, 2 per token, even routing: a piece routes to a minority of
@@ -72,15 +73,7 @@ fn routed() -> PathBuf {
 
 /// [`routed`] and its fp16 budget.
 fn routed_with_budget() -> (PathBuf, f64) {
-    let spec = bmoe_synth::SynthSpec {
-        n_expert: 64,
-        ..bmoe_synth::SynthSpec::preset(bmoe_synth::Preset::Tiny, bmoe_synth::SynthArch::Qwen3Moe)
-    };
-    let k = spec.n_embd.max(spec.n_ff_exp);
-    (
-        common::model("tiny-64-experts", &spec),
-        fp16_budget(spec.n_layer, k),
-    )
+    tiny_with_budget("tiny-64-experts", |s| s.n_expert = 64)
 }
 
 /// Mean NLL of each next token of `TEXT`, from every position's logits.

@@ -21,7 +21,7 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
         "{:<12} {:<6} {:<8} {:>12} {:>11}  description",
         "device", "kind", "backend", "memory MiB", "host buffer"
     );
-    for d in devices {
+    for d in &devices {
         println!(
             "{:<12} {:<6} {:<8} {:>12} {:>11}  {}",
             d.name,
@@ -38,7 +38,7 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     }
     println!("system: {}", bmoe_engine::system_info());
     println!("cpu variant: {}", bmoe_engine::cpu_variant().line());
-    println!("vulkan: {}", vulkan_line());
+    println!("vulkan: {}", vulkan_line(&devices));
     println!("repack: {}", repack_line());
     println!("page moves: {}", page_moves_line(bmoe_engine::page_moves()));
     println!("cores: {}", cores_line());
@@ -46,11 +46,11 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
 }
 
 /// Whether this build has ggml's Vulkan backend, and how to get or see a device (docs/vulkan.md).
-fn vulkan_line() -> String {
-    let names: Vec<String> = bmoe_engine::devices()
-        .into_iter()
+fn vulkan_line(devices: &[bmoe_engine::DeviceInfo]) -> String {
+    let names: Vec<&str> = devices
+        .iter()
         .filter(|d| d.backend == "Vulkan")
-        .map(|d| d.name)
+        .map(|d| d.name.as_str())
         .collect();
     if !names.is_empty() {
         format!(

@@ -467,20 +467,30 @@ pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportErr
     Ok(out)
 }
 
-/// Agreement on `best` of each group in `idx` with the group `ref_i`.
-fn agreement(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
-    // The reference's answer per item: its lowest repeat's `best`.
-    let mut answer: HashMap<&str, (u32, i64)> = HashMap::new();
-    for &m in &out[ref_i].members {
-        let r = &d.recs[m];
-        if let (false, Some(b)) = (r.failed, r.best) {
-            let rep = r.repeat.unwrap_or(0);
-            let e = answer.entry(r.item.as_str()).or_insert((rep, b));
-            if rep < e.0 {
-                *e = (rep, b);
-            }
+/// Per item of the rows `members`, `value` of its lowest repeat that has one (failed rows left
+/// out): what a group answered for an item, however often it was repeated.
+fn first_repeat<'a, T>(
+    d: &'a Data,
+    members: &[usize],
+    value: impl Fn(&'a Rec) -> Option<T>,
+) -> HashMap<&'a str, T> {
+    let mut m: HashMap<&str, (u32, T)> = HashMap::new();
+    for &i in members {
+        let r = &d.recs[i];
+        let Some(v) = value(r).filter(|_| !r.failed) else {
+            continue;
+        };
+        let rep = r.repeat.unwrap_or(0);
+        if m.get(r.item.as_str()).is_none_or(|(kept, _)| rep < *kept) {
+            m.insert(r.item.as_str(), (rep, v));
         }
     }
+    m.into_iter().map(|(k, (_, v))| (k, v)).collect()
+}
+
+/// Agreement on `best` of each group in `idx` with the group `ref_i`.
+fn agreement(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
+    let answer = first_repeat(d, &out[ref_i].members, |r| r.best);
     let ref_label = out[ref_i].label.clone();
     for &gi in idx {
         let (mut same, mut n) = (0usize, 0usize);
@@ -489,7 +499,7 @@ fn agreement(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
             if r.failed {
                 continue;
             }
-            if let (Some(b), Some((_, a))) = (r.best, answer.get(r.item.as_str())) {
+            if let (Some(b), Some(a)) = (r.best, answer.get(r.item.as_str())) {
                 n += 1;
                 same += usize::from(b == *a);
             }
@@ -523,20 +533,7 @@ fn accuracy_change(out: &mut [Group], idx: &[usize], ref_i: usize) {
 
 /// Each group's perplexity against the reference group's, item by item (first repeat of each).
 fn ppl_change(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
-    let per_item = |g: &Group| {
-        let mut m: HashMap<&str, (u32, f64)> = HashMap::new();
-        for &i in &g.members {
-            let r = &d.recs[i];
-            if let (false, Some(p)) = (r.failed, d.num(r, "ppl")) {
-                let rep = r.repeat.unwrap_or(0);
-                let e = m.entry(r.item.as_str()).or_insert((rep, p));
-                if rep < e.0 {
-                    *e = (rep, p);
-                }
-            }
-        }
-        m
-    };
+    let per_item = |g: &Group| first_repeat(d, &g.members, |r| d.num(r, "ppl"));
     let base = per_item(&out[ref_i]);
     if base.is_empty() {
         return;
@@ -546,7 +543,7 @@ fn ppl_change(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
     for &gi in idx {
         let changes: Vec<f64> = per_item(&out[gi])
             .iter()
-            .filter_map(|(item, (_, p))| base.get(item).map(|(_, b)| p / b - 1.0))
+            .filter_map(|(item, p)| base.get(item).map(|b| p / b - 1.0))
             .filter(|c| c.is_finite())
             .collect();
         let worst = changes
@@ -703,6 +700,40 @@ mod tests {
         assert_eq!(f.n, 8);
         assert!((f.stderr.unwrap() - (0.75f64 * 0.25 / 7.0).sqrt()).abs() < 1e-12);
         assert_eq!(Fraction::of_items(&[1.0]).unwrap().stderr, None);
+    }
+
+    #[test]
+    fn an_items_answer_is_its_lowest_repeat_that_did_not_fail() {
+        let rec = |item: &str, repeat: u32, best: i64, failed: bool| Rec {
+            run_id: String::new(),
+            job: String::new(),
+            profile: String::new(),
+            point: String::new(),
+            item: item.into(),
+            repeat: Some(repeat),
+            best: Some(best),
+            correct: None,
+            moe_stream: None,
+            failed,
+            nums: Vec::new(),
+            split: Vec::new(),
+            prov: Vec::new(),
+        };
+        let mut d = Data::default();
+        // Repeats out of order; item b's lowest repeat failed.
+        d.recs = vec![
+            rec("a", 2, 20, false),
+            rec("a", 0, 0, false),
+            rec("a", 1, 10, false),
+            rec("b", 0, 5, true),
+            rec("b", 3, 7, false),
+        ];
+        let got = first_repeat(&d, &[0, 1, 2, 3, 4], |r| r.best);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got["a"], 0);
+        assert_eq!(got["b"], 7);
+        // Only the rows given count.
+        assert_eq!(first_repeat(&d, &[0, 2], |r| r.best)["a"], 10);
     }
 
     #[test]
