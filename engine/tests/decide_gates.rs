@@ -154,8 +154,8 @@ fn g18b_fifty_decisions_with_reuse_equal_reuse_off() {
     check_g18b(&off, &on, &auto, "resident");
 }
 
-/// The default widths (a 512-token ubatch): prompts are cut on the 128-token grid
-/// (`PROMPT_GRID`), so `auto` keeps shared prefixes down to a multiple of 128, not of 512, and
+/// The default widths (a 512-token ubatch): prompts are cut on the 64-token grid
+/// (`PROMPT_GRID`), so `auto` keeps shared prefixes down to a multiple of 64, not of 512, and
 /// stays bit for bit equal to reuse off; `on` joins the grid after its kept prefix.
 #[test]
 fn g18b_default_widths_reuse_on_the_grid() {
@@ -181,7 +181,7 @@ fn g18b_default_widths_reuse_on_the_grid() {
     // fresh prefill gives its rows); only `auto` is exact by construction.
     let extends = || auto.iter().filter(|r| r.reuse == ReuseOutcome::Extend);
     assert!(
-        extends().all(|r| r.n_reused % 128 == 0),
+        extends().all(|r| r.n_reused % 64 == 0),
         "auto off the grid"
     );
     let finer = extends()
@@ -191,9 +191,18 @@ fn g18b_default_widths_reuse_on_the_grid() {
         finer > 10,
         "auto kept only multiples of 512 ({finer} decisions off them)"
     );
+    // The last piece of a prompt (after its last multiple of 64) is padded to 64 rows from 24
+    // rows on (`PAD_FROM`): the trace must prefill such tails, fresh and after a reuse.
+    let tail = |r: &DecideRecord| r.n_tokens - (r.n_tokens - 1) / 64 * 64;
+    let padded = |r: &&DecideRecord| r.n_prefilled > 0 && (24..64).contains(&tail(r));
+    let (fresh, reused) = (
+        off.iter().filter(padded).count(),
+        extends().filter(|r| padded(r)).count(),
+    );
+    assert!(fresh > 5 && reused > 5, "padded tails: {fresh} fresh, {reused} after a reuse");
     let kept = |v: &[DecideRecord]| v.iter().map(|r| r.n_reused).sum::<u32>();
     eprintln!(
-        "default widths: auto kept {} tokens, on {}",
+        "default widths: auto kept {} tokens, on {}; padded tails {fresh} fresh, {reused} reused",
         kept(&auto),
         kept(&on)
     );

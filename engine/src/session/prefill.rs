@@ -21,10 +21,19 @@ pub(crate) enum Outputs {
 
 /// The widest CPU piece of a prompt whose last row only is read. Prompts are cut at multiples of
 /// it, so prefix reuse (`auto`) keeps a shared prefix down to the last multiple and then runs the
-/// very pieces a fresh prefill runs: bit for bit the same scores. Measured on the small preset
-/// (docs/benchmarks.md, "Exact reuse on a 128-token grid"): 128-wide pieces prefill as fast as
-/// 256-wide ones and 64-wide ones slower, and each decision loses half a grid step on average.
-pub(crate) const PROMPT_GRID: u32 = 128;
+/// very pieces a fresh prefill runs: bit for bit the same scores. 64 is the narrowest width whose
+/// pieces still take flash attention's tiled kernel (`FA_TILE`). Measured on the small preset's
+/// replay (docs/benchmarks.md, "Exact reuse on a 64-token grid"): against the 128-token grid
+/// it halves what each decision loses to the grid, and a fresh prompt prefills a few per cent
+/// slower.
+pub(crate) const PROMPT_GRID: u32 = 64;
+
+/// The narrowest CPU piece padded to `FA_TILE` rows (`Session::tail_padding`). At 2,400 cells
+/// on the small preset a row of the one-row flash-attention kernel cost about 4.7 ms and a
+/// padded 64-row piece about 130 ms, even at about 28 rows; the one-row kernel's cost per row
+/// grows with the cache, so narrower pieces pay from deeper in it. Below this, a piece runs as
+/// it is.
+pub(crate) const PAD_FROM: usize = 24;
 
 /// Query rows from which ggml's CPU flash attention runs its tiled kernel (`GGML_FA_TILE_Q`);
 /// narrower pieces take a one-row kernel whose sums round differently.
@@ -92,11 +101,50 @@ impl Session<'_> {
             if on_device {
                 self.run_on_device(&batch, exec)?;
             } else {
+                let pad = self.tail_padding(end - start, pos0 + end, outputs);
+                let last = tokens[end - 1];
+                for i in 0..pad {
+                    batch.push(last, (pos0 + end + i) as i32, false);
+                }
                 self.run_batch(&batch, exec)?;
+                if pad > 0 {
+                    self.drop_padding(pos0 + end)?;
+                }
             }
             on_piece(self, start, end)?;
             start = end;
         }
         Ok(t0.elapsed().as_secs_f64())
     }
+
+    /// Rows of padding after a CPU piece of `rows` rows ending at position `end_pos`: enough to
+    /// reach `FA_TILE` rows when the piece is at least `PAD_FROM` rows and narrower than that.
+    /// Below `FA_TILE` query rows ggml's CPU flash attention takes its one-row kernel, whose
+    /// cost per row grows with the cache: at 2,400 cells on the small preset a 62-row tail cost
+    /// 2.5x a 68-row one. The padding rows (copies of the piece's last token) sit after the
+    /// piece's last position, so the causal mask hides them from its rows, and their cells are
+    /// dropped at once. A fresh prefill and a reuse pad the same tail the same way (it depends
+    /// on the tail alone), so prefix reuse stays bit for bit. Not where a cell cannot be
+    /// dropped (a sliding window, a recurrent state), nor with a prefill device (whose graphs
+    /// must not share a CPU graph's shape), nor past the context.
+    pub(crate) fn tail_padding(&self, rows: usize, end_pos: usize, outputs: Outputs) -> usize {
+        let pad = FA_TILE.saturating_sub(rows);
+        let fits = end_pos + pad <= self.n_ctx && (self.widths.grid as usize) >= FA_TILE;
+        let plain = !self.snapshots && !self.recurrent && self.model.arena.is_none();
+        if outputs == Outputs::All || rows < PAD_FROM || pad == 0 || !fits || !plain {
+            return 0;
+        }
+        pad
+    }
+
+    /// Drops the padding's cells (every cell of sequence 0 from `end_pos` on).
+    fn drop_padding(&mut self, end_pos: usize) -> Result<()> {
+        if self.ctx.seq_rm(0, end_pos as i32, -1) {
+            Ok(())
+        } else {
+            let _ = self.forget();
+            Err(crate::error::EngineError::PaddingKept(end_pos))
+        }
+    }
 }
+

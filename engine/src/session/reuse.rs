@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::options::PrefixReuse;
 use crate::telemetry::ReuseOutcome;
 
-use super::prefill::FA_TILE;
+use super::prefill::{Outputs, FA_TILE, PAD_FROM};
 use super::Session;
 
 /// What reuse did before a prefill.
@@ -123,14 +123,19 @@ impl Session<'_> {
     /// `on` keeps `keep` of `n` tokens and prefills the rest from there, joining the grid at its
     /// next step. The rows before that step run in a piece of their own; a fresh prefill runs
     /// them in the grid piece that holds them. When that piece takes flash attention's tiled
-    /// kernel (at least `FA_TILE` rows), this one must too, or its rows round differently (the
-    /// 1e-2 drift `on` had): keep fewer tokens, down to a piece of `FA_TILE` rows.
+    /// kernel (at least `FA_TILE` rows, or padded to them), this one must too, or its rows round
+    /// differently (the 1e-2 drift `on` had): keep fewer tokens, down to a piece that is padded
+    /// (`PAD_FROM` rows) or, where nothing is padded, of `FA_TILE` rows.
     fn same_kernel_keep(&self, keep: usize, n: usize) -> usize {
         let w = self.piece_width().max(1);
         let g0 = keep - keep % w;
         let g1 = (g0 + w).min(n);
-        if self.model.arena.is_none() && keep > g0 && g1 - g0 >= FA_TILE && g1 - keep < FA_TILE {
-            g1 - FA_TILE
+        let tiled = |rows: usize| {
+            rows >= FA_TILE || self.tail_padding(rows, g1, Outputs::Last) > 0
+        };
+        if self.model.arena.is_none() && keep > g0 && tiled(g1 - g0) && !tiled(g1 - keep) {
+            let pads = self.tail_padding(PAD_FROM, g1, Outputs::Last) > 0;
+            g1 - if pads { PAD_FROM } else { FA_TILE }
         } else {
             keep
         }
