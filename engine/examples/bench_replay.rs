@@ -2,7 +2,8 @@
 //! auto and on, `first_token` against `sum` scoring, resident or streamed. Run through
 //! `scripts/bench-replay`.
 //!
-//! `bench_replay MODEL [THREADS] [N] [resident|stream] [UBATCH]`
+//! `bench_replay MODEL [THREADS] [N] [resident|stream] [UBATCH] [all|first_token]` (`first_token`:
+//! the `sum` rows are left out)
 //!
 //! The trace: episodes of 25 steps (one agent task each); each episode starts a new task with a ~1,500-token prefix
 //! (instructions, task), every step adds ~60 tokens of history, and each decision ends with a
@@ -80,6 +81,7 @@ fn main() {
     let n: usize = arg(2).and_then(|s| s.parse().ok()).unwrap_or(200);
     let streamed = arg(3).unwrap_or("resident") == "stream";
     let ubatch: u32 = arg(4).and_then(|s| s.parse().ok()).unwrap_or(512);
+    let with_sum = arg(5) != Some("first_token");
     let m = Model::load(&LoadOptions {
         stream: streamed.then(|| StreamOptions {
             cache: bmoe_engine::CacheBudget::Mib(256),
@@ -106,8 +108,8 @@ fn main() {
             "resident"
         }
     );
-    println!("| configuration | s | decisions/s | prompt tokens prefilled | vs reuse off | same best as off (same scoring) |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| configuration | s | decisions/s | prompt tokens prefilled | vs reuse off | same best as off (same scoring) | scores bit for bit = off |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     let (t_off, off) = run(&m, &reqs, &opts(PrefixReuse::Off), Scoring::FirstToken);
     let rows = [
         (
@@ -131,6 +133,9 @@ fn main() {
     let mut on_first = 0.0;
     let mut sum_off: Vec<DecideRecord> = Vec::new();
     for (name, reuse, scoring) in rows {
+        if scoring == Scoring::Sum && !with_sum {
+            continue;
+        }
         let (t, recs) = if reuse == PrefixReuse::Off && scoring == Scoring::FirstToken {
             (t_off, off.clone())
         } else {
@@ -154,7 +159,14 @@ fn main() {
             .zip(base)
             .filter(|(a, b)| a.best == b.best)
             .count();
-        let same = format!("{k}/{n}");
+        let bits =
+            |r: &DecideRecord| -> Vec<u64> { r.choice_logp.iter().map(|v| v.to_bits()).collect() };
+        let exact = recs
+            .iter()
+            .zip(base)
+            .filter(|(a, b)| bits(a) == bits(b))
+            .count();
+        let same = format!("{k}/{n} | {exact}/{n}");
         println!(
             "| {name} | {t:.2} | {:.2} | {prefilled} | {:.2}x | {same} |",
             n as f64 / t,
@@ -167,16 +179,19 @@ fn main() {
                 ("off", t_off)
             };
             println!(
-                "| sum / first_token cost, reuse {what} | | | | {:.2}x | |",
+                "| sum / first_token cost, reuse {what} | | | | {:.2}x | | |",
                 t / first
             );
         }
+    }
+    if !with_sum {
+        return;
     }
     // The same two reuse-on configurations once more, decision by decision in turn (alternating
     // which goes first), so that a CPU shared with other work slows both alike.
     let (tf, ts) = interleaved(&m, &reqs, &opts(PrefixReuse::On));
     println!(
-        "| sum / first_token cost, reuse on, interleaved ({tf:.2} s / {ts:.2} s) | | | | {:.2}x | |",
+        "| sum / first_token cost, reuse on, interleaved ({tf:.2} s / {ts:.2} s) | | | | {:.2}x | | |",
         ts / tf
     );
 }

@@ -72,7 +72,9 @@ pub enum EngineError {
     #[error("decode failed: {0}")]
     Decode(#[source] FfiError),
     /// The memory refused to drop a prompt piece's padding rows (their first position named).
-    #[error("the memory kept the padding after a prompt piece at position {0}; the cache was cleared")]
+    #[error(
+        "the memory kept the padding after a prompt piece at position {0}; the cache was cleared"
+    )]
     PaddingKept(usize),
     /// A decode left no logits where the call needs them (the row named).
     #[error("decode failed: no logits {0}")]

@@ -180,10 +180,7 @@ fn g18b_default_widths_reuse_on_the_grid() {
     // Measured: `on` bit for bit `off` too at these widths (its first piece takes the kernel a
     // fresh prefill gives its rows); only `auto` is exact by construction.
     let extends = || auto.iter().filter(|r| r.reuse == ReuseOutcome::Extend);
-    assert!(
-        extends().all(|r| r.n_reused % 64 == 0),
-        "auto off the grid"
-    );
+    assert!(extends().all(|r| r.n_reused % 64 == 0), "auto off the grid");
     let finer = extends()
         .filter(|r| !r.n_reused.is_multiple_of(512))
         .count();
@@ -199,7 +196,10 @@ fn g18b_default_widths_reuse_on_the_grid() {
         off.iter().filter(padded).count(),
         extends().filter(|r| padded(r)).count(),
     );
-    assert!(fresh > 5 && reused > 5, "padded tails: {fresh} fresh, {reused} after a reuse");
+    assert!(
+        fresh > 5 && reused > 5,
+        "padded tails: {fresh} fresh, {reused} after a reuse"
+    );
     let kept = |v: &[DecideRecord]| v.iter().map(|r| r.n_reused).sum::<u32>();
     eprintln!(
         "default widths: auto kept {} tokens, on {}; padded tails {fresh} fresh, {reused} reused",

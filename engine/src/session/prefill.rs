@@ -23,16 +23,17 @@ pub(crate) enum Outputs {
 /// it, so prefix reuse (`auto`) keeps a shared prefix down to the last multiple and then runs the
 /// very pieces a fresh prefill runs: bit for bit the same scores. 64 is the narrowest width whose
 /// pieces still take flash attention's tiled kernel (`FA_TILE`). Measured on the small preset's
-/// replay (docs/benchmarks.md, "Exact reuse on a 64-token grid"): against the 128-token grid
-/// it halves what each decision loses to the grid, and a fresh prompt prefills a few per cent
-/// slower.
+/// replay (docs/benchmarks.md, "Exact reuse on a 64-token grid, padded tails"): against the
+/// 128-token grid it halves what each decision loses to the grid, and a fresh prompt prefills a
+/// few per cent slower.
 pub(crate) const PROMPT_GRID: u32 = 64;
 
 /// The narrowest CPU piece padded to `FA_TILE` rows (`Session::tail_padding`). At 2,400 cells
 /// on the small preset a row of the one-row flash-attention kernel cost about 4.7 ms and a
-/// padded 64-row piece about 130 ms, even at about 28 rows; the one-row kernel's cost per row
-/// grows with the cache, so narrower pieces pay from deeper in it. Below this, a piece runs as
-/// it is.
+/// padded 64-row piece about 130 ms, so the two cost the same at about 28 rows; the one-row
+/// kernel's cost per row grows with the cache, so deeper in it narrower pieces pay
+/// (docs/benchmarks.md, "Exact reuse on a 64-token grid, padded tails"). Below this, a piece
+/// runs as it is.
 pub(crate) const PAD_FROM: usize = 24;
 
 /// Query rows from which ggml's CPU flash attention runs its tiled kernel (`GGML_FA_TILE_Q`);
@@ -118,7 +119,7 @@ impl Session<'_> {
     }
 
     /// Rows of padding after a CPU piece of `rows` rows ending at position `end_pos`: enough to
-    /// reach `FA_TILE` rows when the piece is at least `PAD_FROM` rows and narrower than that.
+    /// reach `FA_TILE` rows when the piece has from `PAD_FROM` to `FA_TILE` - 1 rows.
     /// Below `FA_TILE` query rows ggml's CPU flash attention takes its one-row kernel, whose
     /// cost per row grows with the cache: at 2,400 cells on the small preset a 62-row tail cost
     /// 2.5x a 68-row one. The padding rows (copies of the piece's last token) sit after the
@@ -147,4 +148,3 @@ impl Session<'_> {
         }
     }
 }
-

@@ -130,9 +130,7 @@ impl Session<'_> {
         let w = self.piece_width().max(1);
         let g0 = keep - keep % w;
         let g1 = (g0 + w).min(n);
-        let tiled = |rows: usize| {
-            rows >= FA_TILE || self.tail_padding(rows, g1, Outputs::Last) > 0
-        };
+        let tiled = |rows: usize| rows >= FA_TILE || self.tail_padding(rows, g1, Outputs::Last) > 0;
         if self.model.arena.is_none() && keep > g0 && tiled(g1 - g0) && !tiled(g1 - keep) {
             let pads = self.tail_padding(PAD_FROM, g1, Outputs::Last) > 0;
             g1 - if pads { PAD_FROM } else { FA_TILE }

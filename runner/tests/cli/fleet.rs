@@ -109,8 +109,8 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
     }
 
     // Old against new and new against old: every decision agrees on best. Not bit for bit: the
-    // older build prefilled in 512-wide pieces, this one on the 128-token grid (docs/benchmarks.md,
-    // "Exact reuse on a 128-token grid"), which rounds a prompt over 128 tokens differently.
+    // older build prefilled in 512-wide pieces, this one on the 64-token grid (docs/benchmarks.md,
+    // "Exact reuse on a 64-token grid, padded tails"), which rounds a longer prompt differently.
     for (a, b) in [
         ("runs/demo.csv", "runs/demo.v9.csv"),
         ("runs/demo.v9.csv", "runs/demo.csv"),
