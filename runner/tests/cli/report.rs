@@ -172,9 +172,16 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
             close(tps, got),
             "{point}: prefill_tps median {got}, CSV says {tps}"
         );
+        // Tokens the row processed: a decision that reused a prefix prefilled `n_prefilled` of
+        // its `n_prompt`.
+        let prefilled = |r: &BTreeMap<String, String>| {
+            r["n_prefilled"]
+                .parse::<f64>()
+                .unwrap_or_else(|_| col(r, "n_prompt"))
+        };
         let per_tok = median(
             mine.iter()
-                .map(|r| col(r, "read_mib") / (col(r, "n_prompt") + col(r, "tokens")))
+                .map(|r| col(r, "read_mib") / (prefilled(r) + col(r, "tokens")))
                 .collect(),
         );
         let got = g["metrics"]["read_mib_per_token"]["median"]
