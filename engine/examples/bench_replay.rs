@@ -9,7 +9,8 @@
 //! (`first_token`) episode by episode, in turn (the first of the two alternating), each episode's
 //! result appended to LOG, and the table summed over every episode LOG holds for this
 //! configuration. A long replay can so run in parts (episodes FIRST to LAST, counted from 0), in
-//! different processes or days, and noise on a shared CPU falls on both modes alike.
+//! different processes or days, and noise on a shared CPU falls on both modes alike. `summary` in
+//! place of FIRST-LAST runs nothing and prints the table of what LOG holds.
 //!
 //! The trace: episodes of 25 steps (one agent task each); each episode starts a new task with a ~1,500-token prefix
 //! (instructions, task), every step adds ~60 tokens of history, and each decision ends with a
@@ -120,7 +121,11 @@ fn main() {
         }
     );
     if arg(5) == Some("paired") {
-        let episodes = parse_range(arg(6), n.div_ceil(EPISODE));
+        // `summary`: no episode run, only the table of what the log holds.
+        let episodes = match arg(6) {
+            Some("summary") => 0..0,
+            a => parse_range(a, n.div_ceil(EPISODE)),
+        };
         let key = format!(
             "{model} {} t{threads} u{ubatch} n{n}",
             if streamed { "stream" } else { "resident" }
