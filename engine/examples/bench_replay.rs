@@ -2,8 +2,9 @@
 //! auto and on, `first_token` against `sum` scoring, resident or streamed. Run through
 //! `scripts/bench-replay`.
 //!
-//! `bench_replay MODEL [THREADS] [N] [resident|stream] [UBATCH] [all|first_token]` (`first_token`:
-//! the `sum` rows are left out)
+//! `bench_replay MODEL [THREADS] [N] [resident|stream|stream:MiB] [UBATCH] [all|first_token]`
+//! (`stream`: a 256 MiB expert cache, `stream:MiB` another size; `first_token`: the `sum` rows are
+//! left out)
 //!
 //! `bench_replay MODEL THREADS N MODE UBATCH paired [FIRST-LAST] [LOG]`: `off` and `auto`
 //! (`first_token`) episode by episode, in turn (the first of the two alternating), each episode's
@@ -91,12 +92,22 @@ fn main() {
     let model = arg(0).unwrap_or("models/small.gguf").to_string();
     let threads: u32 = arg(1).and_then(|s| s.parse().ok()).unwrap_or(2);
     let n: usize = arg(2).and_then(|s| s.parse().ok()).unwrap_or(200);
-    let streamed = arg(3).unwrap_or("resident") == "stream";
+    // `stream` keeps the 256 MiB cache earlier runs used; `stream:MiB` sets it.
+    let mode = arg(3).unwrap_or("resident");
+    let cache_mib: Option<u64> = match mode {
+        "resident" => None,
+        "stream" => Some(256),
+        m => Some(
+            m.strip_prefix("stream:")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("expected resident, stream or stream:MiB, got {m:?}")),
+        ),
+    };
     let ubatch: u32 = arg(4).and_then(|s| s.parse().ok()).unwrap_or(512);
     let with_sum = !matches!(arg(5), Some("first_token" | "paired"));
     let m = Model::load(&LoadOptions {
-        stream: streamed.then(|| StreamOptions {
-            cache: bmoe_engine::CacheBudget::Mib(256),
+        stream: cache_mib.map(|mib| StreamOptions {
+            cache: bmoe_engine::CacheBudget::Mib(mib),
             io_threads: 4,
             ..Default::default()
         }),
@@ -114,10 +125,9 @@ fn main() {
     println!(
         "# bench_replay {model} ({}), {n} decisions, {threads} threads, ubatch {ubatch}, {}",
         m.info().arch,
-        if streamed {
-            "streamed (cache 256 MiB)"
-        } else {
-            "resident"
+        match cache_mib {
+            Some(mib) => format!("streamed (cache {mib} MiB)"),
+            None => "resident".into(),
         }
     );
     if arg(5) == Some("paired") {
@@ -126,10 +136,7 @@ fn main() {
             Some("summary") => 0..0,
             a => parse_range(a, n.div_ceil(EPISODE)),
         };
-        let key = format!(
-            "{model} {} t{threads} u{ubatch} n{n}",
-            if streamed { "stream" } else { "resident" }
-        );
+        let key = format!("{model} {mode} t{threads} u{ubatch} n{n}");
         paired(&m, &reqs, &opts, episodes, &key, arg(7));
         return;
     }
