@@ -105,6 +105,16 @@ fn main() {
     };
     let ubatch: u32 = arg(4).and_then(|s| s.parse().ok()).unwrap_or(512);
     let with_sum = !matches!(arg(5), Some("first_token" | "paired"));
+    let key = format!("{model} {mode} t{threads} u{ubatch} n{n}");
+    // `paired summary LOG`: the table of what the log holds; no model is loaded.
+    if arg(5) == Some("paired") && arg(6) == Some("summary") {
+        let path = arg(7).expect("paired summary: LOG missing");
+        summarize(
+            &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}")),
+            &key,
+        );
+        return;
+    }
     let m = Model::load(&LoadOptions {
         stream: cache_mib.map(|mib| StreamOptions {
             cache: bmoe_engine::CacheBudget::Mib(mib),
@@ -131,12 +141,7 @@ fn main() {
         }
     );
     if arg(5) == Some("paired") {
-        // `summary`: no episode run, only the table of what the log holds.
-        let episodes = match arg(6) {
-            Some("summary") => 0..0,
-            a => parse_range(a, n.div_ceil(EPISODE)),
-        };
-        let key = format!("{model} {mode} t{threads} u{ubatch} n{n}");
+        let episodes = parse_range(arg(6), n.div_ceil(EPISODE));
         paired(&m, &reqs, &opts, episodes, &key, arg(7));
         return;
     }
@@ -176,7 +181,6 @@ fn main() {
         if reuse == PrefixReuse::On && scoring == Scoring::FirstToken {
             on_first = t;
         }
-        let prefilled: u64 = recs.iter().map(|r| u64::from(r.n_prefilled)).sum();
         // `sum` rows are compared with `sum, reuse off` (the first of them, with itself).
         if scoring == Scoring::Sum && sum_off.is_empty() {
             sum_off = recs.clone();
@@ -186,22 +190,12 @@ fn main() {
         } else {
             &sum_off
         };
-        let k = recs
-            .iter()
-            .zip(base)
-            .filter(|(a, b)| a.best == b.best)
-            .count();
-        let bits =
-            |r: &DecideRecord| -> Vec<u64> { r.choice_logp.iter().map(|v| v.to_bits()).collect() };
-        let exact = recs
-            .iter()
-            .zip(base)
-            .filter(|(a, b)| bits(a) == bits(b))
-            .count();
-        let same = format!("{k}/{n} | {exact}/{n}");
+        let c = compare(t, &recs, base);
+        let same = format!("{}/{n} | {}/{n}", c.same_best, c.same_bits);
         println!(
-            "| {name} | {t:.2} | {:.2} | {prefilled} | {:.2}x | {same} |",
+            "| {name} | {t:.2} | {:.2} | {} | {:.2}x | {same} |",
             n as f64 / t,
+            c.prefilled,
             t_off / t
         );
         if scoring == Scoring::Sum {
