@@ -16,6 +16,12 @@ pub struct StreamCounters {
     pub cache_misses: u64,
     /// Experts evicted from the cache.
     pub evictions: u64,
+    /// Seconds the routing nodes spent evicting (moving the evicted pages out, or releasing
+    /// them): part of `stall_s`.
+    pub evict_s: f64,
+    /// Seconds the routing nodes spent moving pages into expert slots (recycled evicted pages,
+    /// reads ahead): part of `stall_s`.
+    pub move_s: f64,
     /// Bytes of experts resident at the end.
     pub resident_bytes: u64,
     /// Experts read ahead of their routing node (prefetch).
@@ -70,6 +76,8 @@ impl StreamCounters {
             cache_hits: self.cache_hits - before.cache_hits,
             cache_misses: self.cache_misses - before.cache_misses,
             evictions: self.evictions - before.evictions,
+            evict_s: self.evict_s - before.evict_s,
+            move_s: self.move_s - before.move_s,
             resident_bytes: self.resident_bytes,
             prefetched: self.prefetched - before.prefetched,
             prefetch_used: self.prefetch_used - before.prefetch_used,

@@ -365,6 +365,7 @@ impl Moves<'_> {
                 // Repacked on the read-ahead lane that read it (`Source::repack`).
                 self.counters.repacked += u64::from(rp.is_some());
                 // Moving the pages in costs no copy and no page faults here.
+                let t0 = Instant::now();
                 let moved = if *self.left > 0 {
                     r.adopt(at, eb, chunk)
                 } else {
@@ -379,6 +380,7 @@ impl Moves<'_> {
                         r.as_mut_slice()[at..at + eb].copy_from_slice(&chunk.as_mut_slice()[..eb])
                     }
                 }
+                self.counters.move_s += t0.elapsed().as_secs_f64();
                 self.counters.read_bytes += eb as u64;
             }
             cached(e as u32);
@@ -394,6 +396,7 @@ impl Moves<'_> {
         pairs: &mut [(&ExpertMatrix, &mut Region)],
         misses: &[bool],
     ) {
+        let t0 = Instant::now();
         for (t, r) in pairs.iter_mut() {
             let eb = t.expert_bytes;
             for e in (0..misses.len()).filter(|&e| misses[e]) {
@@ -407,6 +410,7 @@ impl Moves<'_> {
                 }
             }
         }
+        self.counters.move_s += t0.elapsed().as_secs_f64();
     }
 }
 
@@ -856,6 +860,7 @@ impl Streamer {
         let (layers, spare, moves_left) = (&mut self.layers, &mut self.spare, &mut self.moves_left);
         let keep = self.keep_evicted;
         let protect = |&(l, e): &(u32, u32)| l == il && wanted[e as usize];
+        let t0 = Instant::now();
         let evicted = lru.make_room(need, budget, protect, |(l, e)| {
             if let Some(layer) = layers.get_mut(&l) {
                 for (t, r) in layer.tensors.iter().zip(layer.regions.iter_mut()) {
@@ -879,6 +884,7 @@ impl Streamer {
             }
         });
         self.counters.evictions += evicted;
+        self.counters.evict_s += t0.elapsed().as_secs_f64();
         miss
     }
 

@@ -76,6 +76,7 @@ fn print_decode_stream(rec: &bmoe_engine::GenerateRecord) {
             100.0 * d.stall_s / t.decode_s.max(1e-9),
             pct(d.cache_hit_pct()),
         );
+        print_stall_parts(d);
         if d.predict_s > 0.0 {
             // What `prefetch = router` costs decode even when it reads nothing ahead.
             eprintln!(
@@ -86,6 +87,25 @@ fn print_decode_stream(rec: &bmoe_engine::GenerateRecord) {
             );
         }
     }
+}
+
+/// What decode's stall at routing nodes was made of: reads and repacks (summed over the threads
+/// that ran them, so with reads on several lanes at once they can add up to more than the stall),
+/// page moves, and the rest (the cache's bookkeeping, waits for reads ahead).
+fn print_stall_parts(d: &StreamCounters) {
+    if d.cache_misses == 0 {
+        return;
+    }
+    let parts = d.read_s + d.repack_s + d.evict_s + d.move_s;
+    let rest = if parts <= d.stall_s {
+        format!("{:.3} s", d.stall_s - parts)
+    } else {
+        "n/a (reads overlapped on lanes)".into()
+    };
+    eprintln!(
+        "moe-stream decode stall: reads {:.3} s, repacking {:.3} s, evicting {:.3} s, moving pages in {:.3} s, the rest {rest}",
+        d.read_s, d.repack_s, d.evict_s, d.move_s,
+    );
 }
 
 /// The profiling report of `--explain-prefill`, when it ran.
