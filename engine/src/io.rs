@@ -33,29 +33,30 @@ fn open(path: &Path, direct: bool) -> std::io::Result<File> {
     o.open(path)
 }
 
-/// Reads `dst.len()` bytes at `offset` of `f` through the aligned `bounce` buffer.
-fn read_direct(f: &File, bounce: &mut Region, offset: u64, dst: &mut [u8]) -> std::io::Result<()> {
+/// Reads `len` bytes at `offset` of `f` into the aligned `bounce` buffer and returns them there.
+fn read_direct<'b>(
+    f: &File,
+    bounce: &'b mut Region,
+    offset: u64,
+    len: usize,
+) -> std::io::Result<&'b [u8]> {
     let start = offset - offset % ALIGN;
-    let end = (offset + dst.len() as u64).next_multiple_of(ALIGN);
+    let end = (offset + len as u64).next_multiple_of(ALIGN);
     let buf = &mut bounce.as_mut_slice()[..(end - start) as usize];
     let mut got = 0usize;
     // Short reads happen at end of file (the aligned range may pass it) and are retried elsewhere.
-    while (got as u64) < offset - start + dst.len() as u64 {
+    while (got as u64) < offset - start + len as u64 {
         let n = f.read_at(&mut buf[got..], start + got as u64)?;
         if n == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
-                format!(
-                    "short read: wanted {} bytes at {offset}, the file ended",
-                    dst.len()
-                ),
+                format!("short read: wanted {len} bytes at {offset}, the file ended"),
             ));
         }
         got += n;
     }
     let from = (offset - start) as usize;
-    dst.copy_from_slice(&buf[from..from + dst.len()]);
-    Ok(())
+    Ok(&buf[from..from + len])
 }
 
 impl DirectReader {
@@ -101,8 +102,9 @@ impl DirectReader {
         for off in probes {
             let n = (len - off).min(8 * 1024) as usize;
             let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
-            if read_direct(&f, &mut bounce, off, &mut a).is_err() {
-                return Ok(false);
+            match read_direct(&f, &mut bounce, off, n) {
+                Ok(got) => a.copy_from_slice(got),
+                Err(_) => return Ok(false),
             }
             buffered.read_exact_at(&mut b, off)?;
             if a != b {
@@ -135,34 +137,55 @@ impl DirectReader {
         offset: u64,
         dst: &mut [u8],
     ) -> std::io::Result<f64> {
+        self.read_with(lane, file, offset, dst.len(), |got| {
+            dst.copy_from_slice(got)
+        })
+        .map(|((), s)| s)
+    }
+
+    /// Reads `len` bytes at `offset` of file `file` on lane `lane` and hands them to `use_bytes`
+    /// where they landed (the lane's bounce buffer, for O_DIRECT): a caller that transforms the
+    /// bytes anyway (a repack) saves the copy out. Returns what `use_bytes` returned and the
+    /// seconds spent reading, not using.
+    pub fn read_with<R>(
+        &self,
+        lane: usize,
+        file: usize,
+        offset: u64,
+        len: usize,
+        use_bytes: impl FnOnce(&[u8]) -> R,
+    ) -> std::io::Result<(R, f64)> {
         let t0 = Instant::now();
         let mut l = self.lanes[lane % self.lanes.len()]
             .lock()
             .map_err(|_| std::io::Error::other("a reader lane panicked"))?;
         let Lane { files, bounce } = &mut *l;
         let f = &files[file];
+        let mut buffered = Vec::new();
         let r = if self.direct[file] {
-            if dst.len() > self.max_read {
+            if len > self.max_read {
                 return Err(std::io::Error::other("read larger than the bounce buffer"));
             }
-            read_direct(f, bounce, offset, dst)
+            read_direct(f, bounce, offset, len)
         } else {
-            f.read_exact_at(dst, offset)
+            buffered.resize(len, 0);
+            f.read_exact_at(&mut buffered, offset)
+                .map(|()| &buffered[..])
         };
         // The file, the range and the OS error (its errno in the text): what a fleet's storage
         // failure report needs to find the bad block.
-        r.map_err(|e| {
+        let got = r.map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!(
-                    "{}: reading {} bytes at offset {offset}{}: {e}",
+                    "{}: reading {len} bytes at offset {offset}{}: {e}",
                     self.paths[file].display(),
-                    dst.len(),
                     if self.direct[file] { " (O_DIRECT)" } else { "" },
                 ),
             )
         })?;
-        Ok(t0.elapsed().as_secs_f64())
+        let read_s = t0.elapsed().as_secs_f64();
+        Ok((use_bytes(got), read_s))
     }
 }
 

@@ -175,7 +175,7 @@ type Mechanisms = (
 );
 
 /// `cache_mb = "auto"` on this machine: the plan's one formula ([`crate::plan`]) against the
-/// memory available before the load, for sessions of the default shape.
+/// memory available before the load, for sessions of the shape the caller will run.
 #[derive(Debug, Clone, Copy)]
 struct AutoCache {
     floor_mb: u64,
@@ -186,6 +186,7 @@ struct AutoCache {
 /// `opts` with an `auto` expert cache resolved to MiB by the plan, and how, when it was `auto`.
 fn resolve_auto_cache(
     opts: &LoadOptions,
+    session: &crate::options::SessionOptions,
     index: &crate::gguf::index::GgufIndex,
     placed: &Placed,
 ) -> (LoadOptions, Option<AutoCache>) {
@@ -208,7 +209,7 @@ fn resolve_auto_cache(
         crate::plan::ModelDims::of(index),
         prefill,
         opts,
-        &crate::options::SessionOptions::default(),
+        session,
         crate::plan::Memory::this_machine(floor_mb),
     );
     st.cache = crate::options::CacheBudget::Mib(plan.cache_mb);
@@ -549,9 +550,16 @@ fn meta_u32(raw: &LlamaModel, arch: &str, key: &str) -> u32 {
 }
 
 impl Model {
-    /// Loads a model as `opts` says: the file checked, the devices placed, llama.cpp's model
-    /// (lean or whole), the capture and weight table, then the streamer and the arena.
+    /// Loads a model as `opts` says, for sessions of the default shape ([`Model::load_for`]).
     pub fn load(opts: &LoadOptions) -> Result<Model> {
+        Self::load_for(opts, &crate::options::SessionOptions::default())
+    }
+
+    /// Loads a model as `opts` says: the file checked, the devices placed, llama.cpp's model
+    /// (lean or whole), the capture and weight table, then the streamer and the arena. An `auto`
+    /// expert cache is planned for sessions of `session`'s shape (its context, batch and output
+    /// rows size the KV cache and compute buffers the cache leaves room for).
+    pub fn load_for(opts: &LoadOptions, session: &crate::options::SessionOptions) -> Result<Model> {
         let started = std::time::Instant::now();
         let read_before = crate::telemetry::storage_read_bytes();
         opts.validate()?;
@@ -567,7 +575,7 @@ impl Model {
         let kv_overrides = expert_override(opts, &index, &arch)?;
         let mut warnings = Vec::new();
         let placed = place_devices(opts, cpu, &mut warnings)?;
-        let (resolved, auto_cache) = resolve_auto_cache(opts, &index, &placed);
+        let (resolved, auto_cache) = resolve_auto_cache(opts, session, &index, &placed);
         let opts = &resolved;
         let params = RawLoadParams {
             devices: placed.devices.clone(),

@@ -1,6 +1,7 @@
 //! Reading an expert into its slot, in the file's layout or in the CPU's repacked one
-//! (`repack = auto`): a repacked expert is read whole into the reading thread's scratch and
-//! repacked from there into the slot, on the same thread (a reader lane, or the thread that
+//! (`repack = auto`): a repacked expert is repacked from where its read landed (the lane's bounce
+//! buffer; an expert in several pieces is gathered in the reading thread's scratch first) into
+//! the slot, on the same thread (a reader lane, or the thread that
 //! reads a decode-sized node's few misses inline), never on the compute threads' kernels.
 use std::cell::RefCell;
 use std::time::Instant;
@@ -57,6 +58,19 @@ pub(super) fn read_into(
             repack_s: None,
         });
     };
+    // One piece (an expert's slice is contiguous in the file): repacked straight from where the
+    // read landed, without a copy through the scratch.
+    if let [(file, off, len)] = *pieces {
+        let (repacked, read_s) = reader.read_with(lane, file, off, len, |got| {
+            let t0 = Instant::now();
+            rp.repack(got, dst).map(|()| t0.elapsed().as_secs_f64())
+        })?;
+        return Ok(Done {
+            read_s,
+            bytes,
+            repack_s: Some(repacked.map_err(std::io::Error::other)?),
+        });
+    }
     SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
         s.resize(bytes, 0);

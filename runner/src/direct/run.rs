@@ -18,7 +18,8 @@ fn load(e: &EngineArgs) -> anyhow::Result<(Model, SessionOptions)> {
     if let Some(note) = d.threads.capped_note() {
         eprintln!("bmoe: {note}");
     }
-    let m = Model::load(&d.load)?;
+    // `cache_mb = auto` leaves room for this call's own context, not the default one.
+    let m = Model::load_for(&d.load, &d.session)?;
     for w in m.warnings() {
         eprintln!("bmoe: {w}");
     }

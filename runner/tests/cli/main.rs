@@ -7,6 +7,7 @@
 mod common;
 mod hostile;
 
+mod auto_cache;
 mod bad_input;
 mod check_json;
 mod cli_hygiene;

@@ -10,12 +10,13 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 
-use crate::common::{clean_env, text, Project};
+use crate::common::cgroup::Group;
+use crate::common::{text, Project};
 
 const MIB: u64 = 1 << 20;
 /// The group's limit. bmoe alone holds about 50 MiB besides its cache, whose routed experts
@@ -75,77 +76,6 @@ cache_reserve_mb = {reserve_mb}
         ),
     );
     rel
-}
-
-/// A cgroup v1 memory group of the test's own, emptied (SIGKILL) and removed on drop.
-struct Group(PathBuf);
-
-impl Group {
-    /// A group with `limit` bytes, or `None` where this machine cannot make one (not root, no
-    /// cgroup v1 memory controller).
-    fn new(name: &str, limit: u64) -> Option<Self> {
-        let root = Path::new("/sys/fs/cgroup/memory");
-        let dir = root.join(format!("bmoe-test-{name}-{}", std::process::id()));
-        std::fs::create_dir(&dir).ok()?;
-        let g = Group(dir);
-        std::fs::write(g.0.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
-        Some(g)
-    }
-
-    /// `program args` started inside the group (the shell joins it, then becomes the program);
-    /// `victim`: the OOM killer's first choice (raising the score needs no privilege).
-    fn spawn(&self, cwd: &Path, victim: bool, program: &str, args: &[&str]) -> Command {
-        let adj = if victim {
-            "echo 1000 > /proc/self/oom_score_adj && "
-        } else {
-            ""
-        };
-        let script = format!(
-            "echo $$ > {} && {adj}exec \"$0\" \"$@\"",
-            self.0.join("cgroup.procs").display()
-        );
-        let mut c = Command::new("sh");
-        clean_env(&mut c);
-        c.current_dir(cwd)
-            .env("XDG_CACHE_HOME", cwd.join(".cache"))
-            .arg("-c")
-            .arg(script)
-            .arg(program)
-            .args(args);
-        c
-    }
-
-    fn pids(&self) -> Vec<String> {
-        std::fs::read_to_string(self.0.join("cgroup.procs"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .map(String::from)
-            .collect()
-    }
-
-    /// The kernel's count of OOM kills in the group (`oom_kill` of `memory.oom_control`).
-    fn oom_kills(&self) -> u64 {
-        std::fs::read_to_string(self.0.join("memory.oom_control"))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("oom_kill "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            let pids = self.pids();
-            if pids.is_empty() {
-                break;
-            }
-            let _ = Command::new("kill").arg("-9").args(&pids).status();
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
 }
 
 /// The app: takes `APP_STEPS` x `APP_STEP_MIB` MiB (every page written), says `held`, and

@@ -1,6 +1,8 @@
 //! Shared fixtures: a scratch project folder with the tiny synthetic model, profiles and jobs, and
 //! a way to run the real `bmoe` binary in it.
 #![allow(dead_code)]
+pub mod cgroup;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
