@@ -143,6 +143,60 @@ impl DirectReader {
         .map(|((), s)| s)
     }
 
+    /// A buffer [`DirectReader::read_aligned`] can read any single read of this reader into.
+    pub fn bounce(&self) -> std::io::Result<Region> {
+        Region::reserve(self.max_read + 2 * ALIGN as usize)
+    }
+
+    /// Reads `len` bytes at `offset` of file `file` with lane `lane`'s descriptor into `buf` (one
+    /// from [`DirectReader::bounce`]), not the lane's own bounce buffer: the bytes stay there for
+    /// another thread to use while the lane reads the next ones. Returns where in `buf` they are
+    /// and the seconds spent reading.
+    pub fn read_aligned(
+        &self,
+        lane: usize,
+        file: usize,
+        offset: u64,
+        len: usize,
+        buf: &mut Region,
+    ) -> std::io::Result<(std::ops::Range<usize>, f64)> {
+        let t0 = Instant::now();
+        let l = self.lanes[lane % self.lanes.len()]
+            .lock()
+            .map_err(|_| std::io::Error::other("a reader lane panicked"))?;
+        let f = &l.files[file];
+        if len > self.max_read || buf.len() < self.max_read + 2 * ALIGN as usize {
+            return Err(std::io::Error::other("read larger than the bounce buffer"));
+        }
+        let r = if self.direct[file] {
+            read_direct(f, buf, offset, len).map(|_| (offset % ALIGN) as usize)
+        } else {
+            f.read_exact_at(&mut buf.as_mut_slice()[..len], offset)
+                .map(|()| 0)
+        };
+        let at = r.map_err(|e| self.read_error(file, offset, len, e))?;
+        Ok((at..at + len, t0.elapsed().as_secs_f64()))
+    }
+
+    /// The error of a failed read: the file, the range and the OS error (its errno in the text),
+    /// what a fleet's storage failure report needs to find the bad block.
+    fn read_error(
+        &self,
+        file: usize,
+        offset: u64,
+        len: usize,
+        e: std::io::Error,
+    ) -> std::io::Error {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "{}: reading {len} bytes at offset {offset}{}: {e}",
+                self.paths[file].display(),
+                if self.direct[file] { " (O_DIRECT)" } else { "" },
+            ),
+        )
+    }
+
     /// Reads `len` bytes at `offset` of file `file` on lane `lane` and hands them to `use_bytes`
     /// where they landed (the lane's bounce buffer, for O_DIRECT): a caller that transforms the
     /// bytes anyway (a repack) saves the copy out. Returns what `use_bytes` returned and the
@@ -172,18 +226,7 @@ impl DirectReader {
             f.read_exact_at(&mut buffered, offset)
                 .map(|()| &buffered[..])
         };
-        // The file, the range and the OS error (its errno in the text): what a fleet's storage
-        // failure report needs to find the bad block.
-        let got = r.map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!(
-                    "{}: reading {len} bytes at offset {offset}{}: {e}",
-                    self.paths[file].display(),
-                    if self.direct[file] { " (O_DIRECT)" } else { "" },
-                ),
-            )
-        })?;
+        let got = r.map_err(|e| self.read_error(file, offset, len, e))?;
         let read_s = t0.elapsed().as_secs_f64();
         Ok((use_bytes(got), read_s))
     }

@@ -89,6 +89,11 @@ pub struct Streamer {
     shared: BTreeMap<ExpertRole, Region>,
     reader: std::sync::Arc<DirectReader>,
     pool: rayon::ThreadPool,
+    /// Two read buffers a decode node's repacked slices are read into, each repacked out of one
+    /// while the next is read into the other (`repacked::run_pipelined`).
+    pipe: Vec<Region>,
+    /// The thread that repacks out of `pipe`.
+    repacker: rayon::ThreadPool,
     predictor: Option<prefetch::Predictor>,
     prefetcher: Option<prefetch::Prefetcher>,
     /// Per layer, the experts its last routing node chose (the `repeat` predictor).
@@ -461,7 +466,7 @@ fn read_all(
     reader: &DirectReader,
     pool: &rayon::ThreadPool,
     jobs: Vec<repacked::Job<'_>>,
-    decode_sized: bool,
+    (decode_sized, pipe, repacker): (bool, &mut [Region], &rayon::ThreadPool),
     counters: &mut StreamCounters,
 ) -> std::io::Result<()> {
     let total: usize = jobs.iter().map(|j| j.dst.len()).sum();
@@ -474,7 +479,12 @@ fn read_all(
         || jobs.len() < 2
         || (decode_sized && jobs.len() < DECODE_INLINE_SLICES)
     {
-        jobs.into_iter().map(|j| j.run(reader, 0)).collect()
+        // A decode node's few repacked slices: each repacked while the next is read.
+        if decode_sized && pipe.len() >= 2 && repacked::pipelines(&jobs) {
+            repacked::run_pipelined(reader, 0, jobs, pipe, repacker)
+        } else {
+            jobs.into_iter().map(|j| j.run(reader, 0)).collect()
+        }
     } else {
         pool.install(|| {
             jobs.into_par_iter()
@@ -532,6 +542,10 @@ impl Streamer {
         let predictor = prefetch::Predictor::new(&capture.routers, opts.prefetch, quiet);
         let (prefetcher, pool) = start_readers(&reader, opts, predictor.is_some(), max_read)?;
         let direct = reader.direct().to_vec();
+        let pipe = (0..2)
+            .map(|_| reader.bounce())
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(setup_err("reserving read buffers"))?;
         let moves_left = move_allowance(&layers);
         let keep_evicted = page_moves::page_moves().moves();
         Ok(Self {
@@ -539,6 +553,14 @@ impl Streamer {
             shared,
             reader,
             pool,
+            pipe,
+            repacker: rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .thread_name(|_| "bmoe-repack".into())
+                .build()
+                .map_err(|e| {
+                    setup_err("starting the repacking thread")(std::io::Error::other(e))
+                })?,
             predictor,
             prefetcher,
             last_routed: BTreeMap::new(),
@@ -921,6 +943,8 @@ impl Streamer {
             spare,
             reader,
             pool,
+            pipe,
+            repacker,
             ..
         } = self;
         let layer = layers.get_mut(&il).expect("layer checked by ensure");
@@ -960,7 +984,7 @@ impl Streamer {
         moves.recycle(spare, &mut pairs, misses);
         spare.clear();
         let jobs = read_jobs(pairs, &reps, misses);
-        read_all(reader, pool, jobs, decode_sized, counters)
+        read_all(reader, pool, jobs, (decode_sized, pipe, repacker), counters)
     }
     /// Whether reads ahead pay: at least `MIN_PRECISION` of the recent candidates were misses
     /// (each wrong one costs a read and CPU time for its copy, which on a small machine competes

@@ -4,6 +4,7 @@
 //! the slot, on the same thread (a reader lane, or the thread that
 //! reads a decode-sized node's few misses inline), never on the compute threads' kernels.
 use std::cell::RefCell;
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
 
 use crate::error::{EngineError, Result};
@@ -88,6 +89,109 @@ pub(super) fn read_into(
             repack_s: Some(t0.elapsed().as_secs_f64()),
         })
     })
+}
+
+/// Whether `jobs` can run [`run_pipelined`]: two or more, each one piece, repacked.
+pub(super) fn pipelines(jobs: &[Job<'_>]) -> bool {
+    jobs.len() >= 2
+        && jobs
+            .iter()
+            .all(|j| j.pieces.len() == 1 && j.repack.is_some())
+}
+
+/// A job read into a buffer of the pipeline: where its bytes are there, and the read's seconds.
+type Read<'j, 'b> = (Job<'j>, std::ops::Range<usize>, f64, &'b mut Region);
+
+/// Runs `jobs` ([`pipelines`]) on `lane` in two stages: the calling thread reads each into one
+/// of `bufs` (from [`DirectReader::bounce`]) while `repacker`'s thread repacks the one before
+/// out of another into its slot. A decode node's repacks then hide behind its reads, and reads
+/// still go one at a time, which this storage serves best (two in flight ran barely faster than
+/// one). Results in no particular order; a job left unread is an error.
+pub(super) fn run_pipelined(
+    reader: &DirectReader,
+    lane: usize,
+    jobs: Vec<Job<'_>>,
+    bufs: &mut [Region],
+    repacker: &rayon::ThreadPool,
+) -> Vec<std::io::Result<Done>> {
+    let (free_tx, free_rx) = channel();
+    let (read_tx, read_rx) = channel();
+    let (done_tx, done_rx) = channel();
+    for b in bufs.iter_mut() {
+        let _ = free_tx.send(b);
+    }
+    repacker.in_place_scope(|s| {
+        // The repacking stage holds the only sender of free buffers: if it stops, the reading
+        // stage's wait for one ends instead of hanging.
+        s.spawn(move |_| {
+            let _ = done_tx.send(repack_stage(read_rx, free_tx));
+        });
+        let mut results = read_stage(reader, lane, jobs, free_rx, read_tx);
+        match done_rx.recv() {
+            Ok(mut done) => results.append(&mut done),
+            Err(_) => results.push(Err(std::io::Error::other("the repacking thread stopped"))),
+        }
+        results
+    })
+}
+
+/// The reading stage: each job read into the next free buffer and passed on (`read`); returns
+/// the errors.
+fn read_stage<'j, 'b>(
+    reader: &DirectReader,
+    lane: usize,
+    jobs: Vec<Job<'j>>,
+    free: Receiver<&'b mut Region>,
+    read: Sender<Read<'j, 'b>>,
+) -> Vec<std::io::Result<Done>> {
+    let mut errors = Vec::new();
+    // A buffer whose read failed is reused here, not handed back.
+    let mut spare = None;
+    for job in jobs {
+        let Some(buf) = spare.take().or_else(|| free.recv().ok()) else {
+            errors.push(Err(std::io::Error::other("the repacking thread stopped")));
+            break;
+        };
+        let (file, off, len) = job.pieces[0];
+        match reader.read_aligned(lane, file, off, len, buf) {
+            Ok((at, read_s)) => {
+                if read.send((job, at, read_s, buf)).is_err() {
+                    errors.push(Err(std::io::Error::other("the repacking thread stopped")));
+                    break;
+                }
+            }
+            Err(e) => {
+                errors.push(Err(e));
+                spare = Some(buf);
+            }
+        }
+    }
+    errors
+}
+
+/// The repacking stage: each job repacked out of its buffer into its slot, the buffer handed
+/// back (`free`).
+fn repack_stage<'j, 'b>(
+    read: Receiver<Read<'j, 'b>>,
+    free: Sender<&'b mut Region>,
+) -> Vec<std::io::Result<Done>> {
+    let mut done = Vec::new();
+    for (job, at, read_s, buf) in read {
+        let t0 = Instant::now();
+        let r = match job.repack {
+            Some(rp) => rp.repack(&buf.as_slice()[at], job.dst),
+            None => Err(crate::ffi::error::FfiError::Argument(
+                "a job without a repack".into(),
+            )),
+        };
+        done.push(r.map_err(std::io::Error::other).map(|()| Done {
+            read_s,
+            bytes: job.dst.len(),
+            repack_s: Some(t0.elapsed().as_secs_f64()),
+        }));
+        let _ = free.send(buf);
+    }
+    done
 }
 
 impl Job<'_> {

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use bmoe_engine::gguf::index::GgufIndex;
+use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
 use common::{text, Project};
 use faultfs::{Fault, Mounted, Read, Rule};
 
@@ -123,8 +124,29 @@ struct Faulted {
     model: String,
 }
 
+/// The tiny shape 256 wide with Q4_0 experts, which the CPU repacks on AVX2 and ARM (the model of
+/// gate G30): a decode node's repacked slices are read and repacked in two stages.
+fn write_repacked_model(path: &Path) {
+    let spec = SynthSpec {
+        expert_type: WeightType::Q4_0,
+        dense_type: WeightType::Q8_0,
+        n_embd: 256,
+        n_ff_exp: 256,
+        ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
+    };
+    write_model(&spec, path).expect("write the model");
+}
+
 fn faulted_run(fault: Fault, direct_io: bool) -> Faulted {
+    faulted_run_on(fault, direct_io, false)
+}
+
+/// [`faulted_run`], on the repacked model where `repacked`.
+fn faulted_run_on(fault: Fault, direct_io: bool, repacked: bool) -> Faulted {
     let p = Project::new();
+    if repacked {
+        write_repacked_model(&p.path("models/tiny.gguf"));
+    }
     let fs = Mounted::serve(&p.path("models/tiny.gguf"), direct_io);
     p.write("jobs/eio.toml", &streamed_job(&fs.path()));
     let ranges = expert_ranges(&fs.path());
@@ -168,6 +190,10 @@ fn faulted_run(fault: Fault, direct_io: bool) -> Faulted {
 /// The item that met the fault has an error row naming the file, the offset and `expect`; the run
 /// went on; the expert was read again later; the other items are the clean run's; exit 1.
 fn expert_fault_goes_to_its_row(fault: Fault, direct_io: bool, expect: &[&str]) {
+    fault_goes_to_its_row(faulted_run(fault, direct_io), expect);
+}
+
+fn fault_goes_to_its_row(f: Faulted, expect: &[&str]) {
     let Faulted {
         code,
         out,
@@ -177,7 +203,7 @@ fn expert_fault_goes_to_its_row(fault: Fault, direct_io: bool, expect: &[&str]) 
         expert: (il, e),
         reference,
         model,
-    } = faulted_run(fault, direct_io);
+    } = f;
     assert_eq!(
         code,
         Some(1),
@@ -242,6 +268,17 @@ fn eio_on_an_expert_fails_that_item_only() {
 #[test]
 fn eio_with_fuse_direct_io_fails_that_item_only() {
     expert_fault_goes_to_its_row(Fault::Eio, true, &["Input/output error", "os error 5"]);
+}
+
+/// The same on a model whose experts are repacked as read: a failed read in the middle of a
+/// decode node's two-stage read and repack (`repacked::run_pipelined`) fails that item the same
+/// way, and the slices read before it are not kept as if whole.
+#[test]
+fn eio_on_a_repacked_expert_fails_that_item_only() {
+    fault_goes_to_its_row(
+        faulted_run_on(Fault::Eio, false, true),
+        &["Input/output error", "os error 5"],
+    );
 }
 
 /// A read answered short once (to FUSE, an end of file the kernel takes at its word): the
