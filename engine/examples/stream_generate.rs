@@ -110,7 +110,7 @@ fn run(a: &Args) -> Result<(), String> {
     );
     let d = &g.decode_stream;
     eprintln!(
-        "repack: {} weight tensors tagged; decode repacked {} expert slices in {:.3} s ({:.1}% of decode), read {:.3} s, stall {:.3} s",
+        "repack: {} weight tensors tagged; decode repacked {} expert slices in {:.3} s summed over the threads that repacked ({:.1}% of decode's wall time; lanes repacking at once on shared cores add up past it), read {:.3} s (summed likewise), stall {:.3} s",
         m.load_stats().repacked.tensors,
         d.repacked,
         d.repack_s,
