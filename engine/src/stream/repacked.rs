@@ -1,8 +1,9 @@
 //! Reading an expert into its slot, in the file's layout or in the CPU's repacked one
 //! (`repack = auto`): a repacked expert is repacked from where its read landed (the lane's bounce
 //! buffer; an expert in several pieces is gathered in the reading thread's scratch first) into
-//! the slot, on the same thread (a reader lane, or the thread that
-//! reads a decode-sized node's few misses inline), never on the compute threads' kernels.
+//! the slot, on the thread that read it (a reader lane), or, for a decode-sized node's few misses
+//! read inline, on the `bmoe-repack` thread while the next is read ([`run_pipelined`]); never on
+//! the compute threads' kernels.
 use std::cell::RefCell;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
