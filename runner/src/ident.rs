@@ -118,6 +118,13 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kb as f64 / 1024.0)
 }
 
+/// Resets the process's peak resident set (`VmHWM`) to its current resident set, so the next
+/// [`peak_rss_mib`] is the peak since now (Linux 4.0+: `5` to `/proc/self/clear_refs`); false
+/// where the kernel does not allow it (the peak then stays the process's).
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// The highest anonymous and file-backed resident memory seen while it lives, sampled every
 /// 10 ms on a thread of its own (the kernel keeps a peak only for the total, `VmHWM`).
 pub struct RssPeaks {
@@ -159,6 +166,14 @@ impl RssPeaks {
             stop,
             sampler,
         }
+    }
+
+    /// Starts the peaks again from the memory resident now.
+    pub fn reset(&self) {
+        use std::sync::atomic::Ordering;
+        let (anon, file) = bmoe_engine::rss_split().unwrap_or((0, 0));
+        self.peaks[0].store(anon, Ordering::Relaxed);
+        self.peaks[1].store(file, Ordering::Relaxed);
     }
 
     /// The peaks so far, in MiB (anonymous, file-backed); `None` where /proc does not say.

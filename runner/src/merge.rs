@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use crate::config::diag::display_path;
 use crate::sink::csv::{inspect, HeaderKind};
-use crate::sink::read::{retry_key, superseded};
+use crate::sink::key::RowKey;
+use crate::sink::read::superseded;
 use crate::sink::row::Row;
 
 mod shards;
@@ -26,7 +27,7 @@ pub struct MergeReport {
     pub rows_in: usize,
     /// Rows written.
     pub rows_out: usize,
-    /// Identical duplicates dropped (the same row in two inputs, or twice in one).
+    /// Identical duplicates dropped (the same row, every cell alike, in two inputs or twice in one).
     pub duplicates: usize,
     /// Failed rows dropped because a later row of their key retried them (`run --retry-errors`).
     pub superseded: usize,
@@ -51,9 +52,6 @@ pub struct MergeOptions {
     /// Merge even when shards are missing.
     pub allow_partial: bool,
 }
-
-/// (run, job, point, item): a row's identity.
-type Key = (String, String, String, String);
 
 /// One input CSV with a header.
 struct Input {
@@ -103,8 +101,8 @@ pub fn merge(
     };
     let out = join_rows(read, &mut rep)?;
     rep.rows_out = out.len();
-    rep.runs = distinct(out.keys().map(|k| &k.0));
-    rep.jobs = distinct(out.keys().map(|k| &k.1));
+    rep.runs = distinct(out.keys().map(|k| &k.run_id));
+    rep.jobs = distinct(out.keys().map(|k| &k.job));
     write_atomic(output, out.values().map(|(_, r)| r))?;
     Ok(rep)
 }
@@ -216,17 +214,18 @@ fn read_shards(read: &[Input]) -> anyhow::Result<Vec<shards::Labels>> {
         .collect()
 }
 
-/// Rows keyed by (run, job, point, item): identical duplicates dropped and counted, conflicting
-/// ones refused (the first five named).
+/// Rows keyed by [`RowKey`]: identical duplicates (every cell alike) dropped and counted, rows of
+/// one key that differ in any cell refused (the first five named): two measurements of one key
+/// cannot both be kept, and neither can be chosen.
 fn join_rows(
     read: Vec<Input>,
     rep: &mut MergeReport,
-) -> anyhow::Result<BTreeMap<Key, (PathBuf, Row)>> {
-    let mut out: BTreeMap<Key, (PathBuf, Row)> = BTreeMap::new();
+) -> anyhow::Result<BTreeMap<RowKey, (PathBuf, Row)>> {
+    let mut out: BTreeMap<RowKey, (PathBuf, Row)> = BTreeMap::new();
     let mut conflicts: Vec<String> = Vec::new();
     // A failed row that `run --retry-errors` ran again gives way to its retry (in any input).
     let all = read.iter().flat_map(|i| i.rows.iter());
-    let gone = superseded(all.map(|r| (retry_key(r), !r.error.is_empty())));
+    let gone = superseded(all.map(|r| (RowKey::of(r), !r.error.is_empty())));
     let mut at = 0;
     for Input {
         path: file, rows, ..
@@ -239,26 +238,17 @@ fn join_rows(
                 rep.superseded += 1;
                 continue;
             }
-            let key = (
-                r.run_id.clone(),
-                r.job.clone(),
-                r.point.clone(),
-                r.item.clone(),
-            );
+            let key = RowKey::of(&r);
             match out.get(&key) {
                 None => {
                     out.insert(key, (file.clone(), r));
                 }
-                Some((_, r0)) if r0.same_outcome(&r) => rep.duplicates += 1,
+                Some((_, r0)) if r0.same_cells(&r) => rep.duplicates += 1,
                 Some((f0, r0)) => conflicts.push(format!(
-                    "run {} job {} point {} item {}: {} and {} differ ({})",
-                    key.0,
-                    key.1,
-                    key.2,
-                    key.3,
+                    "{key}: {} and {} differ ({})",
                     display_path(f0),
                     display_path(&file),
-                    r0.outcome_difference(&r)
+                    r0.difference(&r)
                 )),
             }
         }

@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::sink::row::{Row, SETTING_COLUMNS};
+use crate::config::declare::settings_values;
+use crate::sink::row::{Row, RECORDED_SETTINGS, SETTINGS_COLUMN};
 
-/// The provenance columns compared, before the settings ([`SETTING_COLUMNS`]).
+/// The provenance columns compared, before the settings ([`RECORDED_SETTINGS`]).
 const PROVENANCE: &[&str] = &[
     "git_commit",
     "build",
@@ -27,13 +28,11 @@ const PROVENANCE: &[&str] = &[
 /// What a run did beside its settings: the device that ran prefill and how the model loaded.
 const OUTCOME: &[&str] = &["prefill_device", "load_mode"];
 
-/// The columns compared, provenance first, then the settings as resolved.
+/// The names compared, provenance first, then the settings as resolved and as configured
+/// (`settings.<key>`), then the outcome columns.
 fn columns() -> impl Iterator<Item = &'static str> {
-    PROVENANCE
-        .iter()
-        .chain(SETTING_COLUMNS)
-        .chain(OUTCOME)
-        .copied()
+    let settings = RECORDED_SETTINGS.iter().map(String::as_str);
+    PROVENANCE.iter().copied().chain(settings).chain(OUTCOME.iter().copied())
 }
 
 /// The name of the one setting not stored as a column: read from `reuse_reason` (`off` when
@@ -78,7 +77,7 @@ pub fn changes<'a>(
     let (ta, tb) = (table(a), table(b));
     let mut names: Vec<&str> = columns().collect();
     names.push(PREFIX_REUSE);
-    names
+    let all: Vec<Change> = names
         .iter()
         .zip(ta.into_iter().zip(tb))
         .filter(|(_, (x, y))| x != y)
@@ -87,8 +86,18 @@ pub fn changes<'a>(
             a: x.into_iter().collect(),
             b: y.into_iter().collect(),
         })
-        .collect()
+        .collect();
+    // A setting whose resolved column already changed (`cache_mb`) is said once.
+    let said = |c: &Change| {
+        let key = c.column.strip_prefix(SETTINGS_PREFIX.as_str());
+        key.is_some_and(|k| all.iter().any(|o| o.column == k))
+    };
+    all.iter().filter(|c| !said(c)).cloned().collect()
 }
+
+/// `settings.`: the prefix of a name read from the `settings` cell.
+static SETTINGS_PREFIX: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{SETTINGS_COLUMN}."));
 
 /// Per compared column (in [`columns`] order, then prefix_reuse), the distinct values of the rows.
 fn table<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<BTreeSet<String>> {
@@ -98,8 +107,13 @@ fn table<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<BTreeSet<String>> {
         // By column name through serde: the names are the CSV's, so this list reads like the
         // CSV header and cannot drift from the fields.
         let v = serde_json::to_value(r).unwrap_or_default();
+        let configured = settings_values(&r.settings);
         for (i, c) in columns().enumerate() {
-            t[i].insert(cell(&v[c]));
+            let value = match c.strip_prefix(SETTINGS_PREFIX.as_str()) {
+                Some(key) => configured.get(key).cloned().unwrap_or_default(),
+                None => cell(&v[c]),
+            };
+            t[i].insert(value);
         }
         if r.kind == "decide" && !r.reuse.is_empty() {
             let on = if r.reuse_reason == "off" { "off" } else { "on" };
@@ -126,7 +140,7 @@ mod tests {
     #[test]
     fn columns_exist() {
         let cols = Row::columns();
-        for c in columns() {
+        for c in columns().filter(|c| !c.starts_with(SETTINGS_PREFIX.as_str())) {
             assert!(cols.iter().any(|x| x == c), "{c} is not a column");
         }
     }
@@ -143,5 +157,22 @@ mod tests {
         let c = changes(a.iter(), b.iter());
         assert_eq!(c.len(), 1, "{c:?}");
         assert_eq!(c[0].render(), "n_expert_used 2 -> 1");
+    }
+
+    /// A lossy knob has no column of its own: it is read from the `settings` cell.
+    #[test]
+    fn a_changed_lossy_knob_is_named() {
+        use crate::config::declare::settings_cell;
+        use crate::config::settings::Settings;
+        let row = |drop_cold: f64| Row {
+            settings: settings_cell(&Settings {
+                drop_cold,
+                ..Settings::default()
+            }),
+            ..Row::default()
+        };
+        let c = changes([row(0.0)].iter(), [row(0.5)].iter());
+        let shown: Vec<String> = c.iter().map(Change::render).collect();
+        assert_eq!(shown, ["settings.drop_cold 0.0 -> 0.5"]);
     }
 }

@@ -1,6 +1,6 @@
 //! One side of a comparison: the rows of one run of a CSV by key, and what reading it noticed (a
 //! torn last row, duplicate keys) as warnings, so nothing is dropped or doubled silently.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::{anyhow, Context};
@@ -13,51 +13,9 @@ use crate::sink::row::Row;
 /// How many names a list in a message shows before "and N more".
 pub const SHOWN: usize = 10;
 
-/// A row's identity within one run: (job, sweep point, item id, repeat).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Key {
-    /// Job name.
-    pub job: String,
-    /// Sweep point.
-    pub point: String,
-    /// Item id.
-    pub item: String,
-    /// Repeat index (0 without repeats).
-    pub repeat: u32,
-}
-
-impl Key {
-    /// The key of a row.
-    pub fn of(r: &Row) -> Self {
-        Self {
-            job: r.job.clone(),
-            point: r.point.clone(),
-            item: r.item.clone(),
-            repeat: r.repeat,
-        }
-    }
-
-    /// `job/point/item`, `#n` added for repeat n > 0 (so runs without repeats keep the old key).
-    pub fn full(&self) -> String {
-        self.named(true, true)
-    }
-
-    /// The key without the parts every compared row shares (one job, one point): `mail-1`.
-    pub fn named(&self, job: bool, point: bool) -> String {
-        let mut parts: Vec<&str> = Vec::new();
-        if job {
-            parts.push(&self.job);
-        }
-        if point {
-            parts.push(&self.point);
-        }
-        parts.push(&self.item);
-        match self.repeat {
-            0 => parts.join("/"),
-            n => format!("{}#{n}", parts.join("/")),
-        }
-    }
-}
+/// A row's identity within one run: the one key type ([`crate::sink::key::RowKey`]) with the
+/// run left out, so two runs' rows of one measurement pair up.
+pub use crate::sink::key::RowKey as Key;
 
 /// The rows of one run of one file.
 #[derive(Debug, Default)]
@@ -68,6 +26,33 @@ pub struct Side {
     pub rows: BTreeMap<Key, Row>,
     /// What reading noticed: a torn last row, duplicate keys.
     pub warnings: Vec<String>,
+}
+
+impl Side {
+    /// The profiles the run's rows ran on.
+    fn profiles(&self) -> BTreeSet<&str> {
+        self.rows.keys().map(|k| k.profile.as_str()).collect()
+    }
+
+    /// The rows keyed without their profile.
+    fn without_profile(self) -> Side {
+        let rows = self.rows.into_iter();
+        Side {
+            rows: rows.map(|(k, r)| (k.without_profile(), r)).collect(),
+            ..self
+        }
+    }
+}
+
+/// Two sides keyed alike: where each ran on one profile, rows pair up whatever the profiles'
+/// names (a phone against another is a comparison people make; the profile is then among what
+/// changed); where a side ran several, the profile stays in the key, so they do not collide.
+pub fn pair_keys(a: Side, b: Side) -> (Side, Side) {
+    if a.profiles().len() <= 1 && b.profiles().len() <= 1 {
+        (a.without_profile(), b.without_profile())
+    } else {
+        (a, b)
+    }
 }
 
 /// Reads one run of `path` (`run`, else the file's last run).
@@ -101,7 +86,7 @@ pub fn load(path: &Path, run: Option<&str>) -> anyhow::Result<Side> {
         .into_iter()
         .filter(|r| r.run_id == run)
     {
-        let key = Key::of(&r);
+        let key = Key::of(&r).within_run();
         if rows.insert(key.clone(), r).is_some() {
             duplicates.push(key);
         }
@@ -114,7 +99,7 @@ pub fn load(path: &Path, run: Option<&str>) -> anyhow::Result<Side> {
     }
     if let Some(k) = duplicates.first() {
         warnings.push(format!(
-            "{file}: {} duplicate row{} in run {run} (a (job, point, item, repeat) key seen before), e.g. {}; the last of each is compared",
+            "{file}: {} duplicate row{} in run {run} (a (job, profile, point, item, repeat) key seen before), e.g. {}; the last of each is compared",
             duplicates.len(),
             if duplicates.len() == 1 { "" } else { "s" },
             k.full()

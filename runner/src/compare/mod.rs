@@ -201,6 +201,7 @@ impl Report {
 pub fn compare(a: &Path, b: &Path, o: &CompareOptions) -> anyhow::Result<Report> {
     let sa = input::load(a, o.run_a.as_deref())?;
     let sb = input::load(b, o.run_b.as_deref())?;
+    let (sa, sb) = input::pair_keys(sa, sb);
     let jobs = |s: &Side| s.rows.keys().map(|k| k.job.clone()).collect();
     let mut rep = Report {
         runs: (sa.run.clone(), sb.run.clone()),

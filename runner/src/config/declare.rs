@@ -689,6 +689,49 @@ pub const SETTING_COLUMNS: &[&str] = &[
     "repack",
 ];
 
+/// The column that records every layered value a row ran with ([`settings_cell`]): the one
+/// recorded form of each declaration, so a setting added to the table above is in every row
+/// without a line elsewhere.
+pub const SETTINGS_COLUMN: &str = "settings";
+
+/// Every name that records how a row was configured, in one list for every reader that asks
+/// whether two rows ran alike (`report` splits a point whose rows differ in one, `compare` lists
+/// those that changed): the [`SETTING_COLUMNS`] (values as resolved: the cache granted, the
+/// threads used), then `settings.<key>` for each layered key as configured.
+pub static RECORDED_SETTINGS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    let columns = SETTING_COLUMNS.iter().map(|c| c.to_string());
+    let keys = KEYS.iter().map(|k| format!("{SETTINGS_COLUMN}.{k}"));
+    columns.chain(keys).collect()
+});
+
+/// The `settings` cell: every layered value, as configured (`"auto"` kept), one compact JSON
+/// object in declaration order; its schema (ranges, enums) is `Settings`' own.
+pub fn settings_cell(s: &Settings) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// The `settings_hash` cell: the first 16 hex digits of the `settings` cell's SHA-256, so a
+/// dashboard can group rows that ran alike without parsing JSON.
+pub fn settings_hash(cell: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(cell.as_bytes());
+    d.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Each key of a `settings` cell with its value spelled plainly (`auto`, `0.1`, `true`); empty
+/// for an empty cell (a build before schema 10) or one that does not parse.
+pub fn settings_values(cell: &str) -> std::collections::BTreeMap<String, String> {
+    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(cell) else {
+        return Default::default();
+    };
+    let plain = |v: Value| match v {
+        Value::String(s) => s,
+        Value::Null => String::new(),
+        v => v.to_string(),
+    };
+    m.into_iter().map(|(k, v)| (k, plain(v))).collect()
+}
+
 /// The CSV row struct with its configuration columns (`threads` to `n_expert_used`, in column
 /// order) between the identity columns (`{ .. }`) and the rest (`then { .. }`): the column order
 /// is the field order, and columns are only ever appended.
@@ -749,6 +792,10 @@ macro_rules! with_recorded_settings {
         let s: &$crate::config::settings::Settings = $s;
         $row {
             threads_setting: s.threads.to_string(),
+            settings: $crate::config::declare::settings_cell(s),
+            settings_hash: $crate::config::declare::settings_hash(
+                &$crate::config::declare::settings_cell(s),
+            ),
             moe_stream: s.moe_stream,
             io_threads: s.io_threads.or($crate::config::settings::AUTO_IO_THREADS),
             dense_weights: s.dense_weights.to_string(),
@@ -820,6 +867,31 @@ mod tests {
             text, want,
             "docs/configuration.md's table rows are not one run of lines"
         );
+    }
+
+    /// Every declared setting is recorded in every row: a setting whose serialization skipped it
+    /// (or a `settings` cell built some other way) would leave rows that cannot say how they ran.
+    #[test]
+    fn every_declared_setting_has_a_recorded_form() {
+        let lossy = Settings {
+            drop_cold: 0.25,
+            expert_substitute: 0.5,
+            ..Settings::default()
+        };
+        let values = settings_values(&settings_cell(&lossy));
+        let recorded: Vec<&str> = values.keys().map(String::as_str).collect();
+        let mut declared = KEYS.to_vec();
+        declared.sort_unstable();
+        assert_eq!(recorded, declared, "the settings cell vs the declared keys");
+        assert_eq!(values["drop_cold"], "0.25");
+        assert_eq!(values["expert_substitute"], "0.5");
+        for k in KEYS {
+            let name = format!("{SETTINGS_COLUMN}.{k}");
+            assert!(RECORDED_SETTINGS.contains(&name), "{name} is not compared");
+        }
+        // Two settings that differ hash apart.
+        let base = settings_cell(&Settings::default());
+        assert_ne!(settings_hash(&base), settings_hash(&settings_cell(&lossy)));
     }
 
     #[test]

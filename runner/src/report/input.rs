@@ -7,15 +7,17 @@ use std::path::{Path, PathBuf};
 
 use super::ReportError;
 use crate::sink::read::{self, ReadError};
-use crate::sink::row::SETTING_COLUMNS;
+use crate::sink::key::RowKey;
+use crate::config::declare::settings_values;
+use crate::sink::row::{RECORDED_SETTINGS, SETTINGS_COLUMN};
 
-/// Columns whose values must agree for rows to be pooled in one group: the resolved settings
-/// (not the per-item outcomes such as `prefill_device` or `reuse`), the machine, the build and
+/// Columns whose values must agree for rows to be pooled in one group: the settings as resolved
+/// and as configured (`settings.<key>`, read from the `settings` cell; not the per-item outcomes such as `prefill_device` or `reuse`), the machine, the build and
 /// the model. Rows of one point that differ in any of them are split into separate groups.
 pub static SPLIT: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
-    SETTING_COLUMNS
+    RECORDED_SETTINGS
         .iter()
-        .copied()
+        .map(String::as_str)
         .chain(["host", "git_commit", "model_sha256"])
         .collect()
 });
@@ -43,7 +45,7 @@ pub struct Data {
     /// The rows.
     pub recs: Vec<Rec>,
     /// Keys already read, to count a duplicated row once.
-    seen: HashSet<(String, String, String, String, String, Option<u32>)>,
+    seen: HashSet<RowKey>,
 }
 
 /// One input file as read.
@@ -92,6 +94,20 @@ pub struct Rec {
     pub split: Vec<String>,
     /// The [`PROVENANCE`] cells, in that order (empty where the file lacks the column).
     pub prov: Vec<String>,
+}
+
+impl Rec {
+    /// The row's identity (a file without the `repeat` column wrote repeat 0 only).
+    pub fn key(&self) -> RowKey {
+        RowKey {
+            run_id: self.run_id.clone(),
+            job: self.job.clone(),
+            profile: self.profile.clone(),
+            point: self.point.clone(),
+            item: self.item.clone(),
+            repeat: self.repeat.unwrap_or(0),
+        }
+    }
 }
 
 /// Rows that repeat an earlier row's (run, job, profile, point, item, repeat): counted once.
@@ -181,8 +197,7 @@ impl Data {
         }
         // A failed row that `run --retry-errors` ran again gives way to its retry.
         let gone = read::superseded(recs.iter().map(|(_, r)| {
-            let key = (&r.run_id, &r.job, &r.profile, &r.point, &r.item, r.repeat);
-            (key, r.failed)
+            (r.key(), r.failed)
         }));
         let kept: Vec<(u64, Rec)> = recs
             .into_iter()
@@ -200,28 +215,11 @@ impl Data {
     /// Keeps `r` unless an earlier row (in this or an earlier file) has its key; a duplicate is
     /// counted once, the first one kept as the message's example.
     fn keep_unless_duplicate(&mut self, r: Rec, line: u64, dup: &mut Duplicates) {
-        let key = (
-            r.run_id.clone(),
-            r.job.clone(),
-            r.profile.clone(),
-            r.point.clone(),
-            r.item.clone(),
-            r.repeat,
-        );
+        let key = r.key();
         // Without a run id two rows cannot be told to be the same run's: both count.
-        if !r.run_id.is_empty() && !self.seen.insert(key) {
+        if !r.run_id.is_empty() && !self.seen.insert(key.clone()) {
             dup.rows += 1;
-            dup.example.get_or_insert_with(|| {
-                format!(
-                    "line {line}: run {}, job {}, profile {}, point {}, item {}, repeat {}",
-                    r.run_id,
-                    r.job,
-                    r.profile,
-                    r.point,
-                    r.item,
-                    r.repeat.map(|x| x.to_string()).unwrap_or("-".into())
-                )
-            });
+            dup.example.get_or_insert_with(|| format!("line {line}: {key}"));
             return;
         }
         self.recs.push(r);
@@ -283,7 +281,8 @@ impl Positions {
             error: at("error"),
             version: at("schema_version"),
             stream: at("moe_stream"),
-            split: SPLIT.iter().map(|c| at(c)).collect(),
+            // A configured value's position is the `settings` cell's; `rec` reads the key in it.
+            split: SPLIT.iter().map(|c| at(configured(c).map_or(c, |_| SETTINGS_COLUMN))).collect(),
             prov: PROVENANCE.iter().map(|c| at(c)).collect(),
         }
     }
@@ -298,6 +297,23 @@ impl Positions {
             "false" | "0" => Some(false),
             _ => None,
         }
+    }
+
+    /// The [`SPLIT`] cells of a record: a `settings.<key>` one is that key's value in the
+    /// `settings` cell (parsed once per record).
+    fn split_cells(&self, rec: &csv::StringRecord) -> Vec<String> {
+        let mut values = None;
+        SPLIT
+            .iter()
+            .zip(&self.split)
+            .map(|(name, &i)| match configured(name) {
+                Some(key) => {
+                    let m = values.get_or_insert_with(|| settings_values(self.cell(rec, i)));
+                    m.get(key).cloned().unwrap_or_default()
+                }
+                None => self.cell(rec, i).to_string(),
+            })
+            .collect()
     }
 
     fn rec(&self, rec: &csv::StringRecord, nums: Vec<Option<f64>>) -> Rec {
@@ -325,10 +341,15 @@ impl Positions {
             moe_stream: self.flag(rec, self.stream),
             failed: !self.cell(rec, self.error).is_empty(),
             nums,
-            split: texts(&self.split),
+            split: self.split_cells(rec),
             prov: texts(&self.prov),
         }
     }
+}
+
+/// The layered key of a `settings.<key>` name.
+fn configured(name: &str) -> Option<&str> {
+    name.strip_prefix(SETTINGS_COLUMN)?.strip_prefix('.')
 }
 
 /// A sweep point label (`cache_mb=1500,threads=4`, or `base`) as (key, value) pairs.

@@ -30,7 +30,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "cache hit %",
         "expert cache hit rate (rows that looked anything up)",
     ),
-    ("peak_rss_mib", "peak RSS MiB", "peak resident memory"),
+    (
+        "peak_rss_mib",
+        "peak RSS MiB",
+        "the point's peak resident memory: per run, the largest `peak_rss_mib` of its rows (schema 10 and later reset the process's high-water mark when a point starts, its model load included; older files hold the process's running maximum, which grows with the order of the points)",
+    ),
     (
         "dev_wait_share",
         "dev wait share",
@@ -324,6 +328,19 @@ fn split_point(d: &Data, members: &[usize]) -> Vec<(BTreeMap<String, String>, Ve
         .collect()
 }
 
+/// A point's peak memory once per run: the largest `peak_rss_mib` of the run's rows (each row
+/// holds the peak since its point started, so the point's last row holds the point's peak).
+fn run_peaks(d: &Data, rows: &[&Rec]) -> Vec<f64> {
+    let mut peaks: BTreeMap<&str, f64> = BTreeMap::new();
+    for r in rows {
+        if let Some(v) = d.num(r, "peak_rss_mib") {
+            let p = peaks.entry(r.run_id.as_str()).or_insert(v);
+            *p = p.max(v);
+        }
+    }
+    peaks.into_values().collect()
+}
+
 /// Summarises one group's rows.
 fn summarise(
     d: &Data,
@@ -338,7 +355,10 @@ fn summarise(
         .collect();
     let mut metrics = BTreeMap::new();
     for (name, _, _) in METRICS {
-        let v: Vec<f64> = ok.iter().filter_map(|r| row_metric(d, r, name)).collect();
+        let v: Vec<f64> = match *name {
+            "peak_rss_mib" => run_peaks(d, &ok),
+            _ => ok.iter().filter_map(|r| row_metric(d, r, name)).collect(),
+        };
         if let Some(s) = Stat::of(v) {
             metrics.insert(name.to_string(), s);
         }

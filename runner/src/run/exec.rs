@@ -20,11 +20,10 @@ use crate::config::diag::display_path;
 use crate::config::job::{Decision, Item, Kind, LoadedJob, Payload};
 use crate::ident::{self, Machine};
 use crate::sink::csv::{resolve, CsvSink, Target};
+use crate::sink::key::RowKey;
 use crate::sink::lock::CsvLocks;
 use crate::sink::row::{escape_text, ChoiceLogp, Row, SCHEMA_VERSION};
 
-/// (job, sweep point, item id, repeat index): what identifies a row within a run.
-type RowKey = (String, String, String, u32);
 
 /// How to run.
 #[derive(Debug, Clone, Default)]
@@ -132,7 +131,7 @@ fn run_id_default(prep: &Prepared, shard: Option<Shard>) -> String {
     ident::default_run_id(name, shard.is_some(), chrono::Utc::now())
 }
 
-/// Where each CSV's rows go, the run id, the (job, point, item) keys the run already has, and
+/// Where each CSV's rows go, the run id, the keys the run already has, and
 /// under `--retry-errors` the only keys to run (those whose latest row failed); reads each CSV
 /// once and refuses a newer or foreign header before anything is written.
 type State = (
@@ -183,8 +182,7 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
     let mut latest: HashMap<RowKey, bool> = HashMap::new();
     for rows in rows_by_csv.values() {
         for r in rows.iter().filter(|r| r.run_id == run_id) {
-            let key = (r.job.clone(), r.point.clone(), r.item.clone(), r.repeat);
-            latest.insert(key, !r.error.is_empty());
+            latest.insert(RowKey::of(r), !r.error.is_empty());
         }
     }
     let continues = opts.resume || opts.retry_errors;
@@ -223,7 +221,7 @@ struct Ctx<'a> {
     opts: &'a RunOptions,
     stop: &'a Stop,
     run_id: String,
-    /// The (job, point, item, repeat) keys the run already has.
+    /// The keys the run already has.
     done: HashSet<RowKey>,
     /// Under `--retry-errors`, the only keys to run.
     retry: Option<HashSet<RowKey>>,
@@ -302,20 +300,32 @@ impl Models {
         Ok(self.probed.get(model).cloned().flatten())
     }
 
-    /// Loads a unit's model, or keeps the held one when it was loaded with the same options.
+    /// Keeps the held model when it was loaded with `load_opts` (and may be used); otherwise
+    /// releases it, since the previous model goes before the next one loads: two need not fit
+    /// together. True when it is kept.
+    fn release_unless(&mut self, load_opts: &bmoe_engine::LoadOptions, usable: bool) -> bool {
+        let keep = usable && self.held.as_ref().is_some_and(|(o, _)| o == load_opts);
+        if !keep {
+            self.held = None;
+        }
+        keep
+    }
+
+    /// Loads a unit's model, or keeps the held one when it was loaded with the same options;
+    /// the memory peaks (`rss` and the process's) start again before the load.
     fn load(
         &mut self,
+        rss: &ident::RssPeaks,
         load_opts: &bmoe_engine::LoadOptions,
         probe_error: Option<String>,
         model: &Path,
         limit: std::time::Duration,
     ) -> LoadOutcome {
-        let reused =
-            probe_error.is_none() && self.held.as_ref().is_some_and(|(o, _)| o == load_opts);
-        if !reused {
-            // The previous model goes before the next one loads: two need not fit together.
-            self.held = None;
-        }
+        let reused = self.release_unless(load_opts, probe_error.is_none());
+        // The point's memory is measured from here: its model load included, the previous
+        // point's model (released above unless kept) and peaks not.
+        ident::reset_peak_rss();
+        rss.reset();
         let t0 = Instant::now();
         let result: Result<(), String> = match probe_error {
             _ if reused => Ok(()),
@@ -526,7 +536,14 @@ fn pending_items<'j>(
     let mut pending = Vec::new();
     for r in 0..lj.job.repeat.max(1) {
         for &it in &taken {
-            let key = (lj.job.name.clone(), unit.point.clone(), it.id.clone(), r);
+            let key = RowKey {
+                run_id: ctx.run_id.clone(),
+                job: lj.job.name.clone(),
+                profile: unit.profile.name.clone(),
+                point: unit.point.clone(),
+                item: it.id.clone(),
+                repeat: r,
+            };
             let not_retried = ctx.retry.as_ref().is_some_and(|r| !r.contains(&key));
             if ctx.done.contains(&key) || not_retried {
                 summary.skipped += 1;
@@ -565,7 +582,7 @@ fn run_unit(ctx: &Ctx, out: &mut Out, models: &mut Models, unit: &Unit) -> anyho
     }
     let limit = ctx.prep.load_timeout(&lj.model);
     let probe_error = models.probe_error(ctx.opts, &lj.model, limit)?;
-    let outcome = models.load(&load_opts, probe_error, &lj.model, limit);
+    let outcome = models.load(&ctx.rss, &load_opts, probe_error, &lj.model, limit);
     let reused = outcome.reused;
     let loaded = models.loaded(outcome.result);
     let base = unit_base_row(ctx, lj, unit, &loaded, outcome.load_s, reused)?;

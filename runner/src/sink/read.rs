@@ -4,9 +4,9 @@
 //! line, column and value. What to do with a ragged row, a torn tail or a bad file among good ones
 //! is each command's policy; reading, and what counts as a bmoe CSV, is shared.
 use std::collections::{HashMap, HashSet};
-use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
+use super::key::RowKey;
 use super::row::Row;
 
 /// The columns that make a CSV a bmoe telemetry file: what identifies a row. Every schema
@@ -198,12 +198,11 @@ pub fn header_of(path: &Path, bytes: &[u8]) -> Result<Vec<String>, ReadError> {
 }
 
 /// The positions of the rows a retry superseded (`bmoe run --retry-errors`): a row that carries
-/// an error and is followed by a later row of the same key (run id, job, profile, point, item,
-/// repeat). `rows` yields (key, carries an error) in file order (files in input order); every
+/// an error and is followed by a later row of the same [`RowKey`]. `rows` yields (key, carries an error) in file order (files in input order); every
 /// command that reads rows leaves these out, so a retried item counts once, with its new outcome.
-pub fn superseded<K: Eq + Hash>(rows: impl IntoIterator<Item = (K, bool)>) -> HashSet<usize> {
-    let rows: Vec<(K, bool)> = rows.into_iter().collect();
-    let mut last: HashMap<&K, usize> = HashMap::new();
+pub fn superseded(rows: impl IntoIterator<Item = (RowKey, bool)>) -> HashSet<usize> {
+    let rows: Vec<(RowKey, bool)> = rows.into_iter().collect();
+    let mut last: HashMap<&RowKey, usize> = HashMap::new();
     for (i, (k, _)) in rows.iter().enumerate() {
         last.insert(k, i);
     }
@@ -214,21 +213,9 @@ pub fn superseded<K: Eq + Hash>(rows: impl IntoIterator<Item = (K, bool)>) -> Ha
         .collect()
 }
 
-/// A row's key for [`superseded`].
-pub fn retry_key(r: &Row) -> (String, String, String, String, String, u32) {
-    (
-        r.run_id.clone(),
-        r.job.clone(),
-        r.profile.clone(),
-        r.point.clone(),
-        r.item.clone(),
-        r.repeat,
-    )
-}
-
 /// `rows` without those a retry superseded ([`superseded`]).
 pub fn without_superseded(rows: Vec<Row>) -> Vec<Row> {
-    let gone = superseded(rows.iter().map(|r| (retry_key(r), !r.error.is_empty())));
+    let gone = superseded(rows.iter().map(|r| (RowKey::of(r), !r.error.is_empty())));
     rows.into_iter()
         .enumerate()
         .filter(|(i, _)| !gone.contains(i))
@@ -416,7 +403,11 @@ mod tests {
             ("b", false),
             ("c", true),
         ];
-        let gone = superseded(rows);
+        let key = |item: &str| RowKey {
+            item: item.into(),
+            ..RowKey::default()
+        };
+        let gone = superseded(rows.map(|(i, f)| (key(i), f)));
         // A row without an error is never superseded (duplicates stay each command's business);
         // a failed row with no later row of its key stays.
         assert_eq!(gone, HashSet::from([0]));

@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 
-pub use crate::config::declare::SETTING_COLUMNS;
+pub use crate::config::declare::{RECORDED_SETTINGS, SETTINGS_COLUMN};
 
 crate::config::declare::row_with_settings! {
 /// One row of the telemetry CSV (see docs/telemetry.md).
@@ -313,6 +313,14 @@ pub struct Row {
     /// shrank it; empty without a cache.
     #[schemars(extend("x-since" = 9, "x-unit" = "MiB"))]
     pub cache_budget_mib: Option<f64>,
+    /// Every layered setting the row ran with, as configured (`"auto"` kept): one JSON object in
+    /// declaration order (docs/configuration.md); its JSON Schema, with each setting's range or
+    /// enum, is this column's `contentSchema`. Empty in files before schema 10.
+    #[schemars(extend("x-since" = 10, "contentMediaType" = "application/json"))]
+    pub settings: String,
+    /// The first 16 hex digits of the `settings` cell's SHA-256: rows that ran alike share it.
+    #[schemars(extend("x-since" = 10))]
+    pub settings_hash: String,
 }
 }
 
@@ -392,6 +400,27 @@ impl Row {
         }
         let shown = |c: String| if c.is_empty() { "(empty)".into() } else { c };
         format!("`{col}`: {} vs {}", shown(a), shown(b))
+    }
+
+    /// True when every cell of two rows is spelled alike: the same row written twice.
+    pub fn same_cells(&self, other: &Row) -> bool {
+        matches!((self.to_line(), other.to_line()), (Ok(a), Ok(b)) if a == b)
+    }
+
+    /// Where two rows of one key differ, for messages: the first outcome column that differs,
+    /// else the first column of any kind.
+    pub fn difference(&self, other: &Row) -> String {
+        if !self.same_outcome(other) {
+            return self.outcome_difference(other);
+        }
+        let shown = |c: String| if c.is_empty() { "(empty)".into() } else { c };
+        Row::columns()
+            .iter()
+            .map(|c| (c, self.cell(c), other.cell(c)))
+            .find(|(_, a, b)| a != b)
+            .map_or("no column differs".into(), |(c, a, b)| {
+                format!("`{c}`: {} vs {}", shown(a), shown(b))
+            })
     }
 
     /// The cell of `column` as this row's CSV line spells it; empty for an unknown column.

@@ -14,5 +14,19 @@ pub fn telemetry_schema() -> Value {
             Value::Array(Row::columns().into_iter().map(Value::String).collect()),
         );
     }
+    with_settings_content(&mut v);
     v
+}
+
+/// The `settings` column's `contentSchema`: the resolved settings' own schema (every key with
+/// its type, range or enum), so a reader can check the JSON the cell holds.
+fn with_settings_content(v: &mut Value) {
+    let mut inner = generate::<crate::config::settings::Settings>("settings");
+    if let Value::Object(m) = &mut inner {
+        m.remove("$schema");
+        m.remove("$id");
+    }
+    if let Some(Value::Object(col)) = v.pointer_mut("/properties/settings") {
+        col.insert("contentSchema".into(), inner);
+    }
 }
