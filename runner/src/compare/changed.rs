@@ -32,7 +32,11 @@ const OUTCOME: &[&str] = &["prefill_device", "load_mode"];
 /// (`settings.<key>`), then the outcome columns.
 fn columns() -> impl Iterator<Item = &'static str> {
     let settings = RECORDED_SETTINGS.iter().map(String::as_str);
-    PROVENANCE.iter().copied().chain(settings).chain(OUTCOME.iter().copied())
+    PROVENANCE
+        .iter()
+        .copied()
+        .chain(settings)
+        .chain(OUTCOME.iter().copied())
 }
 
 /// The name of the one setting not stored as a column: read from `reuse_reason` (`off` when

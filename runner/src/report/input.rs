@@ -6,9 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::ReportError;
-use crate::sink::read::{self, ReadError};
-use crate::sink::key::RowKey;
 use crate::config::declare::settings_values;
+use crate::sink::key::RowKey;
+use crate::sink::read::{self, ReadError};
 use crate::sink::row::{RECORDED_SETTINGS, SETTINGS_COLUMN};
 
 /// Columns whose values must agree for rows to be pooled in one group: the settings as resolved
@@ -196,9 +196,7 @@ impl Data {
             recs.push((rec.line, at.rec(&rec.cells, nums)));
         }
         // A failed row that `run --retry-errors` ran again gives way to its retry.
-        let gone = read::superseded(recs.iter().map(|(_, r)| {
-            (r.key(), r.failed)
-        }));
+        let gone = read::superseded(recs.iter().map(|(_, r)| (r.key(), r.failed)));
         let kept: Vec<(u64, Rec)> = recs
             .into_iter()
             .enumerate()
@@ -219,7 +217,8 @@ impl Data {
         // Without a run id two rows cannot be told to be the same run's: both count.
         if !r.run_id.is_empty() && !self.seen.insert(key.clone()) {
             dup.rows += 1;
-            dup.example.get_or_insert_with(|| format!("line {line}: {key}"));
+            dup.example
+                .get_or_insert_with(|| format!("line {line}: {key}"));
             return;
         }
         self.recs.push(r);
@@ -282,7 +281,10 @@ impl Positions {
             version: at("schema_version"),
             stream: at("moe_stream"),
             // A configured value's position is the `settings` cell's; `rec` reads the key in it.
-            split: SPLIT.iter().map(|c| at(configured(c).map_or(c, |_| SETTINGS_COLUMN))).collect(),
+            split: SPLIT
+                .iter()
+                .map(|c| at(configured(c).map_or(c, |_| SETTINGS_COLUMN)))
+                .collect(),
             prov: PROVENANCE.iter().map(|c| at(c)).collect(),
         }
     }

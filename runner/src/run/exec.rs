@@ -24,7 +24,6 @@ use crate::sink::key::RowKey;
 use crate::sink::lock::CsvLocks;
 use crate::sink::row::{escape_text, ChoiceLogp, Row, SCHEMA_VERSION};
 
-
 /// How to run.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {

@@ -32,6 +32,7 @@ mod readme;
 mod report;
 mod resume;
 mod retry_errors;
+mod row_trust;
 mod settings;
 mod shard_by;
 mod slurm;
