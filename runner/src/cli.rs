@@ -143,6 +143,10 @@ pub struct Target {
     /// Item runs before the measured rows of each point; replaces each job's `warmup`.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=100000))]
     pub warmup: Option<u32>,
+    /// Run sweep points that resolve to the same configuration (a swept key with no effect
+    /// there) instead of refusing them.
+    #[arg(long)]
+    pub allow_identical_points: bool,
 }
 
 /// `bmoe check`: a target, an output format, and whether to probe the models.
@@ -189,6 +193,7 @@ impl Target {
             allow_cpu_fallback: self.allow_cpu_fallback,
             repeat: self.repeat,
             warmup: self.warmup,
+            allow_identical_points: self.allow_identical_points,
         }
     }
 }

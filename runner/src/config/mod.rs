@@ -5,6 +5,7 @@ mod agreement;
 pub mod cpus;
 pub mod declare;
 pub mod diag;
+pub mod inert;
 pub mod job;
 pub mod jsonl;
 pub mod layers;

@@ -157,28 +157,18 @@ pub struct Direct {
 }
 
 impl EngineArgs {
-    /// Says so when a streaming flag was given to a model that does not stream: it does nothing.
+    /// Says so for each flag given that has no effect with the other settings (the rule of
+    /// [`crate::config::inert`], shared with check/plan/run).
     fn warn_idle_flags(&self, s: &Settings) {
         if s.moe_stream {
             // A `bmoe:` line where evicted pages cannot be moved (old kernels, qemu-user).
             crate::ident::page_moves_verdict();
-            return;
         }
-        let idle: Vec<&str> = [
-            ("--cache-mb", self.settings.cache_mb.is_some()),
-            ("--cache-floor-mb", self.settings.cache_floor_mb.is_some()),
-            ("--io-threads", self.settings.io_threads.is_some()),
-            ("--dense-weights", self.settings.dense_weights.is_some()),
-            ("--prefetch", self.settings.prefetch.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(f, given)| given.then_some(f))
-        .collect();
-        if !idle.is_empty() {
+        let flags = self.settings.layer();
+        for (key, why) in crate::config::inert::inert_keys(flags.keys().map(String::as_str), s) {
             eprintln!(
-                "bmoe: {} only {} to a streamed model (--moe-stream): ignored",
-                idle.join(", "),
-                if idle.len() == 1 { "applies" } else { "apply" }
+                "bmoe: --{} has no effect ({why}): ignored",
+                key.replace('_', "-")
             );
         }
     }

@@ -143,6 +143,10 @@ pub struct Best {
     /// Its swept values (what `--write-overrides` writes).
     #[serde(serialize_with = "super::stats::typed_params")]
     pub params: std::collections::BTreeMap<String, String>,
+    /// Settings the swept values depend on to act, as the point ran with them (`moe_stream` for
+    /// `cache_mb`): written beside the swept values, so the overlay reproduces the point.
+    #[serde(serialize_with = "super::stats::typed_params")]
+    pub depends: std::collections::BTreeMap<String, String>,
     /// Objective name.
     pub objective: String,
     /// `max` or `min`.
@@ -369,6 +373,7 @@ fn best_of(d: &Data, judged: &[Judged], w: usize, spec: &BestSpec) -> Best {
         profile: wg.profile.clone(),
         point: wg.label.clone(),
         params: wg.params.clone(),
+        depends: dependencies(&wg.params, &wg.settings),
         objective: spec.objective.clone(),
         direction: if spec.minimize { "min" } else { "max" },
         value: wv,
@@ -379,6 +384,21 @@ fn best_of(d: &Data, judged: &[Judged], w: usize, spec: &BestSpec) -> Best {
             .collect(),
         others,
     }
+}
+
+/// The settings the swept keys `params` depend on to act (the inert rule's
+/// [`crate::config::inert::depends_on`]), with the values the point ran with; keys swept
+/// themselves are left out.
+fn dependencies(
+    params: &std::collections::BTreeMap<String, String>,
+    ran_with: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    params
+        .keys()
+        .flat_map(|k| crate::config::inert::depends_on(k))
+        .filter(|dep| !params.contains_key(*dep))
+        .filter_map(|dep| Some((dep.to_string(), ran_with.get(dep)?.clone())))
+        .collect()
 }
 
 /// Why a point lost to the winner's value `wv`: its failed requirements, else its objective
@@ -439,20 +459,7 @@ pub fn overlay_toml(b: &Best, how: &str) -> Result<String, ReportError> {
             point: b.point.clone(),
         });
     }
-    let mut table = toml::Table::new();
-    for (k, v) in &b.params {
-        // The label wrote numbers and booleans bare and strings unquoted: read back the same way.
-        let val = match serde_json::from_str::<serde_json::Value>(v) {
-            Ok(serde_json::Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
-                (Some(i), _) => toml::Value::Integer(i),
-                (None, Some(f)) => toml::Value::Float(f),
-                _ => toml::Value::String(v.clone()),
-            },
-            Ok(serde_json::Value::Bool(x)) => toml::Value::Boolean(x),
-            _ => toml::Value::String(v.clone()),
-        };
-        table.insert(k.clone(), val);
-    }
+    let table = toml_table(&b.params);
     let body = toml::to_string(&table).map_err(|e| ReportError::Overlay(e.to_string()))?;
     let mut s = String::new();
     let _ = writeln!(
@@ -475,11 +482,46 @@ pub fn overlay_toml(b: &Best, how: &str) -> Result<String, ReportError> {
     for (r, v) in &b.requires {
         let _ = writeln!(s, "# Meets {r} ({}).", fmt_num(*v));
     }
-    // Only the swept values are the point: the job's own [overrides] stay in the job file.
-    s.push_str("# Only the swept values; the job's own [overrides] are not repeated here.\n");
+    // The swept values, and what they need to act; the rest of the job's [overrides] stays in
+    // the job file.
+    s.push_str(
+        "# The swept values, then the settings they depend on as the point ran with them;\n",
+    );
+    s.push_str("# the job's other [overrides] are not repeated here.\n");
     s.push_str("# Use it with: bmoe check|plan|run JOB --overrides THIS_FILE\n");
     s.push_str(&body);
+    if !b.depends.is_empty() {
+        let deps = toml::to_string(&toml_table(&b.depends))
+            .map_err(|e| ReportError::Overlay(e.to_string()))?;
+        let needed: Vec<String> = b
+            .params
+            .keys()
+            .filter(|k| !crate::config::inert::depends_on(k).is_empty())
+            .cloned()
+            .collect();
+        let _ = writeln!(s, "# What {} needs to act, as measured:", needed.join(", "));
+        s.push_str(&deps);
+    }
     Ok(s)
+}
+
+/// Values as a point label or a `settings` cell spells them (numbers and booleans bare, strings
+/// unquoted) as a TOML table of the same types.
+fn toml_table(values: &std::collections::BTreeMap<String, String>) -> toml::Table {
+    let mut table = toml::Table::new();
+    for (k, v) in values {
+        let val = match serde_json::from_str::<serde_json::Value>(v) {
+            Ok(serde_json::Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => toml::Value::Integer(i),
+                (None, Some(f)) => toml::Value::Float(f),
+                _ => toml::Value::String(v.clone()),
+            },
+            Ok(serde_json::Value::Bool(x)) => toml::Value::Boolean(x),
+            _ => toml::Value::String(v.clone()),
+        };
+        table.insert(k.clone(), val);
+    }
+    table
 }
 
 #[cfg(test)]

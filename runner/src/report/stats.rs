@@ -212,6 +212,10 @@ pub struct Group {
     pub repeats: Option<u32>,
     /// Median `cache_mb` of the rows (the resolved cache budget).
     pub cache_mb: Option<f64>,
+    /// The layered settings the group's rows ran with, as configured (from the `settings`
+    /// column; empty for files before schema 10): what an overlay of this point depends on.
+    #[serde(skip)]
+    pub settings: BTreeMap<String, String>,
     /// Summaries of [`METRICS`], absent when no row measured it.
     pub metrics: BTreeMap<String, Stat>,
     /// Share of decisions answered right, where rows carry `correct` (or `expected`).
@@ -420,8 +424,25 @@ fn summarise(
             .collect(),
         speedup: None,
         ppl_change: None,
+        settings: configured_settings(d, &members),
         members,
     }
+}
+
+/// The settings the group's rows were configured with (`settings.<key>` of [`SPLIT`], which
+/// every row of a group shares), by key; empty for files before schema 10.
+fn configured_settings(d: &Data, members: &[usize]) -> BTreeMap<String, String> {
+    let Some(&first) = members.first() else {
+        return BTreeMap::new();
+    };
+    SPLIT
+        .iter()
+        .zip(&d.recs[first].split)
+        .filter_map(|(name, v)| {
+            let key = name.strip_prefix("settings.")?;
+            (!v.is_empty()).then(|| (key.to_string(), v.clone()))
+        })
+        .collect()
 }
 
 /// Groups the rows in first-seen order and summarises each; `reference` picks the reference

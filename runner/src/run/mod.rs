@@ -2,6 +2,7 @@
 pub mod choices;
 pub mod exec;
 pub mod machine;
+pub mod no_effect;
 pub mod prepare;
 pub mod progress;
 pub mod select;

@@ -11,6 +11,8 @@ use crate::config::profile::{load_profile, Profile};
 use crate::config::settings::{point_label, Overrides};
 use crate::placement::{place, Placement};
 
+use super::no_effect;
+
 /// One engine session's worth of work: a job on a profile at one sweep point.
 pub struct Unit {
     /// Index into [`Prepared::jobs`].
@@ -69,6 +71,8 @@ pub struct Selection {
     pub repeat: Option<u32>,
     /// `--warmup N`: replaces each job's `warmup`.
     pub warmup: Option<u32>,
+    /// `--allow-identical-points`: sweep points that resolve to one configuration run anyway.
+    pub allow_identical_points: bool,
 }
 
 /// What the command line adds to the files: the layers' inputs, a `--set` sweep, and the job and
@@ -143,6 +147,11 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
     }
     if !placement_errors.is_empty() {
         return Err(ConfigErrors(unique(placement_errors)).into());
+    }
+    warnings.extend(no_effect::warnings(&units, &jobs));
+    let identical = no_effect::identical_points(&units, &jobs);
+    if !(identical.is_empty() || sel.allow_identical_points) {
+        return Err(ConfigErrors(identical).into());
     }
     Ok(Prepared {
         jobs,

@@ -14,25 +14,11 @@ fn demo_jobs() -> Vec<String> {
     jobs
 }
 
-/// A scratch project holding the repository's jobs/ and profiles/ beside models/tiny.gguf.
-fn project_with_examples() -> Project {
-    let p = Project::new();
-    for dir in ["profiles", "jobs"] {
-        std::fs::create_dir_all(p.path(dir)).unwrap();
-        for e in std::fs::read_dir(repo_root().join(dir)).unwrap() {
-            let e = e.unwrap();
-            let to = p.path(&format!("{dir}/{}", e.file_name().to_string_lossy()));
-            std::fs::copy(e.path(), to).unwrap();
-        }
-    }
-    p
-}
-
 #[test]
 fn demo_jobs_stream_reuse_prefixes_and_fill_the_report() {
     let jobs = demo_jobs();
     assert!(!jobs.is_empty(), "scripts/demo names no jobs/*.toml");
-    let p = project_with_examples();
+    let p = Project::with_examples();
     // Two items per job and point keep the test short: a trace's second decision reuses the first's
     // prefix, and both prompts of the generate job decode.
     let mut args = vec!["run", "--profile", "profiles/host-cpu.toml", "--limit", "2"];

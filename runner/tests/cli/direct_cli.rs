@@ -278,7 +278,9 @@ fn a_streaming_flag_without_streaming_says_it_does_nothing() {
     assert!(o.status.success(), "{}", common::text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("bmoe: --cache-mb only applies to a streamed model (--moe-stream): ignored"),
+        err.contains(
+            "bmoe: --cache-mb has no effect (moe_stream is false: nothing is streamed): ignored"
+        ),
         "{err}"
     );
     let o = bmoe(&[
@@ -293,5 +295,5 @@ fn a_streaming_flag_without_streaming_says_it_does_nothing() {
         "--cache-mb",
         "1",
     ]);
-    assert!(!String::from_utf8_lossy(&o.stderr).contains("only apply"));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("has no effect"));
 }

@@ -2,33 +2,9 @@
 use crate::common;
 use common::{text, Project};
 
-/// Puts the repository's profiles/ and jobs/ into a scratch project beside models/tiny.gguf.
-fn project_with_examples() -> Project {
-    let p = Project::new();
-    for dir in ["profiles", "jobs"] {
-        for e in std::fs::read_dir(common::repo_root().join(dir)).unwrap() {
-            let e = e.unwrap();
-            std::fs::copy(
-                e.path(),
-                p.path(&format!("{dir}/{}", e.file_name().to_string_lossy())),
-            )
-            .ok();
-            if !p.path(dir).exists() {
-                std::fs::create_dir_all(p.path(dir)).unwrap();
-                std::fs::copy(
-                    e.path(),
-                    p.path(&format!("{dir}/{}", e.file_name().to_string_lossy())),
-                )
-                .unwrap();
-            }
-        }
-    }
-    p
-}
-
 #[test]
 fn every_example_job_checks_with_every_profile() {
-    let p = project_with_examples();
+    let p = Project::with_examples();
     let jobs: Vec<String> = std::fs::read_dir(p.path("jobs"))
         .unwrap()
         .filter_map(|e| e.ok())
@@ -54,7 +30,7 @@ fn every_example_job_checks_with_every_profile() {
 
 #[test]
 fn demo_job_runs_and_writes_its_csv() {
-    let p = project_with_examples();
+    let p = Project::with_examples();
     let o = p.bmoe(&["run", "jobs/demo.toml"]);
     assert!(o.status.success(), "{}", text(&o));
     let out = text(&o);
@@ -64,7 +40,7 @@ fn demo_job_runs_and_writes_its_csv() {
 
 #[test]
 fn plan_explains_values_placement_and_budget() {
-    let p = project_with_examples();
+    let p = Project::with_examples();
     let o = p.bmoe(&[
         "plan",
         "jobs/agent-replay.toml",
@@ -97,7 +73,7 @@ fn plan_explains_values_placement_and_budget() {
 
 #[test]
 fn an_unregistered_device_from_a_profile_is_a_warning_per_unit_and_recorded() {
-    let p = project_with_examples();
+    let p = Project::with_examples();
     let warning = "warning: demo on profile oneplus-15 (point base): prefill device HTP0 (from profile profiles/oneplus-15.toml) is not used: HTP0 is not in this build's registry";
     for cmd in ["check", "plan"] {
         let o = p.bmoe(&[
@@ -144,7 +120,7 @@ fn an_unregistered_device_from_a_profile_is_a_warning_per_unit_and_recorded() {
 
 #[test]
 fn a_device_named_with_set_that_cannot_run_is_an_error_unless_allowed() {
-    let p = project_with_examples();
+    let p = Project::with_examples();
     for cmd in ["check", "plan", "run"] {
         let o = p.bmoe(&[cmd, "jobs/demo.toml", "--set", "device=CUDA0", "--quiet"]);
         assert_eq!(o.status.code(), Some(2), "{cmd}: {}", text(&o));
@@ -172,7 +148,7 @@ fn a_device_named_with_set_that_cannot_run_is_an_error_unless_allowed() {
 
 #[test]
 fn a_sweep_runs_once_per_point() {
-    let p = project_with_examples();
+    let p = Project::with_examples();
     let o = p.bmoe(&["run", "jobs/sweep-cache.toml", "--quiet"]);
     assert!(o.status.success(), "{}", text(&o));
     let csv = p.read("runs/sweep-cache.csv");
@@ -243,7 +219,7 @@ fn ctrl_c_finishes_the_row_in_flight_and_exits_cleanly() {
 
 #[test]
 fn explain_without_a_prefill_device_is_a_warning_not_silence() {
-    let p = project_with_examples();
+    let p = Project::with_examples();
     let o = p.bmoe(&["plan", "jobs/demo.toml", "--set", "explain=true"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
@@ -255,7 +231,7 @@ fn explain_without_a_prefill_device_is_a_warning_not_silence() {
 
 #[test]
 fn plan_shows_the_cores_and_a_run_computes_on_them() {
-    let p = project_with_examples();
+    let p = Project::with_examples();
     let first = first_allowed_cpu();
     let o = p.bmoe(&["plan", "jobs/demo.toml", "--set", &format!("cpus={first}")]);
     assert!(o.status.success(), "{}", text(&o));
@@ -301,7 +277,7 @@ fn first_allowed_cpu() -> usize {
 
 #[test]
 fn profile_measure_writes_a_profile_that_checks_and_plans_with_its_read_floor() {
-    let p = project_with_examples();
+    let p = Project::with_examples();
     let args = [
         "profile",
         "measure",

@@ -6,20 +6,6 @@ use std::collections::BTreeMap;
 
 use common::{text, Project};
 
-/// The repository's profiles/ and jobs/ beside the tiny model.
-fn project_with_examples() -> Project {
-    let p = Project::new();
-    for dir in ["profiles", "jobs"] {
-        std::fs::create_dir_all(p.path(dir)).unwrap();
-        for e in std::fs::read_dir(common::repo_root().join(dir)).unwrap() {
-            let e = e.unwrap();
-            let to = p.path(&format!("{dir}/{}", e.file_name().to_string_lossy()));
-            std::fs::copy(e.path(), to).unwrap();
-        }
-    }
-    p
-}
-
 /// Per sweep point: (rows, experts substituted, experts dropped), summed from the CSV.
 fn counts_per_point(csv: &str) -> BTreeMap<String, (usize, u64, u64)> {
     let mut rdr = csv::Reader::from_reader(csv.as_bytes());
@@ -43,7 +29,7 @@ fn counts_per_point(csv: &str) -> BTreeMap<String, (usize, u64, u64)> {
 
 #[test]
 fn the_lossy_sweep_counts_each_point_and_report_picks_the_fastest_that_agrees() {
-    let p = project_with_examples();
+    let p = Project::with_examples();
     // Three decisions per point keep it short: the later ones extend a reused prefix in new
     // pieces, where some experts are cached and others miss.
     let o = p.bmoe(&["run", "jobs/lossy-sweep.toml", "--limit", "3", "-q"]);

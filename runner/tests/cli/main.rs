@@ -26,6 +26,7 @@ mod load_once;
 mod lossy;
 mod memory_budget;
 mod memory_pressure;
+mod no_effect;
 mod probe;
 mod reader;
 mod readme;

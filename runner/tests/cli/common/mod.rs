@@ -82,6 +82,20 @@ impl Project {
         p
     }
 
+    /// A fresh project with the repository's profiles/ and jobs/ beside models/tiny.gguf.
+    pub fn with_examples() -> Self {
+        let p = Project::new();
+        for dir in ["profiles", "jobs"] {
+            std::fs::create_dir_all(p.path(dir)).unwrap();
+            for e in std::fs::read_dir(repo_root().join(dir)).unwrap() {
+                let e = e.unwrap();
+                let to = p.path(&format!("{dir}/{}", e.file_name().to_string_lossy()));
+                std::fs::copy(e.path(), to).unwrap();
+            }
+        }
+        p
+    }
+
     /// An absolute path inside the project.
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
