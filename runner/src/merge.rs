@@ -257,7 +257,7 @@ fn join_rows(
         let n = conflicts.len();
         conflicts.truncate(5);
         bail!(
-            "merge: {n} conflicting duplicate row(s), nothing written:\n  {}{}",
+            "merge: {n} conflicting duplicate row(s), nothing written:\n  {}{}\nhelp: rows of one key that differ are two measurements of it (a shard run twice, a file edited); neither can be chosen for you: merge one file of each shard",
             conflicts.join("\n  "),
             if n > 5 { "\n  ..." } else { "" }
         );

@@ -190,7 +190,7 @@ fn torn_last_row_and_duplicate_keys_are_warned_about() {
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(
-        out.contains("warning: runs/dup.csv: 1 duplicate row in run r1 (a (job, point, item, repeat) key seen before), e.g. decide/base/d3"),
+        out.contains("warning: runs/dup.csv: 1 duplicate row in run r1 (a (job, profile, point, item, repeat) key seen before), e.g. decide/host/base/d3"),
         "{out}"
     );
 }

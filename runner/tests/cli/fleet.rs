@@ -69,19 +69,29 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
     let o = p.bmoe(&["run", "jobs/demo.toml", "--run-id", "new"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    let note = "runs/demo.csv was written by an older bmoe (schema 1); this build writes schema 9: appending to runs/demo.v9.csv instead";
+    let note = "runs/demo.csv was written by an older bmoe (schema 1); this build writes schema 10: appending to runs/demo.v10.csv instead";
     assert_eq!(out.matches(note).count(), 1, "{out}");
-    assert!(out.contains("3 rows appended to runs/demo.v9.csv"), "{out}");
+    assert!(
+        out.contains("3 rows appended to runs/demo.v10.csv"),
+        "{out}"
+    );
     assert_eq!(
         p.read("runs/demo.csv"),
         old,
         "the older file is never written"
     );
-    let new = p.read("runs/demo.v9.csv");
+    let new = p.read("runs/demo.v10.csv");
     assert_eq!(data_lines(&new).len(), 3);
     let rows = rows_by_key(&new);
     for r in rows.values() {
-        assert_eq!(r["schema_version"], "9");
+        assert_eq!(r["schema_version"], "10");
+        // Schema 10: every layered setting in one JSON cell, and its hash.
+        assert!(
+            r["settings"].starts_with("{\"threads\":"),
+            "{}",
+            r["settings"]
+        );
+        assert_eq!(r["settings_hash"].len(), 16);
         // Schema 9: the cache's resizes under memory pressure (none: no reserve, no stream).
         assert_eq!(r["cache_shrinks"], "0");
         assert_eq!(r["cache_budget_mib"], "", "no cache, no budget");
@@ -112,8 +122,8 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
     // older build prefilled in 512-wide pieces, this one on the 64-token grid (docs/benchmarks.md,
     // "Exact reuse on a 64-token grid, padded tails"), which rounds a longer prompt differently.
     for (a, b) in [
-        ("runs/demo.csv", "runs/demo.v9.csv"),
-        ("runs/demo.v9.csv", "runs/demo.csv"),
+        ("runs/demo.csv", "runs/demo.v10.csv"),
+        ("runs/demo.v10.csv", "runs/demo.csv"),
     ] {
         let o = p.bmoe(&["compare", a, b]);
         let out = text(&o);
@@ -124,17 +134,17 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
     // A second run appends to the versioned file without a second note about it being new.
     let o = p.bmoe(&["run", "jobs/demo.toml", "--run-id", "new2", "-q"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(data_lines(&p.read("runs/demo.v9.csv")).len(), 6);
+    assert_eq!(data_lines(&p.read("runs/demo.v10.csv")).len(), 6);
 
     // Generate rows of the older build compare too (text identical), and carry sampling now.
     p.write("runs/generate.csv", &fixture("schema1-generate.csv"));
     let o = p.bmoe(&["run", "jobs/generate.toml", "--run-id", "g2", "-q"]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = p.bmoe(&["compare", "runs/generate.csv", "runs/generate.v9.csv"]);
+    let o = p.bmoe(&["compare", "runs/generate.csv", "runs/generate.v10.csv"]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains("generations: 2/2 identical text"), "{out}");
-    for r in rows_by_key(&p.read("runs/generate.v9.csv")).values() {
+    for r in rows_by_key(&p.read("runs/generate.v10.csv")).values() {
         assert_eq!(
             (
                 r["temperature"].as_str(),
@@ -604,7 +614,7 @@ fn bad_fleet_input_is_refused_before_anything_is_written() {
     let o = p.bmoe(&["merge", "runs/c.csv", "runs/d.csv", "-o", "runs/all.csv"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        text(&o).contains("runs/c.csv is schema 1 but runs/d.csv is schema 9"),
+        text(&o).contains("runs/c.csv is schema 1 but runs/d.csv is schema 10"),
         "{}",
         text(&o)
     );
