@@ -28,6 +28,7 @@ pub use error::{EngineError, Result};
 pub use ffi::affinity::{current_thread_cpus, process_cpus};
 pub use ffi::cpu_variant::{cpu_variant, CpuVariant};
 pub use ffi::error::FfiError;
+pub use ffi::heap::trim_free_heap;
 pub use ffi::log::set_verbose as set_log_verbose;
 pub use ffi::registry::{backend_names, devices, system_info, Device, DeviceInfo, DeviceKind};
 pub use ffi::repack::cpu_repack_available;

@@ -9,6 +9,7 @@ pub mod error;
 pub mod file_map;
 pub mod gguf;
 pub mod guard;
+pub mod heap;
 pub mod kv;
 pub mod log;
 pub mod mapped_fault;

@@ -322,7 +322,10 @@ impl Models {
     ) -> LoadOutcome {
         let reused = self.release_unless(load_opts, probe_error.is_none());
         // The point's memory is measured from here: its model load included, the previous
-        // point's model (released above unless kept) and peaks not.
+        // point's model (released above unless kept) and peaks not. What the allocator kept of
+        // the previous point's session and model would count too (3-4 MiB on the tiny model,
+        // scripts/bench-point-memory): it goes back to the kernel first.
+        bmoe_engine::trim_free_heap();
         ident::reset_peak_rss();
         rss.reset();
         let t0 = Instant::now();
