@@ -7,7 +7,7 @@ mod changed;
 pub mod groups;
 mod input;
 mod render;
-mod speed;
+pub mod speed;
 pub mod stats;
 
 use std::collections::{BTreeMap, BTreeSet};

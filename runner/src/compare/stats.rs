@@ -158,11 +158,6 @@ impl MedianInterval {
             high,
         })
     }
-
-    /// Whether the two intervals share a value.
-    pub fn overlaps(&self, o: &Self) -> bool {
-        self.low <= o.high && o.low <= self.high
-    }
 }
 
 /// McNemar's exact test: the two-sided p-value of `lost` right->wrong against `gained`
