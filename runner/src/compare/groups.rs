@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::input::{capped, Key};
-use super::speed::gate_trips;
+use super::speed::{gate_trips, ratio_interval};
 use super::stats::{mcnemar_exact, paired_bootstrap, Drift, MedianInterval, PairedChange, METHOD};
 use crate::sink::row::Row;
 
@@ -83,7 +83,8 @@ pub struct GroupStats {
     pub logp_drift: Option<Drift>,
     /// Median prefill_s ratio B/A.
     pub prefill_ratio: Option<f64>,
-    /// The same median with its 95% interval (bootstrap over rows).
+    /// The same median with its 95% interval (as the totals' `speed`: bootstrap over rows, or the
+    /// whole range of too spread ratios).
     pub prefill_ratio_interval: Option<MedianInterval>,
     /// Median decode time per token ratio B/A.
     pub decode_ratio: Option<f64>,
@@ -139,9 +140,9 @@ impl GroupData {
             wrong_to_right: gained,
             logp_drift: Drift::of(&self.drift),
             prefill_ratio: None,
-            prefill_ratio_interval: MedianInterval::of(&self.prefill),
+            prefill_ratio_interval: ratio_interval(&self.prefill).map(|i| i.0),
             decode_ratio: None,
-            decode_ratio_interval: MedianInterval::of(&self.decode),
+            decode_ratio_interval: ratio_interval(&self.decode).map(|i| i.0),
             regressions: Vec::new(),
             inconclusive: Vec::new(),
         };

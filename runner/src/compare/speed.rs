@@ -9,7 +9,8 @@
 //! by a page-cache miss or another process moves a mean of ratios as far as it likes and a median
 //! hardly at all. Its interval resamples rows, each pair kept together (a paired bootstrap, as the
 //! accuracy interval). Rows see only the noise within a run; a shift every row of one run shares
-//! (thermal state, a night of other load) is what [`NOISE_BAND`] is for.
+//! (thermal state, a night of other load) is what [`NOISE_BAND`] is for, and a load that came and
+//! went while a run ran is what the range fallback of [`ratio_interval`] is for.
 use serde::Serialize;
 
 use super::stats::{median, MedianInterval};
@@ -26,12 +27,16 @@ pub const MIN_ROWS: usize = 2;
 /// scheduling dominate (hyperfine warns at the same bound).
 pub const SHORT_S: f64 = 0.005;
 
-/// A ratio spread p90/p10 above this is warned about: the middle 80% of rows disagree by a factor
-/// of two on one and the same comparison.
+/// A ratio spread p90/p10 above this is warned about, and the interval becomes the whole range:
+/// the middle 80% of rows disagree by a factor of two on one and the same comparison.
 pub const NOISY_SPREAD: f64 = 2.0;
 
 /// How the speed interval is computed, as the output names it.
 pub const METHOD: &str = "bootstrap of the median over rows (pairs kept together), 2000 resamples, SplitMix64 seed 20250933, percentile 95%";
+
+/// How it is computed when the ratios spread too far for the bootstrap.
+pub const RANGE_METHOD: &str =
+    "the ratios' whole range: p90/p10 is over 2x, too spread for the bootstrap over rows";
 
 /// One time measured on both sides of the matched rows.
 #[derive(Debug, Clone, Default)]
@@ -133,7 +138,7 @@ pub struct Metric {
     pub ratio: RatioStats,
     /// The median ratio B/A with its 95% interval.
     pub interval: MedianInterval,
-    /// How the interval was computed.
+    /// How the interval was computed ([`METHOD`], or [`RANGE_METHOD`] for too spread ratios).
     pub interval_method: &'static str,
     /// The noise band the verdict needs the interval to clear (0.05: ±5%).
     pub noise_band: f64,
@@ -195,12 +200,12 @@ pub fn metrics(prefill: &Timings, decode: &Timings, max_slowdown: Option<f64>) -
         .into_iter()
         .filter_map(|(name, t)| {
             let ratio = RatioStats::of(&t.ratios)?;
-            let interval = MedianInterval::of(&t.ratios)?;
+            let (interval, interval_method) = ratio_interval(&t.ratios)?;
             Some(Metric {
                 name,
                 ratio,
                 interval,
-                interval_method: METHOD,
+                interval_method,
                 noise_band: NOISE_BAND,
                 verdict: SpeedVerdict::of(&interval),
                 gate_tripped: max_slowdown.is_some_and(|x| gate_trips(&interval, x)),
@@ -208,6 +213,30 @@ pub fn metrics(prefill: &Timings, decode: &Timings, max_slowdown: Option<f64>) -
             })
         })
         .collect()
+}
+
+/// The median ratio and its 95% interval, with how it was computed: the paired bootstrap, or the
+/// ratios' whole min..max range when p90/p10 is over [`NOISY_SPREAD`]. A real change of code moves
+/// rows alike; ratios that disagree this much say the machine's load changed while a run ran (a
+/// burst slows the rows it overlaps), which a bootstrap treating rows as independent draws cannot
+/// see: it would call such a burst in B a slowdown. Then only a slowdown every row shows counts.
+pub fn ratio_interval(ratios: &[f64]) -> Option<(MedianInterval, &'static str)> {
+    let r = RatioStats::of(ratios)?;
+    if too_spread(&r) {
+        let range = MedianInterval {
+            n: r.rows,
+            median: r.median,
+            low: r.min,
+            high: r.max,
+        };
+        return Some((range, RANGE_METHOD));
+    }
+    Some((MedianInterval::of(ratios)?, METHOD))
+}
+
+/// Whether the ratios spread over [`NOISY_SPREAD`] from p10 to p90.
+fn too_spread(r: &RatioStats) -> bool {
+    r.rows >= MIN_ROWS && r.p90 > NOISY_SPREAD * r.p10
 }
 
 /// Whether a median ratio's interval clears `--max-slowdown X`: its lower bound is above X, so
@@ -238,9 +267,9 @@ fn warnings(name: &str, t: &Timings, r: &RatioStats) -> Vec<String> {
             SHORT_S * 1e3
         ));
     }
-    if r.rows >= MIN_ROWS && r.p90 > NOISY_SPREAD * r.p10 {
+    if too_spread(r) {
         out.push(format!(
-            "{name}: timings are noisy (ratio B/A p90/p10 = {:.1}x over {} rows): use --warmup N (one-time costs land in the first rows) and --repeat N, on a quiet machine",
+            "{name}: timings are noisy (ratio B/A p90/p10 = {:.1}x over {} rows, so the interval is their whole range): use --warmup N (one-time costs land in the first rows) and --repeat N, on a quiet machine",
             r.p90 / r.p10,
             r.rows
         ));
@@ -300,6 +329,18 @@ mod tests {
         );
         assert!(m[0].interval.median > 1.10 && !m[0].gate_tripped, "{m:?}");
         assert_eq!(m[0].verdict, SpeedVerdict::Inconclusive);
+    }
+
+    #[test]
+    fn too_spread_ratios_take_their_whole_range() {
+        // The review's two runs of one configuration: a median of 20.7, p10 1.16 over 1.1.
+        let r = [0.408, 1.158, 12.0, 20.654, 25.0, 30.0, 44.442, 111.079];
+        let (i, how) = ratio_interval(&r).unwrap();
+        assert_eq!((i.low, i.high, how), (0.408, 111.079, RANGE_METHOD));
+        let m = &metrics(&timings(&r), &Timings::default(), Some(1.1))[0];
+        assert_eq!(m.verdict, SpeedVerdict::Inconclusive);
+        assert!(!m.gate_tripped);
+        assert_eq!(ratio_interval(&[1.0, 1.1, 1.2]).unwrap().1, METHOD);
     }
 
     #[test]
