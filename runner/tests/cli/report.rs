@@ -854,4 +854,16 @@ fn best_names_the_points_it_cannot_be_told_from() {
         "html",
     ]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("not distinguishable from: cache_mb=200"));
+
+    // Prefill times of a millisecond are warned about, with the fix.
+    let short: String = (0..4)
+        .map(|item| format!("r1,tune,phone,cache_mb=100,{item},100,100,0.001,100000,0,1\n"))
+        .collect();
+    p.write("short.csv", &format!("{HEAD_V1}{short}"));
+    let out = text(&p.bmoe(&["report", "short.csv"]));
+    assert!(
+        out.contains("warning: timings are short: median prefill_s under 5 ms in 1 of 1 groups (tune/phone/cache_mb=100 1.00 ms)"),
+        "{out}"
+    );
+    assert!(out.contains("use longer items"), "{out}");
 }
