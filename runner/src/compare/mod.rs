@@ -10,6 +10,7 @@ mod render;
 pub mod speed;
 pub mod stats;
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -121,6 +122,10 @@ pub struct Report {
     pub groups: BTreeMap<groups::GroupKey, groups::GroupData>,
     /// `--fail-on-regression`'s thresholds.
     pub gates: Option<Gates>,
+    /// [`Report::speed`], computed once: its bootstrap is the costly part of a large comparison.
+    speed_once: OnceCell<Vec<Metric>>,
+    /// [`Report::group_stats`], computed once.
+    groups_once: OnceCell<Vec<GroupStats>>,
 }
 
 impl Report {
@@ -151,14 +156,17 @@ impl Report {
         })
     }
 
-    /// The time metrics measured on both sides, judged and gated.
-    pub fn speed(&self) -> Vec<Metric> {
-        speed::metrics(&self.prefill, &self.decode, self.max_slowdown)
+    /// The time metrics measured on both sides, judged and gated (computed on the first call).
+    pub fn speed(&self) -> &[Metric] {
+        self.speed_once
+            .get_or_init(|| speed::metrics(&self.prefill, &self.decode, self.max_slowdown))
     }
 
-    /// The statistics per (job, profile, point), judged by the gates when given.
-    pub fn group_stats(&self) -> Vec<GroupStats> {
-        groups::all(&self.groups, self.gates.as_ref())
+    /// The statistics per (job, profile, point), judged by the gates when given (computed on the
+    /// first call).
+    pub fn group_stats(&self) -> &[GroupStats] {
+        self.groups_once
+            .get_or_init(|| groups::all(&self.groups, self.gates.as_ref()))
     }
 
     /// Same, differ, or nothing in common; under `--fail-on-regression`, regression or not.

@@ -57,7 +57,7 @@ pub struct JsonReport<'a> {
     pub prefill_s_ratio: Option<RatioStats>,
     /// Each measured time (prefill_s, decode_s_per_token): ratios, the median's 95% `interval`,
     /// `verdict` (faster, same, slower, inconclusive), `gate_tripped` and timing `warnings`.
-    pub speed: Vec<Metric>,
+    pub speed: &'a [Metric],
     /// `--max-slowdown`: a metric fails when its median ratio's 95% interval lies wholly above it.
     pub max_slowdown: Option<f64>,
     /// Keys of the rows that differ.
@@ -66,7 +66,7 @@ pub struct JsonReport<'a> {
     pub identical: bool,
     /// Per (job, profile, point): accuracy with the paired change's 95% interval, McNemar's p,
     /// flipped items, log-prob drift, speed ratios, and the gates crossed.
-    pub groups: Vec<GroupStats>,
+    pub groups: &'a [GroupStats],
     /// `--fail-on-regression`'s thresholds, when given.
     pub gates: Option<Gates>,
     /// What reading the files noticed (also on stderr).
@@ -203,7 +203,7 @@ impl Report {
             return;
         }
         let _ = writeln!(s, "per (job, profile, point):");
-        for g in &groups {
+        for g in groups {
             g.render(s);
         }
     }

@@ -144,20 +144,53 @@ pub struct MedianInterval {
 }
 
 impl MedianInterval {
-    /// The median of `values` and its percentile-bootstrap 95% interval ([`bootstrap_95`]);
-    /// `None` without values.
+    /// The median of `values` and its percentile-bootstrap 95% interval: [`RESAMPLES`] resamples
+    /// of n values drawn with replacement from the values sorted ascending (index = next() mod n
+    /// from SplitMix64 seeded with [`SEED`]), each resample's [`median`], the nearest ranks
+    /// round(0.025) and round(0.975 ). `None` without values.
     pub fn of(values: &[f64]) -> Option<Self> {
         if values.is_empty() {
             return None;
         }
-        let (low, high) = bootstrap_95(values, median);
+        let mut sorted = values.to_vec();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let mut rng = SplitMix64(SEED);
+        let mut counts = vec![0u32; sorted.len()];
+        let medians = (0..RESAMPLES)
+            .map(|_| resampled_median(&mut rng, &sorted, &mut counts))
+            .collect();
+        let (low, high) = percentile_95(medians);
         Some(Self {
             n: values.len(),
-            median: median(&mut values.to_vec()),
+            median: median(&mut sorted),
             low,
             high,
         })
     }
+}
+
+/// The median of one resample of `sorted` (ascending), found by counting how often each index
+/// is drawn and walking to the middle: O(n) without moving values, so 2000 resamples of 20,000
+/// rows take a fraction of a second.
+fn resampled_median(rng: &mut SplitMix64, sorted: &[f64], counts: &mut [u32]) -> f64 {
+    let n = sorted.len();
+    counts.fill(0);
+    for _ in 0..n {
+        counts[(rng.next() % n as u64) as usize] += 1;
+    }
+    // The two middle ranks (0-based): one and the same for an odd count.
+    let (k1, k2) = ((n - 1) / 2, n / 2);
+    let (mut lo, mut seen) = (f64::NAN, 0usize);
+    for (i, &c) in counts.iter().enumerate() {
+        seen += c as usize;
+        if lo.is_nan() && seen > k1 {
+            lo = sorted[i];
+        }
+        if seen > k2 {
+            return (lo + sorted[i]) / 2.0;
+        }
+    }
+    lo
 }
 
 /// McNemar's exact test: the two-sided p-value of `lost` right->wrong against `gained`
@@ -245,6 +278,15 @@ mod tests {
         assert_eq!((m.low, m.high), (0.8, 1.3));
         let (lo, hi) = bootstrap_ratio_95(&[2.0; 5], &[1.0; 5], median);
         assert_eq!((lo, hi), (2.0, 2.0));
+        // Counting draws gives the median a sort of the resample gives.
+        let sorted = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0];
+        let (mut a, mut b) = (SplitMix64(5), SplitMix64(5));
+        let mut counts = [0u32; 6];
+        for _ in 0..50 {
+            let got = resampled_median(&mut a, &sorted, &mut counts);
+            let mut draw: Vec<f64> = (0..6).map(|_| sorted[(b.next() % 6) as usize]).collect();
+            assert_eq!(got, median(&mut draw));
+        }
     }
 
     #[test]
