@@ -7,8 +7,7 @@ use serde::Serialize;
 use super::input::{point_params, Data, Rec, SPLIT};
 use super::ReportError;
 use crate::compare::stats::{
-    bootstrap_95, bootstrap_ratio_95, mean, median, paired_bootstrap, MedianInterval, PairedChange,
-    METHOD,
+    bootstrap_95, mean, median_ratio_95, paired_bootstrap, MedianInterval, PairedChange, METHOD,
 };
 
 /// The per-row metrics the report summarises, in table order: (name, heading, what it is).
@@ -597,8 +596,7 @@ fn speedup(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
         let (low, high) = if gi == ref_i {
             (None, None)
         } else {
-            let (lo, hi) =
-                bootstrap_ratio_95(&metric_values(d, &out[gi], metric), &base_rows, median);
+            let (lo, hi) = median_ratio_95(&metric_values(d, &out[gi], metric), &base_rows);
             (Some(lo), Some(hi))
         };
         out[gi].speedup = Some(Speedup {
