@@ -265,7 +265,8 @@ pub struct CompareArgs {
     /// Largest choice_logp / perplexity difference still counted as identical.
     #[arg(long, default_value_t = 0.0)]
     pub tolerance: f64,
-    /// Exit 1 when B's median time ratio B/A (prefill, or decode per token) exceeds X (e.g. 1.10).
+    /// Exit 1 when the 95% interval of B's median time ratio B/A (prefill, or decode per token)
+    /// lies wholly above X (e.g. 1.10): noise widens the interval rather than tripping the gate.
     #[arg(long, value_name = "X", value_parser = slowdown_ratio)]
     pub max_slowdown: Option<f64>,
     /// Kept for old scripts: a difference always exits 1 now (as diff does).
@@ -276,7 +277,7 @@ pub struct CompareArgs {
     #[arg(long)]
     pub fail_on_regression: bool,
     /// With --fail-on-regression: the largest accuracy drop A -> B allowed, in percentage points
-    /// (default 1.0).
+    /// (default 1.0); a group fails when the whole 95% interval of its change is below minus this.
     #[arg(long, value_name = "POINTS", requires = "fail_on_regression", value_parser = accuracy_points)]
     pub max_accuracy_drop: Option<f64>,
     /// With --fail-on-regression: the smallest share of decisions whose best agrees (default 0.95).

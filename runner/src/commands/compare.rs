@@ -26,7 +26,10 @@ pub fn compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
             gates,
         },
     )?;
-    for w in &rep.warnings {
+    // The speed warnings go with the reading ones: JSON carries them under each `speed` metric.
+    let speed = rep.speed();
+    let speed_warnings = speed.iter().flat_map(|m| &m.warnings);
+    for w in rep.warnings.iter().chain(speed_warnings) {
         eprintln!("warning: {w}");
     }
     if a.format == Format::Json {

@@ -1,13 +1,15 @@
 //! Statistics per (job, profile, point): accuracy of each side with the paired change and its 95%
 //! interval, McNemar's exact p, the items that flipped each way, the log-prob drift, the speed
-//! ratios, and the `--fail-on-regression` gates judged on them.
+//! ratios with their median's 95% interval, and the `--fail-on-regression` gates judged on the
+//! intervals: a gate trips only where the whole interval is past its threshold.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use super::input::{capped, Key};
-use super::stats::{mcnemar_exact, paired_bootstrap, Drift, PairedChange, METHOD};
+use super::speed::{gate_trips, ratio_interval};
+use super::stats::{mcnemar_exact, paired_bootstrap, Drift, MedianInterval, PairedChange, METHOD};
 use crate::sink::row::Row;
 
 /// Default `--max-accuracy-drop` under `--fail-on-regression`: percentage points.
@@ -38,11 +40,13 @@ pub struct GroupData {
 /// The thresholds `--fail-on-regression` judges each group by.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Gates {
-    /// Largest accuracy drop A -> B allowed, in percentage points.
+    /// Largest accuracy drop A -> B allowed, in percentage points: the gate trips when the whole
+    /// 95% interval of the change lies below minus this.
     pub max_accuracy_drop: f64,
     /// Smallest share of decisions agreeing on best.
     pub min_agreement: f64,
-    /// Largest median time ratio B/A (prefill, decode per token); `None`: speed not gated.
+    /// Largest median time ratio B/A (prefill, decode per token): the gate trips when the whole
+    /// 95% interval of the median lies above it; `None`: speed not gated.
     pub max_slowdown: Option<f64>,
 }
 
@@ -79,10 +83,18 @@ pub struct GroupStats {
     pub logp_drift: Option<Drift>,
     /// Median prefill_s ratio B/A.
     pub prefill_ratio: Option<f64>,
+    /// The same median with its 95% interval (as the totals' `speed`: bootstrap over rows, or the
+    /// whole range of too spread ratios).
+    pub prefill_ratio_interval: Option<MedianInterval>,
     /// Median decode time per token ratio B/A.
     pub decode_ratio: Option<f64>,
+    /// The same median with its 95% interval.
+    pub decode_ratio_interval: Option<MedianInterval>,
     /// The gates this group crossed, in words (empty without `--fail-on-regression`).
     pub regressions: Vec<String>,
+    /// The gates whose point estimate crosses but whose 95% interval does not (not a regression:
+    /// more items or repeats would tell), in words.
+    pub inconclusive: Vec<String>,
 }
 
 impl GroupData {
@@ -127,29 +139,28 @@ impl GroupData {
             right_to_wrong: lost,
             wrong_to_right: gained,
             logp_drift: Drift::of(&self.drift),
-            prefill_ratio: Drift::of(&self.prefill).map(|d| d.p50),
-            decode_ratio: Drift::of(&self.decode).map(|d| d.p50),
+            prefill_ratio: None,
+            prefill_ratio_interval: ratio_interval(&self.prefill).map(|i| i.0),
+            decode_ratio: None,
+            decode_ratio_interval: ratio_interval(&self.decode).map(|i| i.0),
             regressions: Vec::new(),
+            inconclusive: Vec::new(),
         };
+        s.prefill_ratio = s.prefill_ratio_interval.map(|i| i.median);
+        s.decode_ratio = s.decode_ratio_interval.map(|i| i.median);
         if let Some(g) = gates {
-            s.regressions = s.judge(g);
+            (s.regressions, s.inconclusive) = s.judge(g);
         }
         s
     }
 }
 
 impl GroupStats {
-    /// The gates crossed, each in words.
-    fn judge(&self, g: &Gates) -> Vec<String> {
-        let mut out = Vec::new();
+    /// The gates crossed, each in words, and those only the point estimate crosses.
+    fn judge(&self, g: &Gates) -> (Vec<String>, Vec<String>) {
+        let (mut out, mut unsure) = (Vec::new(), Vec::new());
         if let Some(c) = &self.change {
-            if -c.change * 100.0 > g.max_accuracy_drop {
-                out.push(format!(
-                    "accuracy fell {:.1} points (more than --max-accuracy-drop {})",
-                    -c.change * 100.0,
-                    g.max_accuracy_drop
-                ));
-            }
+            judge_accuracy(c, g.max_accuracy_drop, &mut out, &mut unsure);
         }
         if let Some(a) = self.agreement {
             if a < g.min_agreement {
@@ -160,18 +171,25 @@ impl GroupStats {
             }
         }
         if let Some(x) = g.max_slowdown {
-            for (name, r) in [
-                ("prefill_s", self.prefill_ratio),
-                ("decode", self.decode_ratio),
+            for (name, iv) in [
+                ("prefill_s", self.prefill_ratio_interval),
+                ("decode", self.decode_ratio_interval),
             ] {
-                if let Some(r) = r.filter(|&r| r > x) {
+                let Some(i) = iv else { continue };
+                if gate_trips(&i, x) {
                     out.push(format!(
-                        "{name} median ratio B/A {r:.3} (above --max-slowdown {x})"
+                        "{name} median ratio B/A {:.3}, 95% interval [{:.3}, {:.3}] wholly above --max-slowdown {x}",
+                        i.median, i.low, i.high
+                    ));
+                } else if i.median > x {
+                    unsure.push(format!(
+                        "{name} median ratio B/A {:.3} is above --max-slowdown {x}, but its 95% interval [{:.3}, {:.3}] is not: not a regression (more rows or --repeat N would tell)",
+                        i.median, i.low, i.high
                     ));
                 }
             }
         }
-        out
+        (out, unsure)
     }
 
     /// `job/profile/point`.
@@ -198,17 +216,24 @@ impl GroupStats {
                 d.n, d.p50, d.p90, d.p99, d.max
             );
         }
-        let ratio = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.3}"));
+        let ratio = |r: Option<MedianInterval>| {
+            r.map_or("-".to_string(), |i| {
+                format!("{:.3} [{:.3}, {:.3}]", i.median, i.low, i.high)
+            })
+        };
         if self.prefill_ratio.is_some() || self.decode_ratio.is_some() {
             let _ = writeln!(
                 s,
-                "    speed, median time ratio B/A: prefill {}, decode per token {}",
-                ratio(self.prefill_ratio),
-                ratio(self.decode_ratio)
+                "    speed, median time ratio B/A [95% interval]: prefill {}, decode per token {}",
+                ratio(self.prefill_ratio_interval),
+                ratio(self.decode_ratio_interval)
             );
         }
         for r in &self.regressions {
             let _ = writeln!(s, "    REGRESSION: {r}");
+        }
+        for r in &self.inconclusive {
+            let _ = writeln!(s, "    inconclusive: {r}");
         }
     }
 
@@ -241,6 +266,27 @@ impl GroupStats {
             };
             let _ = writeln!(s, "    {what} ({}): {list}", items.len());
         }
+    }
+}
+
+/// The accuracy gate: a regression when the whole 95% interval of the change is below
+/// -`max_drop` points, so one flipped decision of eight (interval [-37.5, +0.0]) is not one; a
+/// point drop past the threshold whose interval reaches above it is only inconclusive.
+fn judge_accuracy(
+    c: &PairedChange,
+    max_drop: f64,
+    out: &mut Vec<String>,
+    unsure: &mut Vec<String>,
+) {
+    let (drop, lo, hi) = (-c.change * 100.0, c.low * 100.0, c.high * 100.0);
+    if -hi > max_drop {
+        out.push(format!(
+            "accuracy fell {drop:.1} points, 95% interval [{lo:+.1}, {hi:+.1}] wholly below -{max_drop} (more than --max-accuracy-drop {max_drop})"
+        ));
+    } else if drop > max_drop {
+        unsure.push(format!(
+            "accuracy fell {drop:.1} points, but its 95% interval [{lo:+.1}, {hi:+.1}] reaches above -{max_drop}: not a regression by --max-accuracy-drop {max_drop} (more items would tell)"
+        ));
     }
 }
 

@@ -1,15 +1,16 @@
 //! `bmoe compare A.csv B.csv`: rows matched by (job, sweep point, item id) between one run of each
 //! file; agreement on `best`, the largest `choice_logp` difference, generated text, perplexity,
-//! what changed between the runs (settings, commit, model, host), and the time ratios B/A with a
-//! verdict and an optional gate. Files are read by column name, so a CSV from an older build
+//! what changed between the runs (settings, commit, model, host), and the time ratios B/A with the
+//! median's 95% interval, a verdict and an optional gate on the interval. Files are read by column name, so a CSV from an older build
 //! compares with a newer one (columns it lacks read as empty).
 mod changed;
 pub mod groups;
 mod input;
 mod render;
-mod speed;
+pub mod speed;
 pub mod stats;
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -18,7 +19,7 @@ use serde::Serialize;
 pub use changed::Change;
 pub use groups::{Gates, GroupStats};
 pub use input::Key;
-pub use speed::{Metric, RatioStats};
+pub use speed::{Metric, RatioStats, Timings};
 
 use crate::sink::row::Row;
 use input::Side;
@@ -32,7 +33,8 @@ pub struct CompareOptions {
     pub run_b: Option<String>,
     /// Largest |choice_logp| or |ppl| difference still called identical.
     pub tolerance: f64,
-    /// Largest median time ratio B/A still passing (`--max-slowdown`); `None`: no gate.
+    /// `--max-slowdown`: the median time ratio B/A whose 95% interval must lie wholly above it to
+    /// fail; `None`: no gate.
     pub max_slowdown: Option<f64>,
     /// `--fail-on-regression`'s thresholds: with them the exit status says only whether a group
     /// crossed one.
@@ -102,10 +104,10 @@ pub struct Report {
     /// Accuracy counts: (decisions with `correct` on both sides, correct in A, correct in B, lost,
     /// gained).
     pub accuracy: (usize, usize, usize, usize, usize),
-    /// Prefill-time ratios B/A.
-    pub ratios: Vec<f64>,
-    /// Decode time per generated token, ratios B/A.
-    pub decode_ratios: Vec<f64>,
+    /// Prefill times of the matched rows and their ratios B/A.
+    pub prefill: Timings,
+    /// Decode times, and ratios B/A of decode time per generated token.
+    pub decode: Timings,
     /// Keys of the matched rows that differ.
     pub differing: Vec<Key>,
     /// Settings, commit, model or host that differ between the runs.
@@ -120,6 +122,10 @@ pub struct Report {
     pub groups: BTreeMap<groups::GroupKey, groups::GroupData>,
     /// `--fail-on-regression`'s thresholds.
     pub gates: Option<Gates>,
+    /// [`Report::speed`], computed once: its bootstrap is the costly part of a large comparison.
+    speed_once: OnceCell<Vec<Metric>>,
+    /// [`Report::group_stats`], computed once.
+    groups_once: OnceCell<Vec<GroupStats>>,
 }
 
 impl Report {
@@ -150,14 +156,17 @@ impl Report {
         })
     }
 
-    /// The time metrics measured on both sides, judged and gated.
-    pub fn speed(&self) -> Vec<Metric> {
-        speed::metrics(&self.ratios, &self.decode_ratios, self.max_slowdown)
+    /// The time metrics measured on both sides, judged and gated (computed on the first call).
+    pub fn speed(&self) -> &[Metric] {
+        self.speed_once
+            .get_or_init(|| speed::metrics(&self.prefill, &self.decode, self.max_slowdown))
     }
 
-    /// The statistics per (job, profile, point), judged by the gates when given.
-    pub fn group_stats(&self) -> Vec<GroupStats> {
-        groups::all(&self.groups, self.gates.as_ref())
+    /// The statistics per (job, profile, point), judged by the gates when given (computed on the
+    /// first call).
+    pub fn group_stats(&self) -> &[GroupStats] {
+        self.groups_once
+            .get_or_init(|| groups::all(&self.groups, self.gates.as_ref()))
     }
 
     /// Same, differ, or nothing in common; under `--fail-on-regression`, regression or not.
@@ -267,13 +276,14 @@ fn compare_row(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64) {
     }
     let g = rep.groups.entry(group_of(x)).or_default();
     if x.prefill_s > 0.0 && y.prefill_s > 0.0 {
-        rep.ratios.push(y.prefill_s / x.prefill_s);
+        rep.prefill
+            .push(x.prefill_s, y.prefill_s, y.prefill_s / x.prefill_s);
         g.prefill.push(y.prefill_s / x.prefill_s);
     }
     // Per token: two runs whose texts differ in length still compare their decode speed.
     if x.decode_s > 0.0 && y.decode_s > 0.0 && x.tokens > 0 && y.tokens > 0 {
         let per = |r: &Row| r.decode_s / f64::from(r.tokens);
-        rep.decode_ratios.push(per(y) / per(x));
+        rep.decode.push(x.decode_s, y.decode_s, per(y) / per(x));
         g.decode.push(per(y) / per(x));
     }
     if !same {

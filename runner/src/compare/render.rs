@@ -55,9 +55,10 @@ pub struct JsonReport<'a> {
     pub accuracy: Option<AccuracyChange>,
     /// prefill_s ratio B/A.
     pub prefill_s_ratio: Option<RatioStats>,
-    /// Each measured time (prefill_s, decode_s_per_token): ratios, verdict, gate.
-    pub speed: Vec<Metric>,
-    /// Median time ratio B/A above which a metric fails (`--max-slowdown`).
+    /// Each measured time (prefill_s, decode_s_per_token): ratios, the median's 95% `interval`,
+    /// `verdict` (faster, same, slower, inconclusive), `gate_tripped` and timing `warnings`.
+    pub speed: &'a [Metric],
+    /// `--max-slowdown`: a metric fails when its median ratio's 95% interval lies wholly above it.
     pub max_slowdown: Option<f64>,
     /// Keys of the rows that differ.
     pub differing: Vec<String>,
@@ -65,7 +66,7 @@ pub struct JsonReport<'a> {
     pub identical: bool,
     /// Per (job, profile, point): accuracy with the paired change's 95% interval, McNemar's p,
     /// flipped items, log-prob drift, speed ratios, and the gates crossed.
-    pub groups: Vec<GroupStats>,
+    pub groups: &'a [GroupStats],
     /// `--fail-on-regression`'s thresholds, when given.
     pub gates: Option<Gates>,
     /// What reading the files noticed (also on stderr).
@@ -100,7 +101,7 @@ impl Report {
             identical_texts: self.texts.1,
             max_ppl_diff: md(&self.max_ppl_diff),
             accuracy: self.accuracy(),
-            prefill_s_ratio: RatioStats::of(&self.ratios),
+            prefill_s_ratio: RatioStats::of(&self.prefill.ratios),
             speed: self.speed(),
             max_slowdown: self.max_slowdown,
             differing: keys(&self.differing),
@@ -202,7 +203,7 @@ impl Report {
             return;
         }
         let _ = writeln!(s, "per (job, profile, point):");
-        for g in &groups {
+        for g in groups {
             g.render(s);
         }
     }
@@ -250,10 +251,12 @@ impl Report {
         }
         for m in self.speed().iter().filter(|m| m.gate_tripped) {
             parts.push(format!(
-                "--max-slowdown {} tripped: {} median ratio B/A {:.3}",
+                "--max-slowdown {} tripped: {} median ratio B/A {:.3}, 95% interval [{:.3}, {:.3}] wholly above it",
                 self.max_slowdown.unwrap_or_default(),
                 m.name,
-                m.ratio.median
+                m.interval.median,
+                m.interval.low,
+                m.interval.high
             ));
         }
         if parts.is_empty() {

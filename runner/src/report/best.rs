@@ -1,11 +1,14 @@
 //! `--best`: the winning point under an objective and requirements, why every other point lost,
-//! and the winner written back as a TOML overlay (`--write-overrides`).
+//! the points it cannot be told from (their objective's 95% intervals overlap the winner's), and
+//! the winner written back as a TOML overlay (`--write-overrides`).
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use super::input::Data;
-use super::stats::{known_name, lower_is_better, scalar, unknown_name_hint, Group, METRICS};
+use super::stats::{
+    known_name, lower_is_better, scalar, scalar_interval, unknown_name_hint, Group, METRICS,
+};
 use super::ReportError;
 
 /// A comparison in a `--require`.
@@ -127,8 +130,30 @@ pub struct Loser {
     pub point: String,
     /// Its objective value, if measured.
     pub objective: Option<f64>,
+    /// The objective's 95% interval, where one is computed.
+    pub interval: Option<Interval>,
+    /// It met every requirement and its interval overlaps the winner's: the rows cannot tell the
+    /// two apart.
+    pub not_distinguishable: bool,
     /// Human reason.
     pub reason: String,
+}
+
+/// A 95% interval of an objective value (bootstrap of the median over a point's rows; of the
+/// mean over items for `accuracy`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Interval {
+    /// Lower end.
+    pub low: f64,
+    /// Upper end.
+    pub high: f64,
+}
+
+impl Interval {
+    /// Whether the two share a value.
+    fn overlaps(&self, o: &Interval) -> bool {
+        self.low <= o.high && o.low <= self.high
+    }
 }
 
 /// The winner of one (job, profile).
@@ -153,6 +178,11 @@ pub struct Best {
     pub direction: &'static str,
     /// The winner's objective value.
     pub value: f64,
+    /// Its 95% interval, where one is computed.
+    pub interval: Option<Interval>,
+    /// The points that met every requirement and whose objective's interval overlaps the
+    /// winner's: as good as far as the rows can tell.
+    pub not_distinguishable_from: Vec<String>,
     /// Each requirement with the winner's value.
     pub requires: Vec<(String, f64)>,
     /// Every other point of the (job, profile), and why it lost.
@@ -283,6 +313,7 @@ pub fn choose(d: &Data, groups: &[Group], spec: &BestSpec) -> Result<Vec<Best>, 
 struct Judged<'a> {
     group: &'a Group,
     objective: Option<f64>,
+    interval: Option<Interval>,
     fails: Vec<String>,
     shortfall: f64,
 }
@@ -311,6 +342,7 @@ fn judge<'a>(d: &Data, g: &'a Group, spec: &BestSpec) -> Judged<'a> {
     Judged {
         group: g,
         objective,
+        interval: scalar_interval(d, g, &spec.objective).map(|(low, high)| Interval { low, high }),
         fails,
         shortfall,
     }
@@ -356,16 +388,26 @@ fn none_meets(job: String, profile: String, judged: &[Judged], spec: &BestSpec) 
 fn best_of(d: &Data, judged: &[Judged], w: usize, spec: &BestSpec) -> Best {
     let wg = judged[w].group;
     let wv = judged[w].objective.unwrap_or(f64::NAN);
-    let others = judged
+    let wi = judged[w].interval;
+    let others: Vec<Loser> = judged
         .iter()
         .enumerate()
         .filter(|(i, _)| *i != w)
-        .map(|(_, j)| Loser {
-            job: j.group.job.clone(),
-            profile: j.group.profile.clone(),
-            point: j.group.label.clone(),
-            objective: j.objective,
-            reason: lost_because(j, wv, &spec.objective),
+        .map(|(_, j)| {
+            let close = tied_within_noise(j, wi);
+            let mut reason = lost_because(j, wv, &spec.objective);
+            if close {
+                reason.push_str("; not distinguishable: the 95% intervals overlap");
+            }
+            Loser {
+                job: j.group.job.clone(),
+                profile: j.group.profile.clone(),
+                point: j.group.label.clone(),
+                objective: j.objective,
+                interval: j.interval,
+                not_distinguishable: close,
+                reason,
+            }
         })
         .collect();
     Best {
@@ -377,6 +419,12 @@ fn best_of(d: &Data, judged: &[Judged], w: usize, spec: &BestSpec) -> Best {
         objective: spec.objective.clone(),
         direction: if spec.minimize { "min" } else { "max" },
         value: wv,
+        interval: wi,
+        not_distinguishable_from: others
+            .iter()
+            .filter(|o| o.not_distinguishable)
+            .map(|o| o.point.clone())
+            .collect(),
         requires: spec
             .requires
             .iter()
@@ -399,6 +447,16 @@ fn dependencies(
         .filter(|dep| !params.contains_key(*dep))
         .filter_map(|dep| Some((dep.to_string(), ran_with.get(dep)?.clone())))
         .collect()
+}
+
+/// Whether a point that met every requirement cannot be told from the winner: both objectives
+/// have an interval and the two overlap. (Overlapping 95% intervals is a cautious test: two
+/// points may differ and still overlap, never the other way round.)
+fn tied_within_noise(j: &Judged, winner: Option<Interval>) -> bool {
+    match (j.interval, winner) {
+        (Some(a), Some(b)) => j.fails.is_empty() && a.overlaps(&b),
+        _ => false,
+    }
 }
 
 /// Why a point lost to the winner's value `wv`: its failed requirements, else its objective
@@ -431,9 +489,12 @@ pub fn render(bests: &[Best]) -> String {
             "best point for job {} on profile {}: {}",
             b.job, b.profile, b.point
         );
+        let interval = b.interval.map_or(String::new(), |i| {
+            format!(", 95% interval [{}, {}]", fmt_num(i.low), fmt_num(i.high))
+        });
         let _ = writeln!(
             s,
-            "  {} = {} ({} is better)",
+            "  {} = {}{interval} ({} is better)",
             b.objective,
             fmt_num(b.value),
             if b.direction == "min" {
@@ -442,6 +503,15 @@ pub fn render(bests: &[Best]) -> String {
                 "higher"
             }
         );
+        if !b.not_distinguishable_from.is_empty() {
+            let _ = writeln!(
+                s,
+                "  not distinguishable from: {} (95% intervals of {} overlap the winner's; more items or --repeat N may separate them)",
+                b.not_distinguishable_from.join(", "),
+                b.objective
+            );
+        }
+
         for (r, v) in &b.requires {
             let _ = writeln!(s, "  meets {r}: {}", fmt_num(*v));
         }

@@ -3,6 +3,7 @@
 //! and requirements, written back as a TOML overlay.
 pub mod best;
 pub mod input;
+mod noise;
 pub mod plots;
 pub mod provenance;
 pub mod render;
@@ -256,6 +257,9 @@ pub fn build(opts: &Options) -> Result<Report, ReportError> {
     let groups = stats::groups(&data, opts.reference.as_deref())?;
     metric_notes(&groups, opts, &mut notes);
     split_notes(&groups, &mut notes);
+    let noisy = noise::timing_warnings(&data, &groups);
+    notes.extend(noisy.iter().cloned());
+    warnings.extend(noisy);
     let best = match &opts.best {
         Some(spec) => best::choose(&data, &groups, spec)?,
         None => Vec::new(),

@@ -150,8 +150,10 @@ fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
             cells.push(
                 g.speedup
                     .as_ref()
-                    .map(|s| format!("{:.2}x", s.value))
-                    .unwrap_or("-".into()),
+                    .map_or("-".into(), |s| match (s.low, s.high) {
+                        (Some(lo), Some(hi)) => format!("{:.2}x [{lo:.2}, {hi:.2}]", s.value),
+                        _ => format!("{:.2}x", s.value),
+                    }),
             );
         }
         if headroom {
@@ -196,7 +198,7 @@ fn markdown(r: &Report) -> String {
     for (k, v) in r.provenance.lines() {
         let _ = writeln!(s, "- {k}: {v}");
     }
-    s.push_str("\nCells: median (p10..p90) over the group's rows; `-` = not measured; accuracy: mean over items of each item's repeats, ± lm-eval's standard error; then the change against the reference point over the items both have, with its 95% interval (paired bootstrap, 2000 resamples, fixed seed: as `bmoe compare`).\n");
+    s.push_str("\nCells: median (p10..p90) over the group's rows; `-` = not measured; accuracy: mean over items of each item's repeats, ± lm-eval's standard error; then the change against the reference point over the items both have, with its 95% interval (paired bootstrap, 2000 resamples, fixed seed: as `bmoe compare`); speed-up: the median over the reference's, with its 95% interval [low, high] (bootstrap, each point's rows resampled apart).\n");
     for ((job, profile), gs) in tables(r) {
         let _ = writeln!(s, "\n## job {job} on profile {profile}\n");
         let (head, rows) = table_rows(r, &gs);
@@ -277,7 +279,7 @@ fn html(r: &Report) -> String {
     for (k, v) in r.provenance.lines() {
         let _ = writeln!(s, "<li>{}: {}</li>", esc(k), esc(&v));
     }
-    s.push_str("</ul>\n<p>Cells: median (p10..p90) over the group's rows; - = not measured.</p>\n");
+    s.push_str("</ul>\n<p>Cells: median (p10..p90) over the group's rows; - = not measured; speed-up: the median over the reference's, with its 95% interval [low, high].</p>\n");
     for ((job, profile), gs) in tables(r) {
         let _ = writeln!(s, "<h2>job {} on profile {}</h2>", esc(&job), esc(&profile));
         let (head, rows) = table_rows(r, &gs);

@@ -6,7 +6,9 @@ use serde::Serialize;
 
 use super::input::{point_params, Data, Rec, SPLIT};
 use super::ReportError;
-use crate::compare::stats::{paired_bootstrap, PairedChange, METHOD};
+use crate::compare::stats::{
+    bootstrap_95, mean, median_ratio_95, paired_bootstrap, MedianInterval, PairedChange, METHOD,
+};
 
 /// The per-row metrics the report summarises, in table order: (name, heading, what it is).
 pub const METRICS: &[(&str, &str, &str)] = &[
@@ -155,7 +157,18 @@ pub struct Speedup {
     pub reference: String,
     /// This group's median over the reference's.
     pub value: f64,
+    /// Lower end of its 95% interval ([`SPEEDUP_METHOD`]); absent on the reference itself.
+    pub low: Option<f64>,
+    /// Upper end of its 95% interval.
+    pub high: Option<f64>,
+    /// How the interval was computed.
+    pub interval_method: &'static str,
 }
+
+/// How a speed-up's interval is computed: the two groups' rows resampled apart, since points
+/// may hold other items or repeat counts, and the statistic is the ratio of the two medians the
+/// table shows.
+pub const SPEEDUP_METHOD: &str = "bootstrap of the ratio of medians, each group's rows resampled apart, 2000 resamples, SplitMix64 seed 20250933, percentile 95%";
 
 /// Agreement on `best` with the reference point.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -502,7 +515,7 @@ pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportErr
         };
         agreement(d, &mut out, &idx, ref_i);
         accuracy_change(&mut out, &idx, ref_i);
-        speedup(&mut out, &idx, ref_i);
+        speedup(d, &mut out, &idx, ref_i);
         ppl_change(d, &mut out, &idx, ref_i);
     }
     Ok(out)
@@ -602,9 +615,9 @@ fn ppl_change(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
     }
 }
 
-/// Each group's median speed over the reference group's: decode where the pair decodes, else
-/// prefill.
-fn speedup(out: &mut [Group], idx: &[usize], ref_i: usize) {
+/// Each group's median speed over the reference group's, with its 95% interval: decode where the
+/// pair decodes, else prefill.
+fn speedup(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
     let metric = ["decode_tps", "prefill_tps"]
         .into_iter()
         .find(|m| idx.iter().any(|&i| out[i].metrics.contains_key(*m)));
@@ -616,15 +629,59 @@ fn speedup(out: &mut [Group], idx: &[usize], ref_i: usize) {
         return;
     }
     let reference = out[ref_i].label.clone();
+    let base_rows = metric_values(d, &out[ref_i], metric);
     for &gi in idx {
-        if let Some(s) = out[gi].metrics.get(metric) {
-            out[gi].speedup = Some(Speedup {
-                metric: metric.to_string(),
-                reference: reference.clone(),
-                value: s.median / base,
-            });
-        }
+        let Some(s) = out[gi].metrics.get(metric) else {
+            continue;
+        };
+        let (low, high) = if gi == ref_i {
+            (None, None)
+        } else {
+            let (lo, hi) = median_ratio_95(&metric_values(d, &out[gi], metric), &base_rows);
+            (Some(lo), Some(hi))
+        };
+        out[gi].speedup = Some(Speedup {
+            metric: metric.to_string(),
+            reference: reference.clone(),
+            value: s.median / base,
+            low,
+            high,
+            interval_method: SPEEDUP_METHOD,
+        });
     }
+}
+
+/// The values of one of [`METRICS`] over a group's rows that did not fail.
+fn metric_values(d: &Data, g: &Group, name: &str) -> Vec<f64> {
+    g.members
+        .iter()
+        .map(|&i| &d.recs[i])
+        .filter(|r| !r.failed)
+        .filter_map(|r| row_metric(d, r, name))
+        .collect()
+}
+
+/// The 95% interval (low, high) of what [`scalar`] gives for `name`, where one is cheap: the
+/// bootstrap of a median over the group's rows (a metric or a numeric column), or of the mean over
+/// items (`accuracy`). `None` for counts, agreement, perplexity change and quantiles.
+pub fn scalar_interval(d: &Data, g: &Group, name: &str) -> Option<(f64, f64)> {
+    let values: Vec<f64> = match name {
+        "accuracy" => {
+            let s: Vec<f64> = g.item_scores.values().copied().collect();
+            return (!s.is_empty()).then(|| bootstrap_95(&s, |v| mean(v)));
+        }
+        "rows" | "errors" | "agreement" | "ppl_change" => return None,
+        _ if METRICS.iter().any(|(m, _, _)| *m == name) => metric_values(d, g, name),
+        _ if name.ends_with("_p10") || name.ends_with("_p90") => return None,
+        _ => g
+            .members
+            .iter()
+            .map(|&i| &d.recs[i])
+            .filter(|r| !r.failed)
+            .filter_map(|r| d.num(r, name))
+            .collect(),
+    };
+    MedianInterval::of(&values).map(|m| (m.low, m.high))
 }
 
 /// The scalar a `--objective` or `--require` name means for a group: a metric's median (or

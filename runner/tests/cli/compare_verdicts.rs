@@ -278,3 +278,214 @@ n_predict = 4
         "prefill did not slow down: {out}"
     );
 }
+
+/// Writes `dst`: `n` copies of `runs/decide.csv`'s first row under items `t00`.., each passed to
+/// `set` with its index and the header: timings or answers of a known distribution, no
+/// measurement involved (so no assertion rests on how loaded the machine is).
+fn synthetic(p: &Project, dst: &str, n: usize, set: impl Fn(usize, &[String], &mut Vec<String>)) {
+    edit_csv(p, "runs/decide.csv", dst, |h, rows| {
+        let first = rows[0].clone();
+        *rows = (0..n)
+            .map(|i| {
+                let mut r = first.clone();
+                r[col(h, "item")] = format!("t{i:02}");
+                set(i, h, &mut r);
+                r
+            })
+            .collect();
+    });
+}
+
+/// `runs/{name}.csv` with these prefill times, one row each.
+fn timed(p: &Project, name: &str, times: &[f64]) {
+    synthetic(p, &format!("runs/{name}.csv"), times.len(), |i, h, r| {
+        r[col(h, "prefill_s")] = times[i].to_string();
+    });
+}
+
+/// SplitMix64's next output as a uniform draw in [0, 1).
+fn uniform(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Two runs of `n` rows from one noisy distribution (a busy machine): 50 ms times e^u, u uniform
+/// on [-w, w], A's rows then B's from one SplitMix64 stream seeded with `seed`.
+fn noisy_pair(seed: u64, w: f64, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut s = seed;
+    let mut draw = |_| 0.05 * (w * (2.0 * uniform(&mut s) - 1.0)).exp();
+    let a = (0..n).map(&mut draw).collect();
+    let b = (0..n).map(&mut draw).collect();
+    (a, b)
+}
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(o)))
+}
+
+/// The median of the ratios B/A, as an independent check of the draw.
+fn median_ratio(a: &[f64], b: &[f64]) -> f64 {
+    let mut r: Vec<f64> = a.iter().zip(b).map(|(x, y)| y / x).collect();
+    r.sort_by(f64::total_cmp);
+    (r[r.len() / 2 - 1] + r[r.len() / 2]) / 2.0
+}
+
+#[test]
+fn two_runs_of_one_noisy_distribution_are_inconclusive_and_trip_no_gate() {
+    let p = decided();
+    // Two draws whose bare median ratio is over 1.1 (the old verdict said "B slower" and the old
+    // gate tripped), though A and B come from one distribution: a mild one (ratios within 2x,
+    // judged by the bootstrap) and a wild one (p90/p10 over 40x, as the review's loaded machine,
+    // judged by the whole range).
+    for (seed, w, method) in [(11, 0.3, "bootstrap"), (6, 1.6, "whole range")] {
+        let (a, b) = noisy_pair(seed, w, 12);
+        assert!(median_ratio(&a, &b) > 1.1, "{a:?} {b:?}");
+        timed(&p, "a", &a);
+        timed(&p, "b", &b);
+        let args = [
+            "compare",
+            "runs/a.csv",
+            "runs/b.csv",
+            "--max-slowdown",
+            "1.1",
+        ];
+        let o = p.bmoe(&args);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}");
+        assert!(out.contains("result: all 12 rows identical"), "{out}");
+        assert!(out.contains(": inconclusive (median +"), "{out}");
+
+        let v = json(&p.bmoe(&[&args[..], &["--format", "json"]].concat()));
+        let m = &v["speed"][0];
+        assert_eq!(m["verdict"], "inconclusive", "{m}");
+        assert_eq!(m["gate_tripped"], false, "{m}");
+        assert!(
+            m["interval_method"].as_str().unwrap().contains(method),
+            "{m}"
+        );
+        let (lo, hi) = (
+            m["interval"]["low"].as_f64().unwrap(),
+            m["interval"]["high"].as_f64().unwrap(),
+        );
+        assert!(lo < 1.0 && hi > 1.0, "{m}");
+
+        // The regression gate judges the same interval.
+        let o = p.bmoe(&[&args[..], &["--fail-on-regression"]].concat());
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}");
+        assert!(out.contains("result: no regression"), "{out}");
+        assert!(
+            out.contains("inconclusive: prefill_s median ratio B/A 1."),
+            "{out}"
+        );
+    }
+    // The wild draw is warned about, with the fix.
+    let out = text(&p.bmoe(&["compare", "runs/a.csv", "runs/b.csv"]));
+    assert!(
+        out.contains("warning: prefill_s: timings are noisy (ratio B/A p90/p10 = "),
+        "{out}"
+    );
+    assert!(out.contains("--warmup N"), "{out}");
+}
+
+#[test]
+fn a_clear_threefold_slowdown_is_slower_and_trips_the_gate() {
+    let p = decided();
+    // Items of different lengths (20 to 200 ms), each 3x slower in B, within ±2%.
+    let mut s = 7u64;
+    let a: Vec<f64> = (0..10).map(|i| 0.02 * f64::from(i + 1)).collect();
+    let b: Vec<f64> = a
+        .iter()
+        .map(|t| 3.0 * t * (1.0 + 0.04 * (uniform(&mut s) - 0.5)))
+        .collect();
+    timed(&p, "a", &a);
+    timed(&p, "b", &b);
+    let args = ["compare", "runs/a.csv", "runs/b.csv"];
+    let o = p.bmoe(&[&args[..], &["--max-slowdown", "1.5"]].concat());
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains(": B slower (median +"), "{out}");
+    assert!(
+        out.contains("result: --max-slowdown 1.5 tripped: prefill_s median ratio B/A 2.9"),
+        "{out}"
+    );
+    assert!(!out.contains("warning:"), "nothing noisy or short: {out}");
+    let v = json(&p.bmoe(&[&args[..], &["--format", "json", "--max-slowdown", "1.5"]].concat()));
+    let m = &v["speed"][0];
+    assert_eq!(m["verdict"], "slower", "{m}");
+    assert_eq!(m["gate_tripped"], true, "{m}");
+    assert!(m["interval"]["low"].as_f64().unwrap() > 2.9, "{m}");
+    assert_eq!(m["warnings"], serde_json::json!([]), "{m}");
+    // Above the interval: no trip.
+    let o = p.bmoe(&[&args[..], &["--max-slowdown", "3.5"]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn short_timings_and_a_single_row_are_warned_about() {
+    let p = decided();
+    timed(&p, "a", &[0.001, 0.0012, 0.0009, 0.0011]);
+    timed(&p, "b", &[0.001, 0.0011, 0.001, 0.0011]);
+    let o = p.bmoe(&["compare", "runs/a.csv", "runs/b.csv", "--format", "json"]);
+    let v = json(&o);
+    let w = v["speed"][0]["warnings"].to_string();
+    assert!(
+        w.contains("prefill_s: timings are short (median 1.05 ms a row in A"),
+        "{w}"
+    );
+    assert!(w.contains("use longer items"), "{w}");
+    assert!(
+        text(&o).contains("warning: prefill_s: timings are short"),
+        "{}",
+        text(&o)
+    );
+
+    timed(&p, "a1", &[0.5]);
+    timed(&p, "b1", &[2.0]);
+    let o = p.bmoe(&[
+        "compare",
+        "runs/a1.csv",
+        "runs/b1.csv",
+        "--max-slowdown",
+        "1.1",
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "one row trips nothing: {out}");
+    assert!(out.contains("inconclusive (one row has no spread"), "{out}");
+    assert!(out.contains("warning: prefill_s: one matched row"), "{out}");
+}
+
+#[test]
+fn the_accuracy_gate_needs_the_interval_past_the_threshold() {
+    let p = decided();
+    let answers = |dst: &str, n: usize, wrong: usize| {
+        synthetic(&p, dst, n, |i, h, r| {
+            r[col(h, "correct")] = (i >= wrong).to_string();
+        });
+    };
+    // One flipped decision of eight: change -12.5 points, interval [-37.5, +0.0].
+    answers("runs/a.csv", 8, 0);
+    answers("runs/b.csv", 8, 1);
+    let gate = |b: &str| p.bmoe(&["compare", "runs/a.csv", b, "--fail-on-regression"]);
+    let o = gate("runs/b.csv");
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(!out.contains("REGRESSION"), "{out}");
+    assert!(
+        out.contains("inconclusive: accuracy fell 12.5 points, but its 95% interval [-37.5, +0.0] reaches above -1"),
+        "{out}"
+    );
+    // Half of 24 wrong: the whole interval is far below -1 point.
+    answers("runs/a.csv", 24, 0);
+    answers("runs/b.csv", 24, 12);
+    let o = gate("runs/b.csv");
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("REGRESSION: accuracy fell 50.0 points, 95% interval ["),
+        "{out}"
+    );
+}

@@ -766,3 +766,104 @@ fn a_perplexity_sweep_shows_the_change_against_the_reference() {
     assert!(o.status.success(), "{out}");
     assert!(out.contains("n_expert_used=0"), "{out}");
 }
+
+#[test]
+fn best_names_the_points_it_cannot_be_told_from() {
+    let p = Project::new();
+    // prefill tok/s over 8 items: cache_mb=100 tight around 100, cache_mb=200 a median of 92.5
+    // spread over 30..190 (its interval covers 100), cache_mb=300 tight around 40.
+    let tps: [(u32, [f64; 8]); 3] = [
+        (100, [97.0, 98.0, 99.0, 100.0, 100.0, 101.0, 102.0, 103.0]),
+        (200, [30.0, 50.0, 80.0, 90.0, 95.0, 110.0, 140.0, 190.0]),
+        (300, [38.0, 39.0, 39.5, 40.0, 40.0, 40.5, 41.0, 42.0]),
+    ];
+    let mut csv = String::from(HEAD_V1);
+    for (cache, speeds) in tps {
+        for (item, t) in speeds.iter().enumerate() {
+            csv.push_str(&format!(
+                "r1,tune,phone,cache_mb={cache},{item},{cache},100,{},{t},0,1\n",
+                100.0 / t
+            ));
+        }
+    }
+    p.write("noisy.csv", &csv);
+    let o = p.bmoe(&["report", "noisy.csv", "--objective", "prefill_tps"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("best point for job tune on profile phone: cache_mb=100\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  not distinguishable from: cache_mb=200 (95% intervals of prefill_tps overlap the winner's"),
+        "{out}"
+    );
+    assert!(
+        out.contains("lost: cache_mb=200: prefill_tps 92.5 vs 100 (-7.5%); not distinguishable: the 95% intervals overlap"),
+        "{out}"
+    );
+    let lost_300 = out
+        .lines()
+        .find(|l| l.contains("lost: cache_mb=300"))
+        .unwrap_or_default();
+    assert!(!lost_300.contains("not distinguishable"), "{out}");
+    // The spread point is warned about; the speed-up column carries an interval.
+    assert!(
+        out.contains("warning: timings are noisy: a speed's p90/p10 is over 3x in 1 of 3 groups (tune/phone/cache_mb=200 prefill_tps 3.5x)"),
+        "{out}"
+    );
+    assert!(out.contains("| 0.93x ["), "{out}");
+
+    let o = p.bmoe(&[
+        "report",
+        "noisy.csv",
+        "--objective",
+        "prefill_tps",
+        "--format",
+        "json",
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let b = &j["best"][0];
+    assert_eq!(
+        b["not_distinguishable_from"],
+        serde_json::json!(["cache_mb=200"]),
+        "{b}"
+    );
+    let (lo, hi) = (
+        b["interval"]["low"].as_f64().unwrap(),
+        b["interval"]["high"].as_f64().unwrap(),
+    );
+    assert!(lo <= 100.0 && hi >= 100.0 && hi - lo < 6.0, "{b}");
+    let g200 = j["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["point"] == "cache_mb=200")
+        .unwrap();
+    let s = &g200["speedup"];
+    assert!(
+        s["low"].as_f64().unwrap() < 0.925 && s["high"].as_f64().unwrap() > 0.925,
+        "{s}"
+    );
+    let o = p.bmoe(&[
+        "report",
+        "noisy.csv",
+        "--objective",
+        "prefill_tps",
+        "--format",
+        "html",
+    ]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("not distinguishable from: cache_mb=200"));
+
+    // Prefill times of a millisecond are warned about, with the fix.
+    let short: String = (0..4)
+        .map(|item| format!("r1,tune,phone,cache_mb=100,{item},100,100,0.001,100000,0,1\n"))
+        .collect();
+    p.write("short.csv", &format!("{HEAD_V1}{short}"));
+    let out = text(&p.bmoe(&["report", "short.csv"]));
+    assert!(
+        out.contains("warning: timings are short: median prefill_s under 5 ms in 1 of 1 groups (tune/phone/cache_mb=100 1.00 ms)"),
+        "{out}"
+    );
+    assert!(out.contains("use longer items"), "{out}");
+}
