@@ -1,5 +1,5 @@
-//! `bmoe compare A.csv B.csv`: rows matched by (job, sweep point, item id) between one run of each
-//! file; agreement on `best`, the largest `choice_logp` difference, generated text, perplexity,
+//! `bmoe compare A.csv B.csv`: rows matched by their key within a run (job, profile, sweep point,
+//! item id, repeat; the profile left out when each side ran on one) between one run of each file; agreement on `best`, the largest `choice_logp` difference, generated text, perplexity,
 //! what changed between the runs (settings, commit, model, host), and the time ratios B/A with the
 //! median's 95% interval, a verdict and an optional gate on the interval. Files are read by column name, so a CSV from an older build
 //! compares with a newer one (columns it lacks read as empty).

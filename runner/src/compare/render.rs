@@ -118,7 +118,7 @@ impl Report {
         let _ = writeln!(s, "runs: A = {}, B = {}", self.runs.0, self.runs.1);
         let _ = writeln!(
             s,
-            "rows: {} matched by (job, point, item); {} only in A, {} only in B",
+            "rows: {} matched by (job, profile, point, item, repeat); {} only in A, {} only in B",
             self.matched,
             self.only_a.len(),
             self.only_b.len()

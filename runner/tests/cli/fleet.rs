@@ -528,7 +528,7 @@ fn json_outputs_parse_and_carry_the_numbers_of_the_text() {
     let r = &v["prefill_s_ratio"];
     for line in [
         format!("runs: A = {}, B = {}", v["run_a"].as_str().unwrap(), v["run_b"].as_str().unwrap()),
-        format!("rows: {} matched by (job, point, item); {} only in A, {} only in B", v["matched"], v["only_a"], v["only_b"]),
+        format!("rows: {} matched by (job, profile, point, item, repeat); {} only in A, {} only in B", v["matched"], v["only_a"], v["only_b"]),
         format!("decisions: {}/{} agree on best", v["best_agree"], v["decisions"]),
         format!(
             "prefill_s ratio B/A over {} rows: min {:.3}  p10 {:.3}  median {:.3}  p90 {:.3}  max {:.3}",
