@@ -351,10 +351,7 @@ fn numeric_columns() -> &'static HashSet<String> {
         let mut out = HashSet::new();
         if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
             for (name, v) in props {
-                if matches!(
-                    v.get("type").and_then(|t| t.as_str()),
-                    Some("integer" | "number")
-                ) {
+                if super::schema::is_numeric(v) {
                     out.insert(name.clone());
                 }
             }
