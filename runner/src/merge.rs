@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context};
 use serde::Serialize;
 
+use crate::commands::output::{check_output, OutputKind};
 use crate::config::diag::display_path;
 use crate::sink::csv::{inspect, HeaderKind};
 use crate::sink::read::{retry_key, superseded};
@@ -118,21 +119,7 @@ fn check_paths(inputs: &[PathBuf], output: &Path, force: bool) -> anyhow::Result
     if inputs.is_empty() {
         bail!("merge: no input CSVs");
     }
-    for i in inputs {
-        if same_file(i, output) {
-            bail!(
-                "merge: the output {} is also an input; write to another file",
-                display_path(output)
-            );
-        }
-    }
-    if output.exists() && !force {
-        bail!(
-            "merge: {} exists; choose another -o, or add --force to replace it",
-            display_path(output)
-        );
-    }
-    Ok(())
+    check_output(output, inputs, OutputKind::Csv, "-o", force).context("merge")
 }
 
 /// Every input with a header (a file without one is skipped, said on stderr); a newer build's
@@ -273,13 +260,6 @@ fn join_rows(
         );
     }
     Ok(out)
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => a == b,
-    }
 }
 
 /// Header and rows into a temporary file beside `path`, fsynced, then renamed over it. The file
