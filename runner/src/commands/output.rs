@@ -8,10 +8,13 @@ use serde::Serialize;
 use crate::config::diag::display_path;
 use crate::run::prepare::Prepared;
 
-/// Prints a value as pretty JSON on stdout.
+/// Prints a value as pretty JSON on stdout. A closed stdout is a `BrokenPipe` I/O error (serde's
+/// own error hides it), which `main` ends quietly, as for the text printers.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, v).context("writing JSON to stdout")?;
+    serde_json::to_writer_pretty(&mut out, v)
+        .map_err(std::io::Error::from)
+        .context("writing JSON to stdout")?;
     writeln!(out).context("writing JSON to stdout")
 }
 
