@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::commands::output::{check_output, OutputKind};
 use crate::config::diag::display_path;
 use crate::sink::csv::{inspect, HeaderKind};
+use crate::sink::lock::is_lock_file;
 use crate::sink::read::{retry_key, superseded};
 use crate::sink::row::Row;
 
@@ -130,7 +131,16 @@ fn read_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<Input>> {
         if !i.exists() {
             bail!("merge: {}: no such file", display_path(i));
         }
-        let e = inspect(i).with_context(|| format!("merge: reading {}", display_path(i)))?;
+        if is_lock_file(i) {
+            // A `shard-*` glob took an older build's `shard-0.csv.lock`: it holds no rows.
+            eprintln!(
+                "warning: merge: skipping {}: a lock file (bmoe run keeps one beside a CSV while it writes), not a CSV",
+                display_path(i)
+            );
+            continue;
+        }
+        // Every error of the reader names the file already.
+        let e = inspect(i).context("merge")?;
         if e.kind == Some(HeaderKind::Newer) {
             bail!(
                 "merge: {} was written by a newer bmoe (schema {}); merge with that build",

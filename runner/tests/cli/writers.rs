@@ -86,7 +86,7 @@ fn a_killed_writers_lock_file_blocks_nothing() {
     wait_for_a_row(&p, "runs/decide.csv");
     first.kill().unwrap();
     first.wait().unwrap();
-    let stale = p.read("runs/decide.csv.lock");
+    let stale = p.read("runs/.decide.csv.lock");
     assert!(
         stale.starts_with(&format!("pid {} on host ", first.id())),
         "{stale}"
@@ -95,7 +95,7 @@ fn a_killed_writers_lock_file_blocks_nothing() {
     assert!(o.status.success(), "{}", text(&o));
     // A lock file naming a process that is long gone, with no flock held: no obstacle either.
     p.write(
-        "runs/decide.csv.lock",
+        "runs/.decide.csv.lock",
         "pid 999999 on host gone (started 2020)\n",
     );
     let o = p.bmoe(&[
@@ -537,4 +537,42 @@ fn synth_and_man_replace_only_their_own_files() {
     let o = p.bmoe(&["man", "-o", "man"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(p.read("man/bmoe-run.1").contains(".TH"));
+}
+
+/// The lock file is hidden (`runs/.x.csv.lock`: a `shard-*` glob does not take it) and gone when
+/// the run ends; one given to merge anyway (an older build's `shard-0.csv.lock`) is skipped, said.
+#[test]
+fn the_lock_file_is_hidden_gone_after_the_run_and_skipped_by_merge() {
+    let p = decide_project(2);
+    let o = p.bmoe(&[
+        "run",
+        "jobs/job.toml",
+        "-q",
+        "--csv",
+        "runs/night/shard-0.csv",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let names: Vec<String> = std::fs::read_dir(p.path("runs/night"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["shard-0.csv"], "only the CSV is left");
+    p.write(
+        "runs/night/shard-0.csv.lock",
+        "pid 1 on host h (started 2026)\n",
+    );
+    let o = p.bmoe(&[
+        "merge",
+        "runs/night/shard-0.csv",
+        "runs/night/shard-0.csv.lock",
+        "-o",
+        "all.csv",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("warning: merge: skipping runs/night/shard-0.csv.lock: a lock file"),
+        "{out}"
+    );
+    assert_eq!(data_lines(&p.read("all.csv")).len(), 2);
 }
