@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context};
 use serde::Serialize;
 
-use crate::commands::output::{check_output, OutputKind};
 use crate::config::diag::display_path;
 use crate::sink::csv::{inspect, HeaderKind};
 use crate::sink::lock::is_lock_file;
+use crate::sink::output::{check_output, OutputKind};
 use crate::sink::read::{retry_key, superseded};
 use crate::sink::row::Row;
 

@@ -4,8 +4,8 @@ use std::path::Path;
 use anyhow::Context;
 use clap::CommandFactory;
 
-use super::output::{check_output, OutputKind};
 use crate::cli::{Cli, CompletionsArgs};
+use crate::sink::output::{check_output, OutputKind};
 
 /// Runs `bmoe completions`.
 pub fn completions(a: CompletionsArgs) -> anyhow::Result<()> {

@@ -1,9 +1,10 @@
 //! `bmoe report`: tables, plots and the best point per (job, profile, sweep point).
 use std::process::ExitCode;
 
-use super::output::{check_output, write_atomic, OutputKind};
+use super::output::write_atomic;
 use crate::cli::{ReportArgs, ReportFormat};
 use crate::run::prepare::shown;
+use crate::sink::output::{check_output, OutputKind};
 use crate::{config, report};
 
 /// Runs `bmoe report`.

@@ -3,7 +3,7 @@ use anyhow::{anyhow, Context};
 use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
 
 use super::args::SynthArgs;
-use crate::commands::output::{check_output, OutputKind};
+use crate::sink::output::{check_output, OutputKind};
 
 fn weight_type(s: &Option<String>, default: WeightType) -> anyhow::Result<WeightType> {
     match s {

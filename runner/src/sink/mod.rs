@@ -2,6 +2,7 @@
 //! them.
 pub mod csv;
 pub mod lock;
+pub mod output;
 pub mod read;
 pub mod row;
 pub mod schema;
