@@ -55,7 +55,7 @@ impl OutputKind {
 }
 
 /// Refuses an output before anything is computed or written: one that is one of `inputs` (the
-/// same file however spelled, links included), and an existing file that is not `kind`'s own
+/// same file however spelled, symbolic links included), and an existing file that is not `kind`'s own
 /// unless `force`. `flag` names the option (`-o`, `--write-overrides`) in the message.
 pub fn check_output(
     output: &Path,
@@ -99,5 +99,46 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(x), Ok(y)) => x == y,
         _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An input is refused by any spelling or link, even with `force`; an existing file of
+    /// another kind only without `force`; the kind's own file and a new path pass.
+    #[test]
+    fn inputs_never_and_foreign_files_only_with_force() {
+        let d = tempfile::tempdir().unwrap();
+        let csv = d.path().join("runs/x.csv");
+        std::fs::create_dir_all(d.path().join("runs")).unwrap();
+        std::fs::write(&csv, "job,profile,point,item\n").unwrap();
+        let link = d.path().join("link.csv");
+        std::os::unix::fs::symlink(&csv, &link).unwrap();
+        let inputs = [csv.clone()];
+        for out in [d.path().join("runs/../runs/x.csv"), link] {
+            for force in [false, true] {
+                let e = check_output(&out, &inputs, OutputKind::Report, "-o", force);
+                assert!(e.unwrap_err().to_string().contains("is also an input"));
+            }
+        }
+        let md = d.path().join("r.md");
+        assert!(check_output(&md, &inputs, OutputKind::Report, "-o", false).is_ok());
+        std::fs::write(&md, "# bmoe report\n\n").unwrap();
+        assert!(check_output(&md, &inputs, OutputKind::Report, "-o", false).is_ok());
+        let e = check_output(
+            &md,
+            &inputs,
+            OutputKind::Overlay,
+            "--write-overrides",
+            false,
+        );
+        assert!(e.unwrap_err().to_string().contains("is not an overlay"));
+        assert!(check_output(&md, &inputs, OutputKind::Overlay, "--write-overrides", true).is_ok());
+        let e = check_output(&md, &inputs, OutputKind::Csv, "-o", false).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("exists; choose another -o, or add --force"));
     }
 }
