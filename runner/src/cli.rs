@@ -355,6 +355,9 @@ pub struct ManArgs {
     /// Write bmoe.1 and one bmoe-<command>.1 per command into this folder instead of printing.
     #[arg(short = 'o', long = "output", alias = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Replace files in the folder that are not man pages (bmoe's own pages are replaced anyway).
+    #[arg(long, requires = "out")]
+    pub force: bool,
 }
 
 /// Report formats.
@@ -382,7 +385,7 @@ pub struct ReportArgs {
     /// Write the report here (atomically) instead of stdout.
     #[arg(short = 'o', long = "output", alias = "out", value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// Output format (default: from the -o extension, else md).
+    /// Output format (default: from the -o extension, .html, .md or .json; else md on stdout).
     #[arg(long, value_enum)]
     pub format: Option<ReportFormat>,
     /// Reference point for agreement on `best` (default: each job and profile's first point).
@@ -419,6 +422,10 @@ pub struct ReportArgs {
     /// Write the best point as a TOML overlay for `--overrides` on check/plan/run.
     #[arg(long, value_name = "FILE")]
     pub write_overrides: Option<PathBuf>,
+    /// Replace an existing -o or --write-overrides file that is not a bmoe report or overlay
+    /// (those are replaced anyway; an input never is).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `bmoe profile ...`.

@@ -127,7 +127,7 @@ fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode
         Command::Run(a) => commands::run::run(a, quiet),
         Command::Merge(a) => commands::merge::merge(a),
         Command::Completions(a) => done(commands::man::completions(a)),
-        Command::Man(a) => done(commands::man::write_man(a.out.as_deref())),
+        Command::Man(a) => done(commands::man::write_man(a.out.as_deref(), a.force)),
         Command::Report(a) => commands::report::report(a),
         Command::Compare(a) => commands::compare::compare(a),
         Command::Schema(a) => commands::schema::schema(a),

@@ -11,6 +11,8 @@ use serde::Serialize;
 use crate::config::diag::display_path;
 use crate::sink::csv::{inspect, HeaderKind};
 use crate::sink::key::RowKey;
+use crate::sink::lock::is_lock_file;
+use crate::sink::output::{check_output, OutputKind};
 use crate::sink::read::superseded;
 use crate::sink::row::Row;
 
@@ -116,21 +118,7 @@ fn check_paths(inputs: &[PathBuf], output: &Path, force: bool) -> anyhow::Result
     if inputs.is_empty() {
         bail!("merge: no input CSVs");
     }
-    for i in inputs {
-        if same_file(i, output) {
-            bail!(
-                "merge: the output {} is also an input; write to another file",
-                display_path(output)
-            );
-        }
-    }
-    if output.exists() && !force {
-        bail!(
-            "merge: {} exists; choose another -o, or add --force to replace it",
-            display_path(output)
-        );
-    }
-    Ok(())
+    check_output(output, inputs, OutputKind::Csv, "-o", force).context("merge")
 }
 
 /// Every input with a header (a file without one is skipped, said on stderr); a newer build's
@@ -141,7 +129,16 @@ fn read_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<Input>> {
         if !i.exists() {
             bail!("merge: {}: no such file", display_path(i));
         }
-        let e = inspect(i).with_context(|| format!("merge: reading {}", display_path(i)))?;
+        if is_lock_file(i) {
+            // A `shard-*` glob took an older build's `shard-0.csv.lock`: it holds no rows.
+            eprintln!(
+                "warning: merge: skipping {}: a lock file (bmoe run keeps one beside a CSV while it writes), not a CSV",
+                display_path(i)
+            );
+            continue;
+        }
+        // Every error of the reader names the file already.
+        let e = inspect(i).context("merge")?;
         if e.kind == Some(HeaderKind::Newer) {
             bail!(
                 "merge: {} was written by a newer bmoe (schema {}); merge with that build",
@@ -263,13 +260,6 @@ fn join_rows(
         );
     }
     Ok(out)
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => a == b,
-    }
 }
 
 /// Header and rows into a temporary file beside `path`, fsynced, then renamed over it. The file

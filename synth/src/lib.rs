@@ -13,4 +13,4 @@ mod writer;
 pub use arch::SynthArch;
 pub use error::{Result, SynthError};
 pub use spec::{Preset, SynthSpec, WeightType};
-pub use writer::{write_model, SynthReport};
+pub use writer::{shard_paths, write_model, SynthReport};

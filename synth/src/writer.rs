@@ -38,7 +38,7 @@ fn io_err(path: &Path, e: std::io::Error) -> SynthError {
 }
 
 /// The shard file names for `path` (`x.gguf` -> `x-00001-of-00002.gguf`, ...).
-fn shard_paths(path: &Path, n: u32) -> Vec<PathBuf> {
+pub fn shard_paths(path: &Path, n: u32) -> Vec<PathBuf> {
     if n == 1 {
         return vec![path.to_path_buf()];
     }

@@ -6,6 +6,7 @@ use super::{EXIT_DIFF, EXIT_ERROR};
 use crate::cli::{CompareArgs, Format};
 use crate::compare::groups::{DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_AGREEMENT};
 use crate::compare::{self, Gates, Verdict};
+use crate::config::diag::display_path;
 
 /// Runs `bmoe compare`: exit 0 same, 1 differ (or a speed gate tripped), 2 nothing in common;
 /// with `--fail-on-regression`, 1 only when a group crosses a threshold.
@@ -31,6 +32,17 @@ pub fn compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
     let speed_warnings = speed.iter().flat_map(|m| &m.warnings);
     for w in rep.warnings.iter().chain(speed_warnings) {
         eprintln!("warning: {w}");
+    }
+    if rep.same_run() {
+        // A mis-set baseline path must not pass CI as "identical".
+        eprintln!(
+            "{}: A and B are the same run (run {}, read from {} and {}: every row equal, written at the same times); nothing was compared",
+            super::output::label("warning"),
+            rep.runs.0,
+            display_path(&a.a),
+            display_path(&a.b)
+        );
+        return Ok(ExitCode::from(EXIT_ERROR));
     }
     if a.format == Format::Json {
         print_json(&rep.json())?;

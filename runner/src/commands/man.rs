@@ -5,6 +5,7 @@ use anyhow::Context;
 use clap::CommandFactory;
 
 use crate::cli::{Cli, CompletionsArgs};
+use crate::sink::output::{check_output, OutputKind};
 
 /// Runs `bmoe completions`.
 pub fn completions(a: CompletionsArgs) -> anyhow::Result<()> {
@@ -16,8 +17,9 @@ pub fn completions(a: CompletionsArgs) -> anyhow::Result<()> {
         .context("writing the completion script to stdout")
 }
 
-/// The man pages, from the same clap definition as `--help`.
-pub fn write_man(out: Option<&Path>) -> anyhow::Result<()> {
+/// The man pages, from the same clap definition as `--help`. A file in the folder that is not a
+/// man page is replaced only with `force`, and then nothing is written.
+pub fn write_man(out: Option<&Path>, force: bool) -> anyhow::Result<()> {
     let cmd = Cli::command();
     let Some(dir) = out else {
         let mut stdout = std::io::stdout().lock();
@@ -38,6 +40,15 @@ pub fn write_man(out: Option<&Path>) -> anyhow::Result<()> {
             format!("bmoe-{}", sub.get_name()),
             sub.clone().display_name(shown.clone()).bin_name(shown),
         ));
+    }
+    for (name, _) in &pages {
+        check_output(
+            &dir.join(format!("{name}.1")),
+            &[],
+            OutputKind::ManPage,
+            "-o",
+            force,
+        )?;
     }
     for (name, c) in pages {
         let path = dir.join(format!("{name}.1"));

@@ -7,10 +7,13 @@ use serde::Serialize;
 
 use crate::run::prepare::Prepared;
 
-/// Prints a value as pretty JSON on stdout.
+/// Prints a value as pretty JSON on stdout. A closed stdout is a `BrokenPipe` I/O error (serde's
+/// own error hides it), which `main` ends quietly, as for the text printers.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, v).context("writing JSON to stdout")?;
+    serde_json::to_writer_pretty(&mut out, v)
+        .map_err(std::io::Error::from)
+        .context("writing JSON to stdout")?;
     writeln!(out).context("writing JSON to stdout")
 }
 
@@ -41,7 +44,6 @@ pub fn label(kind: &str) -> String {
 /// Writes `text` to `path` through a temporary file in the same folder, so a failure leaves
 /// nothing half-written.
 pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    use anyhow::Context;
     use std::io::Write;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),

@@ -4,16 +4,32 @@ use std::process::ExitCode;
 use super::output::write_atomic;
 use crate::cli::{ReportArgs, ReportFormat};
 use crate::run::prepare::shown;
+use crate::sink::output::{check_output, OutputKind};
 use crate::{config, report};
 
 /// Runs `bmoe report`.
 pub fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
+    // The outputs are checked before anything is read or computed: a refused one leaves nothing.
+    let inputs = [a.csvs.clone(), a.profile_files.clone()].concat();
+    if let Some(p) = &a.out {
+        check_output(p, &inputs, OutputKind::Report, "-o", a.force)?;
+    }
+    if let Some(p) = &a.write_overrides {
+        check_output(
+            p,
+            &inputs,
+            OutputKind::Overlay,
+            "--write-overrides",
+            a.force,
+        )?;
+    }
+    let format = format_of(&a)?;
     let opts = options(&a)?;
     let rep = report::build(&opts)?;
     for w in &rep.warnings {
         eprintln!("warning: {w}");
     }
-    let text = report::render::render(&rep, format_of(&a));
+    let text = report::render::render(&rep, format);
     // The overlay first: a report naming a winner whose overlay failed would mislead.
     if let Some(path) = &a.write_overrides {
         write_overrides(&a, &rep, path)?;
@@ -87,22 +103,53 @@ fn default_objective(opts: &report::Options) -> anyhow::Result<String> {
     Ok(if decoded { "decode_tps" } else { "prefill_tps" }.to_string())
 }
 
-/// `--format`, else the output's extension, else Markdown.
-fn format_of(a: &ReportArgs) -> report::render::Format {
-    let format = match (a.format, &a.out) {
+/// `--format`, else the output's extension (`.html`, `.md`, `.json`), else Markdown on stdout;
+/// an `-o` extension that is none of these, or not `--format`'s, is refused.
+fn format_of(a: &ReportArgs) -> anyhow::Result<report::render::Format> {
+    const EXTENSIONS: [(&str, ReportFormat); 3] = [
+        ("html", ReportFormat::Html),
+        ("md", ReportFormat::Md),
+        ("json", ReportFormat::Json),
+    ];
+    let ext = a.out.as_ref().map(|p| {
+        let e = p.extension().and_then(|e| e.to_str()).unwrap_or_default();
+        (shown(p), e.to_ascii_lowercase())
+    });
+    let by_ext = |e: &str| EXTENSIONS.iter().find(|(x, _)| *x == e).map(|(_, f)| *f);
+    let name = |f: ReportFormat| {
+        EXTENSIONS
+            .iter()
+            .find(|(_, x)| *x == f)
+            .map_or("", |(e, _)| e)
+    };
+    let format = match (a.format, ext) {
+        // A name without an extension is whatever --format says.
+        (Some(f), Some((file, e))) if !e.is_empty() && by_ext(&e) != Some(f) => {
+            let or = if by_ext(&e).is_some() {
+                format!(", or give --format {e}")
+            } else {
+                String::new()
+            };
+            anyhow::bail!(
+                "-o {file}: a .{e} name for --format {}; name it .{}{or}",
+                name(f),
+                name(f)
+            )
+        }
         (Some(f), _) => f,
-        (None, Some(p)) => match p.extension().and_then(|e| e.to_str()) {
-            Some("md") => ReportFormat::Md,
-            Some("json") => ReportFormat::Json,
-            _ => ReportFormat::Html,
-        },
+        (None, Some((file, e))) => by_ext(&e).ok_or_else(|| {
+            anyhow::anyhow!(
+                "-o {file}: a report is .html, .md or .json (the extension chooses the format); \
+                 rename it, or give --format html, md or json"
+            )
+        })?,
         (None, None) => ReportFormat::Md,
     };
-    match format {
+    Ok(match format {
         ReportFormat::Html => report::render::Format::Html,
         ReportFormat::Md => report::render::Format::Md,
         ReportFormat::Json => report::render::Format::Json,
-    }
+    })
 }
 
 /// `--write-overrides`: the one winner's point as an overlay, checked as `--overrides` will

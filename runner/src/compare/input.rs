@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 
 use crate::config::diag::display_path;
 use crate::sink::csv::inspect;
@@ -61,7 +61,8 @@ pub fn load(path: &Path, run: Option<&str>) -> anyhow::Result<Side> {
     if !path.exists() {
         return Err(anyhow!("{file}: no such file"));
     }
-    let e = inspect(path).with_context(|| format!("reading {file}"))?;
+    // Every error of the reader names the file already.
+    let e = inspect(path)?;
     let mut warnings = Vec::new();
     if e.torn_bytes > 0 {
         // merge's wording: the same file reads the same in both commands.

@@ -126,12 +126,24 @@ pub struct Report {
     speed_once: OnceCell<Vec<Metric>>,
     /// [`Report::group_stats`], computed once.
     groups_once: OnceCell<Vec<GroupStats>>,
+    /// Matched pairs that are one row (every cell equal, run id and write time included): the
+    /// same run read twice.
+    pub same_rows: usize,
 }
 
 impl Report {
     /// True when every matched row is identical and nothing is unmatched (speed aside).
     pub fn identical(&self) -> bool {
         self.differing.is_empty() && self.only_a.is_empty() && self.only_b.is_empty()
+    }
+
+    /// Whether A and B are the same run (one file twice, or a whole copy): every row matched,
+    /// and every matched pair is one row, so nothing was compared.
+    pub fn same_run(&self) -> bool {
+        self.matched > 0
+            && self.same_rows == self.matched
+            && self.only_a.is_empty()
+            && self.only_b.is_empty()
     }
 
     /// Why nothing can be compared (no row matched), or `None`.
@@ -249,6 +261,10 @@ pub fn compare(a: &Path, b: &Path, o: &CompareOptions) -> anyhow::Result<Report>
 /// Adds one matched pair to the report.
 fn compare_row(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64) {
     rep.matched += 1;
+    // Every cell equal, run id and write time included: the same row, read twice.
+    if x == y {
+        rep.same_rows += 1;
+    }
     let mut same = x.error == y.error;
     if x.kind == "decide" {
         rep.groups

@@ -14,6 +14,18 @@ pub fn generate<T: JsonSchema>(id: &str) -> Value {
     let mut gen = SchemaSettings::draft2020_12().into_generator();
     let mut v = gen.root_schema_for::<T>().to_value();
     strip_null(&mut v);
+    finish(v, id)
+}
+
+/// [`generate`] with `Option` fields left nullable (`["number", "null"]`): the telemetry row,
+/// whose empty cells are `null` in JSON.
+pub fn generate_nullable<T: JsonSchema>(id: &str) -> Value {
+    let mut gen = SchemaSettings::draft2020_12().into_generator();
+    finish(gen.root_schema_for::<T>().to_value(), id)
+}
+
+/// Constant lists as `enum`, and `$id` set when `id` is not empty.
+fn finish(mut v: Value, id: &str) -> Value {
     const_lists_to_enum(&mut v);
     if let Value::Object(m) = &mut v {
         if !id.is_empty() {

@@ -110,6 +110,9 @@ pub struct SynthArgs {
     /// Leave the output matrix out (tied to the token embeddings, as many released models are).
     #[arg(long)]
     pub tied_output: bool,
+    /// Replace an existing output that is not a GGUF file (a GGUF is replaced anyway).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Model and session options shared by generate, decide and ppl. A setting flag is the profile

@@ -3,6 +3,7 @@ use anyhow::{anyhow, Context};
 use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
 
 use super::args::SynthArgs;
+use crate::sink::output::{check_output, OutputKind};
 
 fn weight_type(s: &Option<String>, default: WeightType) -> anyhow::Result<WeightType> {
     match s {
@@ -40,6 +41,9 @@ pub fn run_synth(a: SynthArgs) -> anyhow::Result<()> {
         split: a.split.unwrap_or(p.split),
         tied_output: a.tied_output,
     };
+    for f in bmoe_synth::shard_paths(&a.output, spec.split.max(1)) {
+        check_output(&f, &[], OutputKind::Gguf, "-o", a.force)?;
+    }
     let t0 = std::time::Instant::now();
     let r =
         write_model(&spec, &a.output).with_context(|| format!("writing {}", a.output.display()))?;

@@ -45,7 +45,7 @@ pub enum ReportError {
         detail: String,
     },
     /// A row the CSV parser refuses.
-    #[error("{path}:{line}: row does not parse: {reason}")]
+    #[error("{path} line {line}: row does not parse: {reason}")]
     BadRow {
         /// The file.
         path: String,
@@ -55,7 +55,7 @@ pub enum ReportError {
         reason: String,
     },
     /// A cell of a numeric column that is not a number: the file's numbers cannot be trusted.
-    #[error("{path}:{line}: column {column}: {value:?} is not a number; fix or remove the row (the file is left out)")]
+    #[error("{path} line {line}, column {column}: {value:?} is not a number; fix or remove the row (the file is left out)")]
     BadCell {
         /// The file.
         path: String,

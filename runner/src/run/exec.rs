@@ -193,7 +193,8 @@ fn existing_state(prep: &Prepared, opts: &RunOptions) -> anyhow::Result<State> {
         failed.map(|(k, _)| k.clone()).collect::<HashSet<RowKey>>()
     });
     if retry.as_ref().is_some_and(|r| r.is_empty()) {
-        bail!("--retry-errors: run {run_id} has no row whose latest outcome is an error; nothing to retry");
+        // Not an error: `run || run --retry-errors` in CI must pass on a good night.
+        eprintln!("bmoe: --retry-errors: run {run_id} has no row whose latest outcome is an error; nothing to retry");
     }
     let done = latest
         .into_iter()

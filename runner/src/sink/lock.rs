@@ -1,7 +1,11 @@
-//! One writer per CSV: an advisory lock (`flock`) on a sidecar `<csv>.lock` that holds the
-//! writer's pid, host and start time, so a second `bmoe run` on the same file is refused before it
-//! writes anything and can say who holds it. The kernel drops the lock when the holder exits, even
-//! on SIGKILL: a `.lock` file left behind by a dead process blocks nothing.
+//! One writer per CSV: an advisory lock (`flock`) on a hidden sidecar `.<csv name>.lock` that holds
+//! the writer's pid, host and start time, so a second `bmoe run` on the same file is refused before
+//! it writes anything and can say who holds it. The holder deletes the file when it is done (a
+//! `shard-*` glob never takes it, and no stale text stays); the kernel drops the lock when the
+//! holder exits, even on SIGKILL: a `.lock` file left behind by a dead process blocks nothing.
+//!
+//! Deleting a lock file is safe because a taker checks, once it holds the lock, that the path
+//! still names the file it locked: one that locked a file deleted meanwhile starts over.
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -34,17 +38,48 @@ pub enum LockError {
     },
 }
 
-/// The sidecar lock file of a CSV: `runs/x.csv` -> `runs/x.csv.lock`.
+/// The sidecar lock file of a CSV: `runs/x.csv` -> `runs/.x.csv.lock`.
 pub fn lock_path(csv: &Path) -> PathBuf {
-    let mut p = csv.as_os_str().to_owned();
-    p.push(".lock");
-    PathBuf::from(p)
+    let mut name = std::ffi::OsString::from(".");
+    name.push(csv.file_name().unwrap_or(csv.as_os_str()));
+    name.push(".lock");
+    csv.with_file_name(name)
 }
 
-/// Held locks; dropping this (or the process ending) releases them.
+/// Whether `path` is named as a lock file of [`lock_path`] (or an older build's `x.csv.lock`).
+pub fn is_lock_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "lock")
+}
+
+/// Held locks; dropping this releases them and deletes their files (the process ending without
+/// a drop releases them too, leaving the file).
 #[derive(Debug, Default)]
 pub struct CsvLocks {
     held: Vec<(PathBuf, File)>,
+}
+
+impl Drop for CsvLocks {
+    fn drop(&mut self) {
+        // Deleted while still locked: a taker waiting on this file finds it gone and starts over.
+        for (path, _) in &self.held {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Whether the open file `f` is still the one `path` names (not deleted or replaced).
+#[cfg(unix)]
+fn still_named(f: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn still_named(_: &File, path: &Path) -> bool {
+    path.exists()
 }
 
 impl CsvLocks {
@@ -63,32 +98,24 @@ impl CsvLocks {
         if let Some(dir) = lock.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        // Never truncated on open: the holder's line must survive a refused second writer.
-        let mut f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock)
-            .map_err(io)?;
-        match f.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                let mut said = String::new();
-                // What the holder wrote; a holder that has not written yet is still a holder.
-                let _ = f.read_to_string(&mut said);
-                let holder = match said.trim() {
-                    "" => "another process".to_string(),
-                    s => s.to_string(),
-                };
-                return Err(LockError::Busy {
-                    csv: display_path(csv),
-                    holder,
-                    lock: display_path(&lock),
-                });
+        let mut tries = 0;
+        let mut f = loop {
+            // Never truncated on open: the holder's line must survive a refused second writer.
+            let mut f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&lock)
+                .map_err(io)?;
+            match f.try_lock() {
+                // A file its holder deleted between our open and our lock: take the new one.
+                Ok(()) if !still_named(&f, &lock) && tries < 100 => tries += 1,
+                Ok(()) => break f,
+                Err(TryLockError::WouldBlock) => return Err(busy(csv, &lock, &mut f)),
+                Err(TryLockError::Error(e)) => return Err(io(e)),
             }
-            Err(TryLockError::Error(e)) => return Err(io(e)),
-        }
+        };
         let started = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let line = format!(
             "pid {} on host {} (started {started})\n",
@@ -101,6 +128,22 @@ impl CsvLocks {
         f.flush().map_err(io)?;
         self.held.push((lock, f));
         Ok(())
+    }
+}
+
+/// The refusal while another process holds the lock, with what its holder wrote.
+fn busy(csv: &Path, lock: &Path, f: &mut File) -> LockError {
+    let mut said = String::new();
+    // What the holder wrote; a holder that has not written yet is still a holder.
+    let _ = f.read_to_string(&mut said);
+    let holder = match said.trim() {
+        "" => "another process".to_string(),
+        s => s.to_string(),
+    };
+    LockError::Busy {
+        csv: display_path(csv),
+        holder,
+        lock: display_path(lock),
     }
 }
 
@@ -132,6 +175,29 @@ mod tests {
             "{e}"
         );
         drop(a);
+        assert!(
+            !lock_path(&csv).exists(),
+            "the holder deletes its lock file"
+        );
         b.take(&csv, "h2").unwrap();
+        assert_eq!(lock_path(&csv), d.path().join("runs/.x.csv.lock"));
+    }
+
+    /// A lock taken on a file its holder then deleted is not a lock: the taker that opened it
+    /// before the deletion starts over on the path's new file.
+    #[test]
+    fn a_deleted_lock_file_is_not_held() {
+        let d = tempfile::tempdir().unwrap();
+        let csv = d.path().join("x.csv");
+        let mut a = CsvLocks::default();
+        a.take(&csv, "h1").unwrap();
+        let old = File::open(lock_path(&csv)).unwrap();
+        drop(a);
+        old.try_lock().unwrap();
+        assert!(!still_named(&old, &lock_path(&csv)));
+        let mut b = CsvLocks::default();
+        b.take(&csv, "h2").unwrap();
+        let mut c = CsvLocks::default();
+        assert!(c.take(&csv, "h3").is_err(), "b holds the path's file");
     }
 }

@@ -3,6 +3,7 @@
 pub mod csv;
 pub mod key;
 pub mod lock;
+pub mod output;
 pub mod read;
 pub mod row;
 pub mod schema;

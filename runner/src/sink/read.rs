@@ -338,10 +338,7 @@ fn numeric_columns() -> &'static HashSet<String> {
         let mut out = HashSet::new();
         if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
             for (name, v) in props {
-                if matches!(
-                    v.get("type").and_then(|t| t.as_str()),
-                    Some("integer" | "number")
-                ) {
+                if super::schema::is_numeric(v) {
                     out.insert(name.clone());
                 }
             }
@@ -370,9 +367,14 @@ impl<'a> LineOf<'a> {
         }
     }
 
-    /// The line holding byte `offset`.
+    /// The line holding byte `offset`. A record never starts with a line end: the csv reader
+    /// leaves the `\n` of a CRLF-ended line to the next record's start, so line ends there are
+    /// the line before's.
     fn at(&mut self, offset: u64) -> u64 {
-        let end = (offset as usize).min(self.bytes.len());
+        let mut end = (offset as usize).min(self.bytes.len());
+        while matches!(self.bytes.get(end), Some(b'\r' | b'\n')) {
+            end += 1;
+        }
         if end < self.pos {
             return self.line;
         }
@@ -421,6 +423,11 @@ mod tests {
         assert_eq!(t.torn_bytes(), 6);
         let tail = t.tail_record().unwrap();
         assert_eq!((tail.line, tail.cells.len()), (5, 3));
+        // CRLF line ends (a spreadsheet's, Python's csv module's), blank lines between.
+        let t = table("job,profile,point,item\r\nj,p,base,a\r\n\r\nj,p,base,c\r\nj,p,base,d\r\n")
+            .unwrap();
+        let lines: Vec<u64> = t.records.iter().map(|r| r.line).collect();
+        assert_eq!(lines, [2, 4, 5]);
     }
 
     /// A foreign file is refused naming the missing identity columns and its header; a

@@ -598,7 +598,7 @@ mod tests {
             let p = &schema["properties"][c.as_str()];
             let want = format!(
                 "| `{c}` | {} | {} | {} | {} |",
-                p["type"].as_str().unwrap_or_default(),
+                super::super::schema::type_words(p),
                 p["x-unit"].as_str().unwrap_or_default(),
                 p["x-since"].as_u64().unwrap_or(1),
                 p["description"]
@@ -616,6 +616,23 @@ mod tests {
                 want.replace("|  |", "| |"),
                 "docs/telemetry.md's row of {c} vs its declaration in config/declare.rs"
             );
+        }
+    }
+
+    /// docs/telemetry.md's type of every column is the schema's (`number or null` where the
+    /// column can be empty).
+    #[test]
+    fn every_columns_documented_type_is_the_schemas() {
+        let doc = include_str!("../../../docs/telemetry.md");
+        let schema = super::super::schema::telemetry_schema();
+        for c in Row::columns() {
+            let want = super::super::schema::type_words(&schema["properties"][c.as_str()]);
+            let row = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{c}` |")))
+                .unwrap_or_default();
+            let have = row.split('|').nth(2).unwrap_or_default().trim();
+            assert_eq!(have, want, "docs/telemetry.md's type of column {c}");
         }
     }
 

@@ -261,3 +261,32 @@ fn a_single_choice_is_named_as_no_decision() {
         text(&o)
     );
 }
+
+/// The JSON printers end as quietly as the text ones when stdout's reader has gone
+/// (`bmoe plan --format json | head -1`).
+#[test]
+fn json_printers_end_quietly_on_a_closed_stdout() {
+    let p = Project::new();
+    p.write("jobs/decide.toml", DECIDE_JOB);
+    p.decisions("jobs/decisions.jsonl", 2);
+    for csv in ["runs/a.csv", "runs/b.csv"] {
+        let o = p.bmoe(&["run", "jobs/decide.toml", "-q", "--csv", csv]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    for args in [
+        &["plan", "jobs/decide.toml", "--format", "json"][..],
+        &["compare", "runs/a.csv", "runs/b.csv", "--format", "json"][..],
+        &[
+            "merge",
+            "runs/a.csv",
+            "-o",
+            "runs/all.csv",
+            "--format",
+            "json",
+        ][..],
+    ] {
+        let (code, err) = with_closed_stdout(&p, args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
+    }
+}

@@ -122,3 +122,27 @@ fn machine_lines_and_schema_check() {
         text(&o)
     );
 }
+
+/// A run compared with itself (the same file twice, or a copy of it) compares nothing: a
+/// mis-set baseline path must not pass CI as "identical".
+#[test]
+fn a_run_compared_with_itself_is_refused() {
+    let p = Project::new();
+    p.decisions("jobs/decisions.jsonl", 2);
+    p.write("jobs/job.toml", DECIDE_JOB);
+    let o = p.bmoe(&["run", "jobs/job.toml", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    p.write("runs/copy.csv", &p.read("runs/decide.csv"));
+    for b in ["runs/decide.csv", "./runs/decide.csv", "runs/copy.csv"] {
+        for format in ["text", "json"] {
+            let o = p.bmoe(&["compare", "runs/decide.csv", b, "--format", format]);
+            let out = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{b} {format}: {out}");
+            assert!(
+                out.contains("warning: A and B are the same run (run decide-")
+                    && out.contains("nothing was compared"),
+                "{b} {format}: {out}"
+            );
+        }
+    }
+}

@@ -130,8 +130,14 @@ fn what_changed_names_the_setting() {
         "{v}"
     );
 
-    // A run against itself: nothing changed.
-    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/decide.csv"]);
+    // A copy of the run under another run id (the run itself compares nothing): nothing changed.
+    edit_csv(&p, "runs/decide.csv", "runs/copy.csv", |h, rows| {
+        let i = col(h, "run_id");
+        for r in rows {
+            r[i] = "copy".into();
+        }
+    });
+    let o = p.bmoe(&["compare", "runs/decide.csv", "runs/copy.csv"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains("what changed: nothing"), "{out}");
@@ -184,8 +190,11 @@ fn torn_last_row_and_duplicate_keys_are_warned_about() {
     );
     assert!(out.contains("1 row only in A (d6)"), "{out}");
 
-    let second = full.lines().nth(3).unwrap();
-    p.write("runs/dup.csv", &format!("{full}{second}\n"));
+    // A row of d3 again, written later (the same row at the same time would make B a copy of A:
+    // the same run, which compares nothing).
+    let mut second: Vec<&str> = full.lines().nth(3).unwrap().splitn(3, ',').collect();
+    second[1] = "2000-01-01T00:00:00.000Z";
+    p.write("runs/dup.csv", &format!("{full}{}\n", second.join(",")));
     let o = p.bmoe(&["compare", "runs/decide.csv", "runs/dup.csv"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");

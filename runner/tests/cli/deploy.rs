@@ -171,12 +171,18 @@ fn entrypoint_runs_shards_stops_on_sigterm_resumes_and_merges() {
     );
     assert_eq!(data_lines(&p.read("runs/nightly/all.csv")).len(), N);
 
-    // With a baseline: identical -> 0; a different baseline -> 1 (the runs differ).
+    // With a baseline: identical -> 0 (a copy under another run id: the merged file itself is the
+    // same run, which compares nothing, exit 2); a different baseline -> 1 (the runs differ).
+    p.write(
+        "runs/same.csv",
+        &p.read("runs/nightly/all.csv")
+            .replace("\nnightly,", "\nlast-night,"),
+    );
     let out = ok(script(
         &p,
         &ep,
         Some("merge"),
-        &[("REPLAY_BASELINE", "runs/nightly/all.csv")],
+        &[("REPLAY_BASELINE", "runs/same.csv")],
     )
     .output()
     .unwrap());

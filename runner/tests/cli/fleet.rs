@@ -396,14 +396,19 @@ fn exit_codes() {
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("1 only in A"), "{}", text(&o));
+    // Run b against a copy of itself under another run id (b against b compares nothing: 2).
+    p.write(
+        "runs/copy.csv",
+        &p.read("runs/decide.csv").replace("\nb,", "\nc,"),
+    );
     let o = p.bmoe(&[
         "compare",
         "runs/decide.csv",
-        "runs/decide.csv",
+        "runs/copy.csv",
         "--run-a",
         "b",
         "--run-b",
-        "b",
+        "c",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     // 2: usage (clap), configuration, I/O.

@@ -38,4 +38,5 @@ mod settings;
 mod shard_by;
 mod slurm;
 mod storage_faults;
+mod telemetry_schema;
 mod writers;

@@ -41,30 +41,42 @@ fn a_foreign_file_is_refused_the_same_way_by_every_command() {
     assert_eq!(p.read("runs/decide.csv"), "name,score\nalice,3\n");
 }
 
-/// A quoted cell may hold a newline (a hand edit, another tool's export): the line named is the
-/// file's, the same in `compare` and `report`.
+/// A quoted cell may hold a newline (a hand edit, another tool's export), and a spreadsheet or
+/// Python's csv module ends lines with CRLF: the line named is the file's (as `grep -n` counts),
+/// in the same words in `compare`, `merge` and `report`, and the file is named once.
 #[test]
 fn a_bad_cell_is_named_by_the_files_own_line() {
     let p = Project::new();
-    let mut bad = String::from(HEAD);
-    bad.push_str("r1,tune,phone,base,\"two\nlines\",0,100,1.0,100.0,1\n");
-    bad.push_str("r1,tune,phone,base,1,0,100,banana,100.0,1\n");
-    p.write("bad.csv", &bad);
     p.write("good.csv", &rows("r1", 2));
-    let o = p.bmoe(&["compare", "good.csv", "bad.csv"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let t = text(&o);
-    assert!(
-        t.contains("bad.csv line 4, column prefill_s: \"banana\" is not a number"),
-        "{t}"
-    );
-    let o = p.bmoe(&["report", "bad.csv"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let t = text(&o);
-    assert!(
-        t.contains("bad.csv:4: column prefill_s: \"banana\" is not a number"),
-        "{t}"
-    );
+    for eol in ["\n", "\r\n"] {
+        let mut bad = String::from(HEAD);
+        bad.push_str("r1,tune,phone,base,\"two\nlines\",0,100,1.0,100.0,1\n");
+        bad.push_str("r1,tune,phone,base,1,0,100,banana,100.0,1\n");
+        p.write(
+            "bad.csv",
+            &bad.replace('\n', eol).replace("two\r\n", "two\n"),
+        );
+        let mut flat = String::from(HEAD);
+        flat.push_str("r1,tune,phone,base,0,0,100,1.0,100.0,1\n");
+        flat.push_str("r1,tune,phone,base,1,0,100,1.0,100.0,1\n");
+        flat.push_str("r1,tune,phone,base,2,0,100,banana,100.0,1\n");
+        p.write("flat.csv", &flat.replace('\n', eol));
+        for file in ["bad.csv", "flat.csv"] {
+            let want = format!("{file} line 4, column prefill_s: \"banana\" is not a number");
+            let runs: [&[&str]; 3] = [
+                &["compare", "good.csv", file],
+                &["merge", file, "-o", "all.csv"],
+                &["report", file],
+            ];
+            for args in runs {
+                let o = p.bmoe(args);
+                let t = text(&o);
+                assert_eq!(o.status.code(), Some(2), "{eol:?} {args:?}: {t}");
+                assert!(t.contains(&want), "{eol:?} {args:?}: {t}");
+                assert_eq!(t.matches(file).count(), 1, "{file} named once: {t}");
+            }
+        }
+    }
 }
 
 /// A file the report leaves out (a bad cell) leaves nothing behind: its rows before the bad one

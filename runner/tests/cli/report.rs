@@ -497,7 +497,7 @@ fn bad_input_is_refused_clearly() {
     refused(
         &p,
         &["bad.csv"],
-        &["bad.csv:4: column prefill_s: \"banana\" is not a number"],
+        &["bad.csv line 4, column prefill_s: \"banana\" is not a number"],
     );
     refused(&p, &["header-only.csv"], &["header but no rows"]);
     refused(

@@ -86,7 +86,7 @@ fn a_killed_writers_lock_file_blocks_nothing() {
     wait_for_a_row(&p, "runs/decide.csv");
     first.kill().unwrap();
     first.wait().unwrap();
-    let stale = p.read("runs/decide.csv.lock");
+    let stale = p.read("runs/.decide.csv.lock");
     assert!(
         stale.starts_with(&format!("pid {} on host ", first.id())),
         "{stale}"
@@ -95,7 +95,7 @@ fn a_killed_writers_lock_file_blocks_nothing() {
     assert!(o.status.success(), "{}", text(&o));
     // A lock file naming a process that is long gone, with no flock held: no obstacle either.
     p.write(
-        "runs/decide.csv.lock",
+        "runs/.decide.csv.lock",
         "pid 999999 on host gone (started 2020)\n",
     );
     let o = p.bmoe(&[
@@ -345,4 +345,234 @@ fn default_run_ids_have_milliseconds() {
         );
     }
     assert_ne!(ids[0], ids[1]);
+}
+
+/// A swept decide run (2 points) in runs/decide.csv, for reports and overlays.
+fn swept_project() -> Project {
+    let p = decide_project(2);
+    let o = p.bmoe(&[
+        "run",
+        "jobs/job.toml",
+        "-q",
+        "--set",
+        "moe_stream=true",
+        "--set",
+        "cache_mb=0,1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    p
+}
+
+/// Asserts a refusal: exit 2, the message holds each of `says`, and `file` is as it was.
+fn refused(p: &Project, args: &[&str], says: &[&str], file: &str, before: &[u8]) {
+    let o = p.bmoe(args);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {out}");
+    for s in says {
+        assert!(out.contains(s), "{args:?} should say {s:?}: {out}");
+    }
+    let now = std::fs::read(p.path(file)).unwrap_or_default();
+    assert!(now == before, "{args:?} changed {file}");
+}
+
+#[test]
+fn report_and_overlay_outputs_never_replace_an_input_or_a_foreign_file() {
+    let p = swept_project();
+    let csv = std::fs::read(p.path("runs/decide.csv")).unwrap();
+    let input = ["is also an input", "runs/decide.csv"];
+    refused(
+        &p,
+        &[
+            "report",
+            "runs/decide.csv",
+            "-o",
+            "runs/decide.csv",
+            "--format",
+            "md",
+        ],
+        &input,
+        "runs/decide.csv",
+        &csv,
+    );
+    // The same file by another spelling.
+    refused(
+        &p,
+        &[
+            "report",
+            "runs/decide.csv",
+            "-o",
+            "runs/../runs/decide.csv",
+            "--format",
+            "html",
+        ],
+        &["is also an input"],
+        "runs/decide.csv",
+        &csv,
+    );
+    refused(
+        &p,
+        &[
+            "report",
+            "runs/decide.csv",
+            "--best",
+            "--write-overrides",
+            "runs/decide.csv",
+        ],
+        &input,
+        "runs/decide.csv",
+        &csv,
+    );
+
+    // A file that is not a bmoe report (or overlay) is replaced only with --force.
+    let job = std::fs::read(p.path("jobs/job.toml")).unwrap();
+    refused(
+        &p,
+        &[
+            "report",
+            "runs/decide.csv",
+            "--best",
+            "--write-overrides",
+            "jobs/job.toml",
+        ],
+        &["jobs/job.toml", "not an overlay", "--force"],
+        "jobs/job.toml",
+        &job,
+    );
+    p.write("notes.html", "<p>my notes</p>\n");
+    refused(
+        &p,
+        &["report", "runs/decide.csv", "-o", "notes.html"],
+        &["notes.html", "not a bmoe report", "--force"],
+        "notes.html",
+        b"<p>my notes</p>\n",
+    );
+    let o = p.bmoe(&["report", "runs/decide.csv", "-o", "notes.html", "--force"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(p.read("notes.html").contains("<title>bmoe report</title>"));
+
+    // bmoe's own reports and overlays are replaced as before, in every format.
+    for out in ["r.html", "r.md", "r.json"] {
+        for _ in 0..2 {
+            let o = p.bmoe(&["report", "runs/decide.csv", "-o", out]);
+            assert!(o.status.success(), "{out}: {}", text(&o));
+        }
+    }
+    for _ in 0..2 {
+        let o = p.bmoe(&[
+            "report",
+            "runs/decide.csv",
+            "--best",
+            "--write-overrides",
+            "best.toml",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+}
+
+#[test]
+fn a_report_extension_must_match_its_format() {
+    let p = swept_project();
+    refused(
+        &p,
+        &["report", "runs/decide.csv", "-o", "r.txt"],
+        &["r.txt", ".html", ".md", ".json", "--format"],
+        "r.txt",
+        b"",
+    );
+    refused(
+        &p,
+        &["report", "runs/decide.csv", "-o", "r.csv"],
+        &["r.csv", ".html, .md or .json"],
+        "r.csv",
+        b"",
+    );
+    refused(
+        &p,
+        &[
+            "report",
+            "runs/decide.csv",
+            "-o",
+            "r.md",
+            "--format",
+            "html",
+        ],
+        &["r.md", "--format html", ".html"],
+        "r.md",
+        b"",
+    );
+    assert!(!p.path("r.txt").exists() && !p.path("r.md").exists());
+    let o = p.bmoe(&["report", "runs/decide.csv", "-o", "r.HTML"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(p.read("r.HTML").contains("<!DOCTYPE html>"));
+}
+
+#[test]
+fn synth_and_man_replace_only_their_own_files() {
+    let p = Project::new();
+    p.write("notes.txt", "keep me\n");
+    refused(
+        &p,
+        &["synth", "--preset", "tiny", "-o", "notes.txt"],
+        &["notes.txt", "not a GGUF", "--force"],
+        "notes.txt",
+        b"keep me\n",
+    );
+    let o = p.bmoe(&["synth", "--preset", "tiny", "-o", "notes.txt", "--force"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // A GGUF is synth's own kind: replaced as before.
+    let o = p.bmoe(&["synth", "--preset", "tiny", "-o", "models/tiny.gguf"]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    p.write("man/bmoe-run.1", "my own notes\n");
+    refused(
+        &p,
+        &["man", "-o", "man"],
+        &["man/bmoe-run.1", "not a man page", "--force"],
+        "man/bmoe-run.1",
+        b"my own notes\n",
+    );
+    assert!(!p.path("man/bmoe.1").exists(), "nothing written");
+    let o = p.bmoe(&["man", "-o", "man", "--force"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = p.bmoe(&["man", "-o", "man"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(p.read("man/bmoe-run.1").contains(".TH"));
+}
+
+/// The lock file is hidden (`runs/.x.csv.lock`: a `shard-*` glob does not take it) and gone when
+/// the run ends; one given to merge anyway (an older build's `shard-0.csv.lock`) is skipped, said.
+#[test]
+fn the_lock_file_is_hidden_gone_after_the_run_and_skipped_by_merge() {
+    let p = decide_project(2);
+    let o = p.bmoe(&[
+        "run",
+        "jobs/job.toml",
+        "-q",
+        "--csv",
+        "runs/night/shard-0.csv",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let names: Vec<String> = std::fs::read_dir(p.path("runs/night"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["shard-0.csv"], "only the CSV is left");
+    p.write(
+        "runs/night/shard-0.csv.lock",
+        "pid 1 on host h (started 2026)\n",
+    );
+    let o = p.bmoe(&[
+        "merge",
+        "runs/night/shard-0.csv",
+        "runs/night/shard-0.csv.lock",
+        "-o",
+        "all.csv",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("warning: merge: skipping runs/night/shard-0.csv.lock: a lock file"),
+        "{out}"
+    );
+    assert_eq!(data_lines(&p.read("all.csv")).len(), 2);
 }
