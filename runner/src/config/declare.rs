@@ -796,12 +796,11 @@ pub(crate) use row_with_settings;
 macro_rules! with_recorded_settings {
     ($s:expr => $row:ident { $($body:tt)* }) => {{
         let s: &$crate::config::settings::Settings = $s;
+        let cell = $crate::config::declare::settings_cell(s);
         $row {
             threads_setting: s.threads.to_string(),
-            settings: $crate::config::declare::settings_cell(s),
-            settings_hash: $crate::config::declare::settings_hash(
-                &$crate::config::declare::settings_cell(s),
-            ),
+            settings_hash: $crate::config::declare::settings_hash(&cell),
+            settings: cell,
             moe_stream: s.moe_stream,
             io_threads: s.io_threads.or($crate::config::settings::AUTO_IO_THREADS),
             dense_weights: s.dense_weights.to_string(),

@@ -4,15 +4,29 @@
 //! their rows would only measure noise.
 use serde_json::Value;
 
-use super::prepare::Unit;
 use crate::config::diag::{display_path, Diagnostic};
 use crate::config::inert::{effective, why_inert};
 use crate::config::job::LoadedJob;
+use crate::config::layers::Resolved;
 use crate::config::settings::KEYS;
+
+/// What these checks read of a unit of work (a job on a profile at one sweep point).
+pub struct Point<'a> {
+    /// Index of the job.
+    pub job: usize,
+    /// Profile name.
+    pub profile: &'a str,
+    /// Sweep point label.
+    pub point: &'a str,
+    /// The resolved values with their origins.
+    pub resolved: &'a Resolved,
+    /// Compute threads as they run here.
+    pub threads: u32,
+}
 
 /// One warning per (job, key, origin) whose value has no effect; a profile's values are not
 /// named (a profile describes a device for every job that runs on it).
-pub fn warnings(units: &[Unit], jobs: &[LoadedJob]) -> Vec<String> {
+pub fn warnings(units: &[Point], jobs: &[LoadedJob]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for u in units {
         let s = &u.resolved.settings;
@@ -38,14 +52,14 @@ pub fn warnings(units: &[Unit], jobs: &[LoadedJob]) -> Vec<String> {
 
 /// What a unit runs: the settings with every inert key at its default and the threads as they
 /// run here (a count above the usable cores is capped to them).
-fn configuration(u: &Unit) -> Value {
+fn configuration(u: &Point) -> Value {
     let mut v = effective(&u.resolved.settings);
-    v["threads"] = Value::from(u.placement.threads.used);
+    v["threads"] = Value::from(u.threads);
     v
 }
 
 /// The keys two units set differently, each with why it makes no difference.
-fn why_same(a: &Unit, b: &Unit) -> Vec<String> {
+fn why_same(a: &Point, b: &Point) -> Vec<String> {
     let (va, vb) = (
         serde_json::to_value(&a.resolved.settings).unwrap_or_default(),
         serde_json::to_value(&b.resolved.settings).unwrap_or_default(),
@@ -56,7 +70,7 @@ fn why_same(a: &Unit, b: &Unit) -> Vec<String> {
             Some(why) => format!("{k} has no effect ({why})"),
             None => format!(
                 "{k} runs as {} thread(s) at both points (the cores this process may use)",
-                a.placement.threads.used
+                a.threads
             ),
         })
         .collect()
@@ -64,13 +78,11 @@ fn why_same(a: &Unit, b: &Unit) -> Vec<String> {
 
 /// An error for each sweep point that resolves to the configuration of an earlier point of the
 /// same job and profile.
-pub fn identical_points(units: &[Unit], jobs: &[LoadedJob]) -> Vec<Diagnostic> {
+pub fn identical_points(units: &[Point], jobs: &[LoadedJob]) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     for (i, u) in units.iter().enumerate() {
         let same = units[..i].iter().find(|e| {
-            e.job == u.job
-                && e.profile.name == u.profile.name
-                && configuration(e) == configuration(u)
+            e.job == u.job && e.profile == u.profile && configuration(e) == configuration(u)
         });
         let Some(e) = same else { continue };
         let j = &jobs[u.job];
@@ -83,7 +95,7 @@ pub fn identical_points(units: &[Unit], jobs: &[LoadedJob]) -> Vec<Diagnostic> {
                     e.point,
                     u.point,
                     j.job.name,
-                    u.profile.name,
+                    u.profile,
                     why_same(e, u).join("; ")
                 ),
             )

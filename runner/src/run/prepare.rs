@@ -29,6 +29,19 @@ pub struct Unit {
     pub placement: Placement,
 }
 
+impl Unit {
+    /// What the checks of settings without effect read of it.
+    fn point(&self) -> no_effect::Point<'_> {
+        no_effect::Point {
+            job: self.job,
+            profile: &self.profile.name,
+            point: &self.point,
+            resolved: &self.resolved,
+            threads: self.placement.threads.used,
+        }
+    }
+}
+
 /// Everything a command needs.
 pub struct Prepared {
     /// The jobs, in command-line order.
@@ -148,8 +161,9 @@ pub fn prepare(job_paths: &[PathBuf], sel: &Selection) -> anyhow::Result<Prepare
     if !placement_errors.is_empty() {
         return Err(ConfigErrors(unique(placement_errors)).into());
     }
-    warnings.extend(no_effect::warnings(&units, &jobs));
-    let identical = no_effect::identical_points(&units, &jobs);
+    let points: Vec<no_effect::Point> = units.iter().map(Unit::point).collect();
+    warnings.extend(no_effect::warnings(&points, &jobs));
+    let identical = no_effect::identical_points(&points, &jobs);
     if !(identical.is_empty() || sel.allow_identical_points) {
         return Err(ConfigErrors(identical).into());
     }

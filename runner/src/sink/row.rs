@@ -413,23 +413,22 @@ impl Row {
         if !self.same_outcome(other) {
             return self.outcome_difference(other);
         }
-        let shown = |c: String| if c.is_empty() { "(empty)".into() } else { c };
+        let shown = |c: &str| if c.is_empty() { "(empty)" } else { c }.to_string();
+        let (a, b) = (self.cells(), other.cells());
         Row::columns()
             .iter()
-            .map(|c| (c, self.cell(c), other.cell(c)))
-            .find(|(_, a, b)| a != b)
-            .map_or("no column differs".into(), |(c, a, b)| {
-                format!("`{c}`: {} vs {}", shown(a), shown(b))
+            .zip(a.iter().zip(b.iter()))
+            .find(|(_, (x, y))| x != y)
+            .map_or("no column differs".into(), |(c, (x, y))| {
+                format!("`{c}`: {} vs {}", shown(x), shown(y))
             })
     }
 
-    /// The cell of `column` as this row's CSV line spells it; empty for an unknown column.
-    pub fn cell(&self, column: &str) -> String {
-        let Some(i) = Row::columns().iter().position(|c| c == column) else {
-            return String::new();
-        };
+    /// Every cell as this row's CSV line spells it, in column order (empty when it cannot be
+    /// written).
+    fn cells(&self) -> csv::StringRecord {
         let Ok(line) = self.to_line() else {
-            return String::new();
+            return csv::StringRecord::new();
         };
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(false)
@@ -437,8 +436,15 @@ impl Row {
         rdr.records()
             .next()
             .and_then(Result::ok)
-            .and_then(|r| r.get(i).map(str::to_string))
             .unwrap_or_default()
+    }
+
+    /// The cell of `column` as this row's CSV line spells it; empty for an unknown column.
+    pub fn cell(&self, column: &str) -> String {
+        let Some(i) = Row::columns().iter().position(|c| c == column) else {
+            return String::new();
+        };
+        self.cells().get(i).map(str::to_string).unwrap_or_default()
     }
 
     /// The header line, with its newline.
