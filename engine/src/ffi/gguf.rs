@@ -137,12 +137,6 @@ impl GgufBuilder {
         }
     }
 
-    /// Copies every key-value of `src` (its tensor infos are not copied).
-    pub fn copy_kv(&mut self, src: &GgufFile) {
-        // SAFETY: both contexts are live; gguf copies the values.
-        unsafe { sys::gguf_set_kv(self.gguf.as_ptr(), src.gguf.as_ptr()) }
-    }
-
     /// Bytes of header (including padding up to the data section).
     pub fn meta_bytes(&self) -> Vec<u8> {
         // SAFETY: live context; the buffer is sized by gguf itself.

@@ -8,6 +8,7 @@ pub mod cpu_variant;
 pub mod error;
 pub mod file_map;
 pub mod gguf;
+pub mod gguf_copy;
 pub mod guard;
 pub mod heap;
 pub mod kv;

@@ -131,6 +131,22 @@ fn check_shard_number(p: &Path, g: &GgufFile, i: usize, count: u32) -> Result<()
     Ok(())
 }
 
+/// A tensor name held twice, across shards or within one as ggml reads names (up to a NUL byte):
+/// llama.cpp's own load refuses the file ("tensor is duplicated"), and a header rebuilt from it
+/// would abort ggml's writer (`duplicate tensor name`).
+fn duplicate_tensor(paths: &[PathBuf], name: &str, first: usize, again: usize) -> EngineError {
+    let shard = |i: usize| paths[i].display().to_string();
+    let where_ = if first == again {
+        "twice in this file (names that differ only after a NUL byte)".to_string()
+    } else {
+        format!("in {} and again in this shard", shard(first))
+    };
+    EngineError::Invalid {
+        path: paths[again].clone(),
+        what: format!("tensor {name:?} appears {where_}"),
+    }
+}
+
 impl GgufIndex {
     /// Indexes `path` and, for a split GGUF, every shard; a missing shard or a tensor past the end
     /// of its file is an error.
@@ -169,14 +185,14 @@ impl GgufIndex {
                         ),
                     });
                 }
-                tensors.insert(
-                    name,
-                    TensorLocation {
-                        file: i,
-                        offset: base + off,
-                        size,
-                    },
-                );
+                let at = TensorLocation {
+                    file: i,
+                    offset: base + off,
+                    size,
+                };
+                if let Some(first) = tensors.insert(name.clone(), at) {
+                    return Err(duplicate_tensor(&paths, &name, first.file, i));
+                }
             }
             files.push((p.clone(), len));
         }
@@ -344,6 +360,10 @@ impl GgufIndex {
                 .name
                 .strip_prefix("blk.")
                 .and_then(|r| r.split_once('.'))
+                // Only a layer number llama.cpp itself would print: the fused name is then one
+                // it creates, and short enough for a ggml name (a longer one would be cut short
+                // into another tensor's name).
+                .filter(|(il, _)| il.parse::<u32>().is_ok_and(|n| n.to_string() == *il))
             else {
                 continue;
             };

@@ -97,7 +97,9 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
     let fused = index.fused_infos();
     let built = if index.files().len() > 1 || !fused.is_empty() {
         let mut b = GgufBuilder::new(index.tensor_infos().len() + fused.len());
-        b.copy_kv(index.header());
+        // What the copy leaves out (keys no lookup can find) llama.cpp's own load never reads
+        // either.
+        let _ = b.copy_kv(index.header());
         for t in index.tensor_infos().iter().chain(&fused) {
             let rank = t.ne.iter().rposition(|&n| n != 1).map_or(1, |i| i + 1);
             b.add_tensor(&t.name, t.ty, &t.ne[..rank]);
