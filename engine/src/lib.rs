@@ -11,6 +11,8 @@ mod chat;
 pub mod device;
 mod error;
 mod ffi;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gguf;
 mod graph;
 pub mod io;

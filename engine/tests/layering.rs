@@ -21,6 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["model"],
     &["session"],
     &["tokenizer"],
+    &["fuzzing"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

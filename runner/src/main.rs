@@ -4,20 +4,7 @@
 //!
 //! Exit status: 0 ok; 1 differences found (`compare`, `schema --check`) or items refused (`run`);
 //! 2 usage, configuration or I/O error (clap's usage errors are 2 as well); 130 stopped by a signal.
-mod cli;
-mod commands;
-mod compare;
-mod config;
-mod direct;
-mod ident;
-mod measure;
-mod merge;
-mod placement;
-mod probe;
-mod report;
-mod run;
-mod schema;
-mod sink;
+use bmoe_runner::{cli, commands, direct, ident, probe};
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -83,6 +83,23 @@ pub(crate) fn unsupported(index: &GgufIndex, arch: &str) -> Option<String> {
         })
 }
 
+/// The one header llama.cpp is given for a split GGUF or one whose fused expert tensors are
+/// stored as parts: the first shard's key-values as llama.cpp looks them up, every shard's tensor
+/// table and the fused tensors. Everything handed to ggml's writer here was read by ggml's own
+/// reader and the index (keys, types, shapes, unique names), so its asserts cannot fire (the
+/// `gguf_rebuild` fuzz target drives this with any header).
+pub(crate) fn rebuilt_header(index: &GgufIndex) -> GgufBuilder {
+    let fused = index.fused_infos();
+    let mut b = GgufBuilder::new(index.tensor_infos().len() + fused.len());
+    // What the copy leaves out (keys no lookup can find) llama.cpp's own load never reads either.
+    let _ = b.copy_kv(index.header());
+    for t in index.tensor_infos().iter().chain(&fused) {
+        let rank = t.ne.iter().rposition(|&n| n != 1).map_or(1, |i| i + 1);
+        b.add_tensor(&t.name, t.ty, &t.ne[..rank]);
+    }
+    b
+}
+
 /// Builds the model without reading tensor data. For a split GGUF llama.cpp is given one header
 /// holding the first shard's metadata and every shard's tensor table (llama.cpp types each
 /// tensor it creates from the header it is given).
@@ -95,19 +112,7 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
     LlamaModel::check_shapes(&index.files()[0].0, params)
         .map_err(|reason| load_err(index, reason.to_string()))?;
     let fused = index.fused_infos();
-    let built = if index.files().len() > 1 || !fused.is_empty() {
-        let mut b = GgufBuilder::new(index.tensor_infos().len() + fused.len());
-        // What the copy leaves out (keys no lookup can find) llama.cpp's own load never reads
-        // either.
-        let _ = b.copy_kv(index.header());
-        for t in index.tensor_infos().iter().chain(&fused) {
-            let rank = t.ne.iter().rposition(|&n| n != 1).map_or(1, |i| i + 1);
-            b.add_tensor(&t.name, t.ty, &t.ne[..rank]);
-        }
-        Some(b)
-    } else {
-        None
-    };
+    let built = (index.files().len() > 1 || !fused.is_empty()).then(|| rebuilt_header(index));
     let meta: &dyn GgufMeta = match &built {
         Some(b) => b,
         None => index.header(),

@@ -5,7 +5,7 @@
 //! compares with a newer one (columns it lacks read as empty).
 mod changed;
 pub mod groups;
-mod input;
+pub mod input;
 mod render;
 pub mod speed;
 pub mod stats;

@@ -124,7 +124,7 @@ fn schema_ranges_are_the_definitions() {
 
 /// The long flags of `bmoe generate`, with their default values.
 fn generate_flags() -> BTreeMap<String, Vec<String>> {
-    let cmd = crate::Cli::command();
+    let cmd = crate::cli::Cli::command();
     let gen = cmd
         .get_subcommands()
         .find(|c| c.get_name() == "generate")

@@ -4,7 +4,8 @@
 //! (`bmoe generate` / `bmoe check`) judged from outside: no signal, no panic, and every failure a
 //! clear `error:` line.
 //!
-//! Long runs: `scripts/fuzz` (FUZZ_SEED, FUZZ_ITERS, FUZZ_SECS, FUZZ_THREADS, FUZZ_OUT).
+//! Long runs: `scripts/fuzz` (FUZZ_SEED, FUZZ_ITERS, FUZZ_SECS, FUZZ_THREADS, FUZZ_OUT,
+//! FUZZ_DAMAGE: `fields`, `structure` or `both`).
 use crate::common;
 use crate::hostile;
 
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 use common::{text, Project};
+use hostile::structure::{layout, mutate_structure, Layout};
 use hostile::{apply, mutate, parse_patches, patches_text, run_judged, walk, Patch, Rng, Verdict};
 
 fn bin() -> PathBuf {
@@ -113,6 +115,7 @@ fn replace_once(b: &[u8], old: &[u8], new: &[u8]) -> Patch {
     Patch {
         off: hits[0],
         bytes: new.to_vec(),
+        remove: None,
     }
 }
 
@@ -213,6 +216,16 @@ struct Campaign {
     secs: u64,
     threads: usize,
     out_dir: Option<PathBuf>,
+    /// `fields` (bytes of one field changed in place), `structure` (GGUF-aware splices:
+    /// `hostile::structure`) or `both` (alternating case by case; the default).
+    damage: String,
+}
+
+/// The tiny model's header mapped both ways the damage needs it.
+struct Shape {
+    fields: Vec<hostile::Field>,
+    header_end: usize,
+    layout: Layout,
 }
 
 /// What a campaign saw: [ran, refused, crashed], the crash recipes, and its wall time.
@@ -234,13 +247,23 @@ impl Campaign {
             secs: env_or("FUZZ_SECS", secs),
             threads: env_or("FUZZ_THREADS", 2),
             out_dir: std::env::var("FUZZ_OUT").ok().map(PathBuf::from),
+            damage: std::env::var("FUZZ_DAMAGE").unwrap_or_else(|_| "both".into()),
         }
     }
 
     /// Case `i`: its own stream, so a crash is reproducible from (arch, mode, seed, i).
-    fn case(&self, b: &[u8], fields: &[hostile::Field], header_end: usize, i: usize) -> Vec<Patch> {
+    fn case(&self, b: &[u8], shape: &Shape, i: usize) -> Vec<Patch> {
         let mut rng = Rng::new(self.seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
-        mutate(b, fields, header_end, &mut rng)
+        let structural = match self.damage.as_str() {
+            "fields" => false,
+            "structure" => true,
+            _ => i % 2 == 1,
+        };
+        if structural {
+            mutate_structure(b, &shape.layout, &mut rng)
+        } else {
+            mutate(b, &shape.fields, shape.header_end, &mut rng)
+        }
     }
 
     /// The fixture text of a crash (`# arch:` and `# mode:` say how to replay it).
@@ -276,19 +299,25 @@ impl Campaign {
         let t0 = Instant::now();
         let b = tiny_bytes_of(&self.arch);
         let (fields, header_end) = walk(&b).expect("the tiny model's header walks");
+        let layout = layout(&b).expect("the tiny model's header lays out");
+        let shape = Shape {
+            fields,
+            header_end,
+            layout,
+        };
         let dir = tempfile::tempdir().unwrap();
         let next = AtomicUsize::new(0);
         let state = Mutex::new(([0usize; 3], Vec::<String>::new()));
         let deadline = t0 + Duration::from_secs(self.secs);
         std::thread::scope(|s| {
             for w in 0..self.threads.max(1) {
-                let (b, fields, dir, next, state) = (&b, &fields, &dir, &next, &state);
+                let (b, shape, dir, next, state) = (&b, &shape, &dir, &next, &state);
                 s.spawn(move || loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= self.iters || Instant::now() > deadline {
                         break;
                     }
-                    let patches = self.case(b, fields, header_end, i);
+                    let patches = self.case(b, shape, i);
                     let name = format!("w{w}.gguf");
                     let (v, out) =
                         judge_model_as(&apply(b, &patches), dir.path(), &name, self.mode);
@@ -522,5 +551,23 @@ fn truncated_copies_are_refused() {
     for cut in cuts {
         let (v, out) = judge_model(&b[..cut], dir.path(), "cut.gguf");
         assert_eq!(v, Verdict::Refused, "cut at {cut} of {}: {out}", b.len());
+    }
+}
+
+/// The structure-aware damage changes the file every time, and each case written as fixture text
+/// reads back as the same patches (a crash it finds can be kept as a fixture).
+#[test]
+fn structural_damage_is_real_and_replayable() {
+    let b = tiny_bytes();
+    let l = layout(&b).expect("the tiny model's header lays out");
+    assert_eq!(l.kvs.len(), 26);
+    for i in 0..500 {
+        let patches = mutate_structure(&b, &l, &mut Rng::new(i));
+        assert!(!patches.is_empty());
+        assert!(
+            apply(&b, &patches) != b,
+            "case {i} changed nothing: {patches:?}"
+        );
+        assert_eq!(parse_patches(&patches_text(&patches)), patches, "case {i}");
     }
 }

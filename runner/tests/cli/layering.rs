@@ -6,13 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The runner's top-level modules, lowest layer first. A module may name modules of lower layers
-/// only; modules on one layer do not name each other. The crate root (`main.rs`) is above all.
+/// only; modules on one layer do not name each other. The crate roots (`main.rs`, `lib.rs`) are above all.
 const LAYERS: &[&[&str]] = &[
     &["config"],
     &["ident", "placement", "probe", "sink"],
     &["schema", "run", "direct", "compare", "merge", "measure"],
     &["report", "cli"],
-    &["commands"],
+    &["commands", "fuzzing"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -36,7 +36,7 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).ok()?;
     let first = rel.components().next()?.as_os_str().to_str()?.to_string();
     let m = first.strip_suffix(".rs").unwrap_or(&first).to_string();
-    (m != "main").then_some(m)
+    (m != "main" && m != "lib").then_some(m)
 }
 
 /// The files that are test code as a whole: declared `#[cfg(test)] mod name;` by their parent.
@@ -48,7 +48,7 @@ fn test_only_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
         // A child of `a/mod.rs` or `main.rs` lives beside it; a child of `a.rs` under `a/`.
         let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
         let parent = f.parent().expect("a file has a folder");
-        let dir = if stem == "mod" || stem == "main" {
+        let dir = if stem == "mod" || stem == "main" || stem == "lib" {
             parent.to_path_buf()
         } else {
             parent.join(stem)

@@ -20,6 +20,7 @@ mod deploy;
 mod direct_cli;
 mod examples;
 mod fleet;
+mod fuzz_corpus;
 mod hostile_models;
 mod layering;
 mod load_once;

@@ -2,6 +2,7 @@
 //! types, values, tensor infos, data offsets) and a seeded mutator that changes 1-4 of them the
 //! way a half-copied or hostile file would. Shared by the fuzz tests and the regression fixtures.
 #![allow(dead_code)]
+pub mod structure;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -194,11 +195,13 @@ pub fn walk(b: &[u8]) -> Option<(Vec<Field>, usize)> {
     Some((f, p))
 }
 
-/// One change: write `bytes` at `off`.
+/// One change: write `bytes` over the bytes at `off`, or, with `remove`, replace that many bytes
+/// at `off` with `bytes` (the file grows or shrinks: a key renamed, a pair removed, a cut).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Patch {
     pub off: usize,
     pub bytes: Vec<u8>,
+    pub remove: Option<usize>,
 }
 
 fn interesting(rng: &mut Rng, old: u64, width: usize) -> u64 {
@@ -240,6 +243,7 @@ pub fn mutate(b: &[u8], fields: &[Field], header_end: usize, rng: &mut Rng) -> V
                 Patch {
                     off: f.off,
                     bytes: v.to_le_bytes()[..f.width].to_vec(),
+                    remove: None,
                 }
             }
             // A random byte anywhere in the header (metadata and tensor infos).
@@ -248,6 +252,7 @@ pub fn mutate(b: &[u8], fields: &[Field], header_end: usize, rng: &mut Rng) -> V
                 Patch {
                     off,
                     bytes: vec![rng.next() as u8],
+                    remove: None,
                 }
             }
             // A string's bytes: one byte changed, or another string of the same length copied
@@ -264,17 +269,20 @@ pub fn mutate(b: &[u8], fields: &[Field], header_end: usize, rng: &mut Rng) -> V
                         Patch {
                             off: f.off,
                             bytes: b[g.off..g.off + g.width].to_vec(),
+                            remove: None,
                         }
                     } else {
                         Patch {
                             off: f.off + rng.below(f.width),
                             bytes: vec![rng.next() as u8],
+                            remove: None,
                         }
                     }
                 } else {
                     Patch {
                         off: f.off + rng.below(f.width),
                         bytes: vec![rng.next() as u8],
+                        remove: None,
                     }
                 }
             }
@@ -287,6 +295,7 @@ pub fn mutate(b: &[u8], fields: &[Field], header_end: usize, rng: &mut Rng) -> V
                 Patch {
                     off: f.off,
                     bytes: v.to_le_bytes()[..f.width].to_vec(),
+                    remove: None,
                 }
             }
         };
@@ -295,45 +304,65 @@ pub fn mutate(b: &[u8], fields: &[Field], header_end: usize, rng: &mut Rng) -> V
     out
 }
 
-/// `b` with `patches` applied (past-the-end bytes are dropped).
+/// `b` with `patches` applied in order (an overwrite's past-the-end bytes are dropped).
 pub fn apply(b: &[u8], patches: &[Patch]) -> Vec<u8> {
     let mut d = b.to_vec();
     for p in patches {
-        for (i, &x) in p.bytes.iter().enumerate() {
-            if let Some(slot) = d.get_mut(p.off + i) {
-                *slot = x;
+        match p.remove {
+            None => {
+                for (i, &x) in p.bytes.iter().enumerate() {
+                    if let Some(slot) = d.get_mut(p.off + i) {
+                        *slot = x;
+                    }
+                }
+            }
+            Some(n) => {
+                let at = p.off.min(d.len());
+                let end = at.saturating_add(n).min(d.len());
+                d.splice(at..end, p.bytes.iter().copied());
             }
         }
     }
     d
 }
 
-/// Patches as fixture text: one `offset hex` per line.
+/// Patches as fixture text: `offset hex` per overwrite, `offset..end hex` per splice (`-` for
+/// no bytes).
 pub fn patches_text(patches: &[Patch]) -> String {
     patches
         .iter()
         .map(|p| {
             let hex: String = p.bytes.iter().map(|b| format!("{b:02x}")).collect();
-            format!("{} {hex}\n", p.off)
+            match p.remove {
+                None => format!("{} {hex}\n", p.off),
+                Some(n) if hex.is_empty() => format!("{}..{} -\n", p.off, p.off + n),
+                Some(n) => format!("{}..{} {hex}\n", p.off, p.off + n),
+            }
         })
         .collect()
 }
 
-/// Parses fixture text: `offset hex` lines, `#` comments.
+/// Parses fixture text: `offset hex` and `offset..end hex|-` lines, `#` comments.
 pub fn parse_patches(text: &str) -> Vec<Patch> {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
-            let (off, hex) = l.split_once(' ').expect("`offset hex`");
+            let (at, hex) = l.split_once(' ').expect("`offset hex`");
+            let hex = if hex == "-" { "" } else { hex };
             let bytes = (0..hex.len())
                 .step_by(2)
                 .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
                 .collect();
-            Patch {
-                off: off.parse().expect("offset"),
-                bytes,
-            }
+            let (off, remove) = match at.split_once("..") {
+                Some((a, e)) => {
+                    let (a, e): (usize, usize) =
+                        (a.parse().expect("offset"), e.parse().expect("end"));
+                    (a, Some(e - a))
+                }
+                None => (at.parse().expect("offset"), None),
+            };
+            Patch { off, bytes, remove }
         })
         .collect()
 }
