@@ -48,6 +48,12 @@ pub fn gguf_check(bytes: &[u8]) {
     let _ = crate::gguf::check::check_file(&path);
 }
 
+/// How many layers the index reports for a header (`None` when it does not index): at most
+/// llama.cpp's limit whatever `block_count` says.
+pub fn index_layers(bytes: &[u8]) -> Option<usize> {
+    Some(GgufIndex::open(&case_file(bytes)).ok()?.layers().len())
+}
+
 /// The index and every query the loaders and planners make of it.
 pub fn gguf_index(bytes: &[u8]) {
     let path = case_file(bytes);

@@ -43,3 +43,13 @@ fn gguf_index_corpus() {
 fn gguf_rebuild_corpus() {
     replay("gguf_rebuild", bmoe_engine::fuzzing::gguf_rebuild);
 }
+
+/// Found by `gguf_index` (a 30-minute run, issue 55): `qwen35moe.block_count` = 16,121,860 made
+/// `GgufIndex::layers` size its answer from the header before any check (10 s and gigabytes under
+/// the fuzzer). The index now reports at most llama.cpp's 512 layers.
+#[test]
+fn a_huge_block_count_is_bounded_before_any_check() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/gguf_index");
+    let bytes = std::fs::read(root.join("timeout-block-count-16m-layers.gguf")).unwrap();
+    assert_eq!(bmoe_engine::fuzzing::index_layers(&bytes), Some(512));
+}

@@ -15,7 +15,7 @@ use crate::error::{EngineError, Result};
 use crate::ffi::gguf::{GgufFile, KvType, TensorInfo};
 
 /// `LLAMA_MAX_LAYERS` in llama-hparams.h.
-const MAX_LAYERS: i64 = 512;
+pub(crate) const MAX_LAYERS: i64 = 512;
 /// `LLAMA_MAX_EXPERTS` in llama-hparams.h.
 const MAX_EXPERTS: i64 = 1024;
 /// The rope scaling types llama.cpp knows (`LLAMA_ROPE_SCALING_TYPES`); another value asserts.

@@ -236,7 +236,12 @@ impl GgufIndex {
     pub fn layers(&self) -> Vec<LayerShape> {
         let arch = self.arch().unwrap_or_default();
         let key = |s: &str| format!("{arch}.{s}");
-        let n_layer = self.get_u64(&key("block_count")).unwrap_or(0) as usize;
+        // At most llama.cpp's layer limit: the header's count sizes the answer before any check
+        // has looked at it (a count of 2^40 took the fuzzer's 10 s and gigabytes; issue 55).
+        let n_layer = self
+            .get_u64(&key("block_count"))
+            .unwrap_or(0)
+            .min(crate::gguf::check::MAX_LAYERS as u64) as usize;
         let n_embd = self.get_u64(&key("embedding_length")).unwrap_or(0);
         let n_head = self
             .get_u64(&key("attention.head_count"))
