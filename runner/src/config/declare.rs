@@ -370,6 +370,23 @@ declare_settings! {
             r#"LOSSY speed knob, off at 0: a routed expert the cache lacks (every one without a cache) is skipped when its router weight's share of the token's selected weights is below `drop_cold / n_expert_used` (the specification's `--drop-cold-experts F`: "skip a routed expert that is a cache MISS and has < F x (1/top-k) of routing weight"); it is not read and its weight is zeroed before the model's own normalisation, which renormalises the rest. A token's best expert is never dropped. Rows count `experts_dropped`; see docs/tuning.md"#,
         );
     }
+    engine {
+        /// A file to write the routing trace into (every routing node's experts, for `bmoe
+        /// cache-sim`): "" = off.
+        routing_trace: String = String::new();
+        schema [];
+        flag [
+            /// With --moe-stream: write every routing node's experts and router probabilities to
+            /// FILE (JSON lines), for `bmoe cache-sim`.
+            #[arg(long, value_name = "FILE", help_heading = "Expert streaming", display_order = 15)]
+        ] routing_trace: Option<String> => |v| v.as_ref().map(|d| json!(d));
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.routing_trace = (!s.routing_trace.is_empty()).then(|| s.routing_trace.clone().into());
+        };
+        docs ("path, or `\"\"`", "`\"\"` (off)", "`StreamOptions.routing_trace`",
+            r#"a file the streamer writes its routing into, one JSON line per routing node (phase `prompt` or `decode`, first token of the piece, layer, the experts made resident for each token and their router probabilities) after a header (experts per layer and per token, each layer's bytes per expert, the cache budget); each load of the model rewrites it. `bmoe cache-sim FILE --cache-mb 64,128` replays it through the streamer's own cache policy and through Belady's offline optimum (docs/streaming.md). Relative to the working folder; the one-shot flag is `--routing-trace`"#,
+        );
+    }
     prefill {
         /// ggml device that runs wide prefill pieces (HTP0 = Hexagon NPU), or "none".
         device: String = "none".into();
@@ -706,9 +723,9 @@ pub static RECORDED_SETTINGS: std::sync::LazyLock<Vec<String>> = std::sync::Lazy
 });
 
 /// Layered keys recorded in the `settings` cell but not compared: they cannot change a row's
-/// result, speed or memory (a load's time limit only decides when a stuck load is given up), so
-/// two runs that differ in them ran alike.
-pub const OUTSIDE_THE_RESULT: &[&str] = &["load_timeout_s"];
+/// result, speed or memory (a load's time limit only decides when a stuck load is given up; a
+/// routing trace only records what ran), so two runs that differ in them ran alike.
+pub const OUTSIDE_THE_RESULT: &[&str] = &["load_timeout_s", "routing_trace"];
 
 /// The `settings` cell: every layered value, as configured (`"auto"` kept), one compact JSON
 /// object in declaration order; its schema (ranges, enums) is `Settings`' own.
