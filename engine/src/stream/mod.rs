@@ -781,7 +781,8 @@ impl Streamer {
 
     /// Applies the lossy knobs to layer `il`'s routing `ids` (rows of `n_used`) in place before
     /// they are made resident: misses dropped or replaced by a cached expert whose probability in
-    /// `probs` (rows of `n_expert`) is close, counted. Dropped slots are kept for the layer's
+    /// `probs` (rows of `n_expert`) is close, counted; only where a miss would evict (or there is
+    /// no cache), never while the cache has room for the node's misses ([`Self::absorbs`]). Dropped slots are kept for the layer's
     /// weight nodes (`dropped_slots`). Returns whether any id changed.
     pub fn reroute(
         &mut self,
@@ -791,6 +792,10 @@ impl Streamer {
         probs: &[f32],
         n_expert: usize,
     ) -> bool {
+        if self.absorbs(il, ids) {
+            self.dropped = None;
+            return false;
+        }
         let lru = self.lru.as_ref();
         let cached = |e: u32| lru.is_some_and(|l| l.contains(il, e));
         // The CPU's repacked kernels take each expert once per token (`lossy::repoint_dropped`).
@@ -804,6 +809,26 @@ impl Streamer {
         let changed = r.substituted > 0 || r.n_dropped > 0;
         self.dropped = (r.n_dropped > 0).then_some((il, n_used, r.dropped));
         changed
+    }
+
+    /// Whether the cache takes every expert `ids` misses in layer `il` without evicting: a cold
+    /// miss while the cache fills is read once and kept, so the lossy knobs leave such a node as
+    /// the router chose it (with the knobs, a 64 MiB cache on the tiny model substituted 31
+    /// experts while it filled, each a lasting change for a read it had room for). Without a
+    /// cache every miss is a read that is not kept: never.
+    fn absorbs(&self, il: u32, ids: &[i32]) -> bool {
+        let (Some(lru), Some(layer)) = (&self.lru, self.layers.get(&il)) else {
+            return false;
+        };
+        let layer_bytes: u64 = layer.tensors.iter().map(|t| t.expert_bytes as u64).sum();
+        let mut missed: Vec<u32> = ids
+            .iter()
+            .filter_map(|&e| u32::try_from(e).ok())
+            .filter(|&e| !lru.contains(il, e))
+            .collect();
+        missed.sort_unstable();
+        missed.dedup();
+        lru.resident_bytes() + missed.len() as u64 * layer_bytes <= self.budget()
     }
 
     /// The slots layer `il`'s routing node dropped (rows of the returned slots per token),

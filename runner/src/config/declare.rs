@@ -351,7 +351,7 @@ declare_settings! {
             st.expert_substitute = s.expert_substitute;
         };
         docs (float_type(&limits::EXPERT_SUBSTITUTE), "`0.0` (off)", "`StreamOptions.expert_substitute`",
-            r#"LOSSY speed knob, off at 0: at a routing node, a routed expert the cache lacks is replaced by the cached expert of the same layer (not already chosen for that token) whose router probability (`ffn_moe_probs`, as the graph computes it) is closest to the missed one's, when within this distance; nothing is read for it, and its weight is the router's own probability for the expert used. Only at a miss: with every routed expert cached the output is bit for bit that of 0 (gate G35a). Needs a cache (`cache_mb > 0`). Rows count `experts_substituted`; the workflow that prices it is in docs/tuning.md"#,
+            r#"LOSSY speed knob, off at 0: at a routing node, a routed expert the cache lacks is replaced by the cached expert of the same layer (not already chosen for that token) whose router probability (`ffn_moe_probs`, as the graph computes it) is closest to the missed one's, when within this distance; nothing is read for it, and its weight is the router's own probability for the expert used. Only at a miss the cache cannot take without evicting: with every routed expert cached, or while the cache still has room for a routing node's misses, the output is bit for bit that of 0 (gate G35a). Needs a cache (`cache_mb > 0`). Rows count `experts_substituted`; the workflow that prices it is in docs/tuning.md"#,
         );
     }
     engine {
@@ -367,7 +367,7 @@ declare_settings! {
             st.drop_cold = s.drop_cold;
         };
         docs (float_type(&limits::DROP_COLD), "`0.0` (off)", "`StreamOptions.drop_cold`",
-            r#"LOSSY speed knob, off at 0: a routed expert the cache lacks (every one without a cache) is skipped when its router weight's share of the token's selected weights is below `drop_cold / n_expert_used` (the specification's `--drop-cold-experts F`: "skip a routed expert that is a cache MISS and has < F x (1/top-k) of routing weight"); it is not read and its weight is zeroed before the model's own normalisation, which renormalises the rest. A token's best expert is never dropped. Rows count `experts_dropped`; see docs/tuning.md"#,
+            r#"LOSSY speed knob, off at 0: a routed expert the cache lacks and has no room for without evicting (every one without a cache) is skipped when its router weight's share of the token's selected weights is below `drop_cold / n_expert_used` (the specification's `--drop-cold-experts F`: "skip a routed expert that is a cache MISS and has < F x (1/top-k) of routing weight"); it is not read and its weight is zeroed before the model's own normalisation, which renormalises the rest. A token's best expert is never dropped. Rows count `experts_dropped`; see docs/tuning.md"#,
         );
     }
     engine {
