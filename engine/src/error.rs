@@ -193,6 +193,15 @@ pub enum StreamError {
     /// probabilities (`ffn_moe_probs`) in host memory.
     #[error("expert_substitute and drop_cold need the router's probabilities (ffn_moe_probs) at the routing node of layer {0}; this architecture's graph selects experts from something else")]
     NoRouterProbs(u32),
+    /// The routing trace (`routing_trace`) could not be created or written.
+    #[error("routing trace {}: {source}", path.display())]
+    Trace {
+        /// The trace's file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What the prefill device's arena or its loaders failed at; the wide graph is stopped.

@@ -43,6 +43,7 @@ pub use options::{
 };
 pub use session::{log_softmax, CancelToken, MovedMemoryInfo, Session};
 pub use stream::page_moves::{page_moves, PageMoves};
+pub use stream::{routing_stats, sim, trace};
 pub use telemetry::{
     rss_split, DecideRecord, GenerateRecord, LoadMode, LoadStats, PerplexityRecord,
     PrefillDevCounters, Repacked, ReuseOutcome, StopReason, StreamCounters, Timing,

@@ -726,6 +726,22 @@ impl Model {
             .unwrap_or_default()
     }
 
+    /// Tells the expert streamer whether what runs next is a prompt or decode (its routing
+    /// trace records it); at the end of a decode, writes out what the trace has buffered.
+    pub fn set_stream_phase(&self, phase: crate::stream::trace::Phase) -> crate::error::Result<()> {
+        let Some(s) = &self.stream else {
+            return Ok(());
+        };
+        let mut s = s
+            .lock()
+            .map_err(|_| EngineError::Stream(crate::stream::StreamError::Poisoned))?;
+        s.set_phase(phase);
+        if phase == crate::stream::trace::Phase::Prompt {
+            s.flush_trace().map_err(EngineError::Stream)?;
+        }
+        Ok(())
+    }
+
     /// Changes the lossy routing knobs of a streamed model between calls, checked against their
     /// ranges: a gate warms the cache with them off, then turns them on (engine tests only).
     #[cfg(feature = "test-support")]

@@ -93,6 +93,9 @@ pub struct StreamOptions {
     pub cache_reserve_mb: u64,
     /// MiB the cache never shrinks below under pressure.
     pub cache_min_mb: u64,
+    /// Where to write the routing trace (`stream::trace`): every routing node's experts, for
+    /// `bmoe cache-sim`; `None` = none.
+    pub routing_trace: Option<std::path::PathBuf>,
 }
 
 impl Default for StreamOptions {
@@ -116,6 +119,7 @@ impl Default for StreamOptions {
             drop_cold: 0.0,
             cache_reserve_mb: limits::CACHE_RESERVE_MB.default_u32().into(),
             cache_min_mb: limits::CACHE_MIN_MB.default_u32().into(),
+            routing_trace: None,
         }
     }
 }

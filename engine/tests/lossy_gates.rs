@@ -1,6 +1,7 @@
 //! Gates of the lossy routing knobs (`expert_substitute`, `drop_cold`) on the tiny synthetic
-//! model: G35a substitution happens only at a miss (a cache holding every expert gives output
-//! bit for bit equal to off, with nothing substituted); G35b an evicting cache substitutes,
+//! model: G35a substitution happens only at a miss the cache cannot take without evicting (a
+//! cache holding every expert gives output bit for bit equal to off, with nothing substituted,
+//! cold or warm); G35b an evicting cache substitutes,
 //! changes the output and does so the same way twice; G35c dropping reads less and counts what
 //! it dropped; G35d dropping every missed expert but the best at top-2 (nothing cached, share
 //! threshold 1) is exactly top-1 routing, so a dropped expert contributes nothing and the kept
@@ -133,10 +134,14 @@ fn g35a_a_cache_holding_every_expert_substitutes_nothing() {
     );
     assert_eq!(c_on.read_bytes, c_off.read_bytes);
     assert_eq!(c_on.evictions, 0);
-    // Before the warm-up the cache lacks experts, and the same knob substitutes at once.
-    let (cold, c_cold) = run(&path, knobs(64, 1.0, 0.0), None);
-    assert!(c_cold.substituted > 0, "{c_cold:?}");
-    assert_ne!(cold, off);
+    // Before the warm-up the cache lacks experts but has room for them: a cold miss is read and
+    // kept, not substituted or dropped (issue 54: 31 experts were substituted here).
+    let (cold, c_cold) = run(&path, knobs(64, 1.0, 1.0), None);
+    assert_eq!((c_cold.substituted, c_cold.dropped), (0, 0), "{c_cold:?}");
+    assert_eq!(
+        cold, off,
+        "a knob acted on a cold miss the cache had room for"
+    );
 }
 
 #[test]

@@ -114,6 +114,37 @@ pub enum Command {
   bmoe ppl -m models/tiny.gguf text.txt
   bmoe ppl -m models/tiny.gguf text.txt --moe-stream --cache-mb 1 --format json")]
     Ppl(direct::PplArgs),
+    /// Replay a routing trace (--routing-trace) through the expert cache's policy and through
+    /// the offline optimum: misses and bytes per token, prompt and decode apart.
+    #[command(after_long_help = "Examples:
+  bmoe generate -m models/bench.gguf --moe-stream --cache-mb 600 --routing-trace run.trace -p hi
+  bmoe cache-sim run.trace                          # at the cache size the run had
+  bmoe cache-sim run.trace --cache-mb 150,300,600 --format json")]
+    CacheSim(CacheSimArgs),
+}
+
+/// `bmoe cache-sim`: a trace and the cache sizes to replay it at.
+#[derive(Args)]
+pub struct CacheSimArgs {
+    /// The routing trace (JSON lines, written by a run with `routing_trace`).
+    pub trace: PathBuf,
+    /// Cache sizes in MiB, comma-separated (default: the size the run had, following its
+    /// budget's changes under memory pressure).
+    #[arg(long, value_delimiter = ',', value_parser = cache_mib)]
+    pub cache_mb: Vec<f64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+/// `--cache-mb` of cache-sim: MiB, 0 or more (0: no cache, every routed expert read).
+fn cache_mib(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!(
+            "expected a cache size in MiB (0 or more), not {s:?}"
+        )),
+    }
 }
 
 /// Jobs and how to configure them.

@@ -109,6 +109,7 @@ fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode
             a.engine.verbose = verbose;
             done(direct::run_ppl(a))
         }
+        Command::CacheSim(a) => commands::cache_sim::cache_sim(a),
         Command::Check(a) => commands::check::check(a),
         Command::Plan(t) => commands::plan::plan(t),
         Command::Run(a) => commands::run::run(a, quiet),

@@ -5,6 +5,7 @@ use crate::error::{EngineError, Result};
 use crate::ffi::batch::Batch;
 use crate::ffi::sampler::Sampler;
 use crate::options::{GenerateOptions, Sampling};
+use crate::stream::trace::Phase;
 use crate::telemetry::{GenerateRecord, StopReason, Timing};
 
 use super::prefill::Outputs;
@@ -49,6 +50,7 @@ impl Session<'_> {
         };
         let (mut exec, before) = self.begin();
         self.forget()?;
+        self.model.set_stream_phase(Phase::Prompt)?;
         let mut rec = GenerateRecord::default();
         let prefill_s = self.prefill(&tokens, 0, Outputs::Last, &mut exec, |_, _, _| Ok(()))?;
         rec.timing = Timing {
@@ -59,6 +61,7 @@ impl Session<'_> {
         let vocab = self.model.raw.vocab();
         let io0 = crate::telemetry::storage_read_bytes();
         let stream0 = self.model.stream_counters();
+        self.model.set_stream_phase(Phase::Decode)?;
         let t0 = Instant::now();
         let mut batch = Batch::new(1);
         for pos in tokens.len()..tokens.len() + opts.n_predict as usize {
@@ -90,6 +93,7 @@ impl Session<'_> {
             batch.push(tok, pos as i32, true);
             self.run_batch(&batch, &mut exec)?;
         }
+        self.model.set_stream_phase(Phase::Prompt)?;
         rec.timing.n_decoded = rec.tokens.len() as u32;
         rec.timing.decode_s = t0.elapsed().as_secs_f64();
         rec.decode_stream = self.model.stream_counters().since(&stream0);

@@ -164,15 +164,20 @@ impl EngineHook {
     }
 }
 
-/// The lossy knobs at a routing node: the router's probabilities read, the ids rewritten where
-/// a knob changed them (written back into the node, which the weights and the expert matmuls
-/// read next).
+/// The lossy knobs at a routing node: the router's probabilities read (also for a routing
+/// trace), the ids rewritten where a knob changed them (written back into the node, which the
+/// weights and the expert matmuls read next).
 fn reroute(
     s: &mut Streamer,
     il: u32,
     t: &sys::ggml_tensor,
     ids: &mut [i32],
 ) -> Result<(), StreamError> {
+    if s.tracing() {
+        if let Some((n_expert, probs)) = routing::router_probs(t) {
+            s.note_probs(il, n_expert, probs);
+        }
+    }
     if !s.knobs().on() {
         return Ok(());
     }

@@ -20,6 +20,25 @@ use lru::LruCache;
 /// Uses between two halvings of every count.
 const AGE_EVERY: u32 = 8192;
 
+/// Whether a routing node of `n_ids` ids (`n_used` a token) is decode-sized: at most
+/// `MAX_PREFETCH_TOKENS` tokens. Wider pieces are prompt pieces, after which a layer keeps its
+/// popular experts ([`ExpertLru::admit`]).
+pub(crate) fn decode_sized(n_ids: usize, n_used: usize) -> bool {
+    n_ids <= super::MAX_PREFETCH_TOKENS * n_used.max(1)
+}
+
+/// A prompt piece's routing at one layer, for [`ExpertLru::admit`].
+pub(crate) struct Wide<'a> {
+    /// Every token's experts.
+    pub(crate) ids: &'a [i32],
+    /// The cache's budget now.
+    pub(crate) budget: u64,
+    /// MoE layers of the model.
+    pub(crate) n_layers: usize,
+    /// Experts a token.
+    pub(crate) n_used: usize,
+}
+
 /// Resident experts with their bytes, in recency order, and recent use counts.
 pub(crate) struct ExpertLru {
     map: LruCache<(u32, u32), u64>,
@@ -42,6 +61,12 @@ impl ExpertLru {
             since_aging: 0,
             by_use,
         }
+    }
+
+    /// The cache the streamer keeps for `budget` bytes where one token's routed experts take
+    /// `token_bytes`: by use counts below that cliff, by recency above it.
+    pub(crate) fn for_budget(budget: u64, token_bytes: u64) -> Self {
+        Self::new(budget < token_bytes)
     }
 
     /// Evicts by use counts (`true`: the budget is below one token's routed experts) or by
@@ -75,13 +100,6 @@ impl ExpertLru {
             self.resident -= old;
         }
         self.resident += bytes;
-    }
-
-    /// Drops an entry without releasing memory (its read failed).
-    pub(crate) fn forget(&mut self, layer: u32, expert: u32) {
-        if let Some(b) = self.map.pop(&(layer, expert)) {
-            self.resident -= b;
-        }
     }
 
     /// Evicts entries until `need` more bytes fit in `budget`, calling `release` for each: the
@@ -137,6 +155,43 @@ impl ExpertLru {
         ranked.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         for &(_, e) in ranked.iter().skip(share) {
             self.map.demote(&(layer, e));
+        }
+    }
+
+    /// One routing node of layer `il` (`wanted`: per expert, whether the node routes to it)
+    /// against a budget: touches each wanted expert in id order, then evicts (calling `release`
+    /// for each) until the misses' `layer_bytes` each fit, never a wanted expert of the node.
+    /// Returns the miss mask and how many were evicted. The streamer and the trace replay
+    /// (`sim`) both run this, then [`Self::admit`] once the misses are in memory.
+    pub(crate) fn route(
+        &mut self,
+        il: u32,
+        wanted: &[bool],
+        layer_bytes: u64,
+        budget: u64,
+        release: impl FnMut((u32, u32)),
+    ) -> (Vec<bool>, u64) {
+        let mut miss = vec![false; wanted.len()];
+        for (e, _) in wanted.iter().enumerate().filter(|(_, &w)| w) {
+            miss[e] = !self.touch(il, e as u32);
+        }
+        let need = miss.iter().filter(|&&m| m).count() as u64 * layer_bytes;
+        let protect = |&(l, e): &(u32, u32)| l == il && wanted.get(e as usize) == Some(&true);
+        let evicted = self.make_room(need, budget, protect, release);
+        (miss, evicted)
+    }
+
+    /// After a routing node's reads: its `read` experts (in id order) become resident; after a
+    /// piece wider than decode (`wide`: the node's ids, the budget and the model's MoE layers),
+    /// the layer keeps its share of the budget for the experts most of its tokens chose
+    /// ([`Self::keep_popular`]).
+    pub(crate) fn admit(&mut self, il: u32, read: &[bool], layer_bytes: u64, wide: Option<Wide>) {
+        for (e, _) in read.iter().enumerate().filter(|(_, &r)| r) {
+            self.insert(il, e as u32, layer_bytes);
+        }
+        if let Some(w) = wide {
+            let share = (w.budget / layer_bytes.max(1)) as usize / w.n_layers.max(1);
+            self.keep_popular(il, w.ids, share.max(w.n_used));
         }
     }
 

@@ -10,6 +10,9 @@ pub mod prefetch;
 pub mod pressure;
 mod read_threads;
 mod repacked;
+pub mod routing_stats;
+pub mod sim;
+pub mod trace;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -155,6 +158,22 @@ pub struct Streamer {
     knobs: lossy::Knobs,
     /// The layer whose routing node dropped slots last, and which: its weight nodes zero them.
     dropped: Option<(u32, usize, Vec<bool>)>,
+    /// The routing trace being written (`routing_trace`), and what it records.
+    trace: Option<Tracing>,
+}
+
+/// What a routing trace records besides the ids `ensure` gets.
+struct Tracing {
+    out: trace::Writer,
+    /// Prompt or decode (`Streamer::set_phase`).
+    phase: trace::Phase,
+    /// Tokens seen at the first MoE layer, and the first token of the piece being served.
+    tokens: u64,
+    piece: u64,
+    first_layer: u32,
+    /// The router's probabilities at the routing node being served: (layer, experts a row,
+    /// rows of them).
+    probs: Option<(u32, usize, Vec<f32>)>,
 }
 
 /// Page moves a streamer may make over its life. Every mapping boundary a move leaves inside an
@@ -338,6 +357,46 @@ fn start_readers(
     Ok((prefetcher, pool))
 }
 
+/// The routing trace `opts.routing_trace` names, its header written: each layer's bytes per
+/// expert, the experts per layer and per token, the budget.
+fn start_trace(
+    opts: &StreamOptions,
+    layers: &BTreeMap<u32, Layer>,
+    (n_expert, n_used): (u32, u32),
+    budget_bytes: u64,
+) -> Result<Option<Tracing>> {
+    let Some(path) = &opts.routing_trace else {
+        return Ok(None);
+    };
+    let per_layer: Vec<(u32, u64)> = layers
+        .iter()
+        .map(|(&il, l)| (il, l.tensors.iter().map(|t| t.expert_bytes as u64).sum()))
+        .collect();
+    let header = trace::Header {
+        bmoe_routing_trace: trace::VERSION,
+        n_expert,
+        n_expert_used: n_used,
+        token_bytes: per_layer.iter().map(|(_, b)| b * u64::from(n_used)).sum(),
+        layers: per_layer,
+        budget_bytes,
+        prefetch: format!("{:?}", opts.prefetch).to_lowercase(),
+    };
+    let out = trace::Writer::create(path, &header).map_err(|source| {
+        EngineError::Stream(StreamError::Trace {
+            path: path.clone(),
+            source,
+        })
+    })?;
+    Ok(Some(Tracing {
+        out,
+        phase: trace::Phase::Prompt,
+        tokens: 0,
+        piece: 0,
+        first_layer: layers.keys().next().copied().unwrap_or(0),
+        probs: None,
+    }))
+}
+
 /// Page moves into a layer's regions, bounded (each may split a mapping in two, and the kernel's
 /// map count is limited), and what they count.
 struct Moves<'a> {
@@ -348,7 +407,7 @@ struct Moves<'a> {
 
 impl Moves<'_> {
     /// Misses read ahead go straight in (their pages moved where the bound allows, else copied),
-    /// counted as resident through `cached` and cleared from `misses`.
+    /// cleared from `misses` (the caller admits them to the cache with the others).
     fn read_ahead(
         &mut self,
         p: &mut prefetch::Prefetcher,
@@ -356,7 +415,6 @@ impl Moves<'_> {
         pairs: &mut [(&ExpertMatrix, &mut Region)],
         reps: &[Option<&ExpertRepack>],
         misses: &mut [bool],
-        mut cached: impl FnMut(u32),
     ) {
         for (e, m) in misses.iter_mut().enumerate() {
             if !*m {
@@ -388,7 +446,6 @@ impl Moves<'_> {
                 self.counters.move_s += t0.elapsed().as_secs_f64();
                 self.counters.read_bytes += eb as u64;
             }
-            cached(e as u32);
             *m = false;
         }
     }
@@ -548,6 +605,7 @@ impl Streamer {
             .map_err(setup_err("reserving read buffers"))?;
         let moves_left = move_allowance(&layers);
         let keep_evicted = page_moves::page_moves().moves();
+        let trace = start_trace(opts, &layers, (n_expert, n_expert_used), budget_bytes)?;
         Ok(Self {
             layers,
             shared,
@@ -572,7 +630,7 @@ impl Streamer {
             ahead_seen: (0, 0),
             last_node_end: None,
             n_expert_used: n_expert_used as usize,
-            lru: (budget_bytes > 0).then(|| ExpertLru::new(budget_bytes < token_bytes)),
+            lru: (budget_bytes > 0).then(|| ExpertLru::for_budget(budget_bytes, token_bytes)),
             n_expert,
             read_all: opts.read_all_experts,
             counters: StreamCounters::default(),
@@ -599,6 +657,7 @@ impl Streamer {
                 drop_cold: opts.drop_cold,
             },
             dropped: None,
+            trace,
         })
     }
 
@@ -629,9 +688,13 @@ impl Streamer {
             pressure::Resize::Shrink { .. } => self.counters.cache_shrinks += 1,
             pressure::Resize::Grow { .. } => self.counters.cache_grows += 1,
         }
-        let below_cliff = w.budget() < self.token_bytes;
+        let (budget_bytes, below_cliff) = (w.budget(), w.budget() < self.token_bytes);
         if let Some(lru) = self.lru.as_mut() {
             lru.set_by_use(below_cliff);
+        }
+        if let Some(t) = self.trace.as_mut() {
+            // A write that fails here fails again at the next node's, which reports it.
+            let _ = t.out.event(&trace::Event::Budget { budget_bytes });
         }
         eprintln!("bmoe: {r}");
     }
@@ -718,7 +781,8 @@ impl Streamer {
 
     /// Applies the lossy knobs to layer `il`'s routing `ids` (rows of `n_used`) in place before
     /// they are made resident: misses dropped or replaced by a cached expert whose probability in
-    /// `probs` (rows of `n_expert`) is close, counted. Dropped slots are kept for the layer's
+    /// `probs` (rows of `n_expert`) is close, counted; only where a miss would evict (or there is
+    /// no cache), never while the cache has room for the node's misses ([`Self::absorbs`]). Dropped slots are kept for the layer's
     /// weight nodes (`dropped_slots`). Returns whether any id changed.
     pub fn reroute(
         &mut self,
@@ -728,6 +792,10 @@ impl Streamer {
         probs: &[f32],
         n_expert: usize,
     ) -> bool {
+        if self.absorbs(il, ids) {
+            self.dropped = None;
+            return false;
+        }
         let lru = self.lru.as_ref();
         let cached = |e: u32| lru.is_some_and(|l| l.contains(il, e));
         // The CPU's repacked kernels take each expert once per token (`lossy::repoint_dropped`).
@@ -743,6 +811,26 @@ impl Streamer {
         changed
     }
 
+    /// Whether the cache takes every expert `ids` misses in layer `il` without evicting: a cold
+    /// miss while the cache fills is read once and kept, so the lossy knobs leave such a node as
+    /// the router chose it (with the knobs, a 64 MiB cache on the tiny model substituted 31
+    /// experts while it filled, each a lasting change for a read it had room for). Without a
+    /// cache every miss is a read that is not kept: never.
+    fn absorbs(&self, il: u32, ids: &[i32]) -> bool {
+        let (Some(lru), Some(layer)) = (&self.lru, self.layers.get(&il)) else {
+            return false;
+        };
+        let layer_bytes: u64 = layer.tensors.iter().map(|t| t.expert_bytes as u64).sum();
+        let mut missed: Vec<u32> = ids
+            .iter()
+            .filter_map(|&e| u32::try_from(e).ok())
+            .filter(|&e| !lru.contains(il, e))
+            .collect();
+        missed.sort_unstable();
+        missed.dedup();
+        lru.resident_bytes() + missed.len() as u64 * layer_bytes <= self.budget()
+    }
+
     /// The slots layer `il`'s routing node dropped (rows of the returned slots per token),
     /// whose weights are zeroed before its expert matmuls run.
     pub fn dropped_slots(&self, il: u32) -> Option<(usize, &[bool])> {
@@ -752,10 +840,84 @@ impl Streamer {
         }
     }
 
+    /// Whether a routing trace is being written: the hook then reads the router's
+    /// probabilities for it ([`Self::note_probs`]).
+    pub fn tracing(&self) -> bool {
+        self.trace.is_some()
+    }
+
+    /// Says whether the routing nodes served from now on are a prompt's or decode's (the trace
+    /// records it).
+    pub fn set_phase(&mut self, phase: trace::Phase) {
+        if let Some(t) = self.trace.as_mut() {
+            t.phase = phase;
+        }
+    }
+
+    /// The router's probabilities at layer `il`'s routing node (rows of `n_expert`), for the
+    /// trace's next node.
+    pub fn note_probs(&mut self, il: u32, n_expert: usize, probs: Vec<f32>) {
+        if let Some(t) = self.trace.as_mut() {
+            t.probs = Some((il, n_expert, probs));
+        }
+    }
+
+    /// Appends layer `il`'s routing node (`ids`, as made resident) to the trace, with each id's
+    /// router probability where the hook read them.
+    fn trace_node(&mut self, il: u32, ids: &[i32]) -> std::result::Result<(), StreamError> {
+        let k = self.n_expert_used.max(1);
+        let Some(t) = self.trace.as_mut() else {
+            return Ok(());
+        };
+        if il == t.first_layer {
+            t.piece = t.tokens;
+            t.tokens += (ids.len() / k) as u64;
+        }
+        let probs = match t.probs.take() {
+            Some((l, n, p)) if l == il && p.len() >= n * ids.len() / k => ids
+                .iter()
+                .enumerate()
+                .map(|(i, &e)| {
+                    p.get((i / k) * n + e.max(0) as usize)
+                        .copied()
+                        .unwrap_or(0.0)
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let node = trace::Event::Node(trace::Node {
+            phase: t.phase,
+            token: t.piece,
+            layer: il,
+            ids: ids.to_vec(),
+            probs,
+        });
+        Self::trace_write(t, &node)
+    }
+
+    fn trace_write(t: &mut Tracing, e: &trace::Event) -> std::result::Result<(), StreamError> {
+        t.out.event(e).map_err(|source| StreamError::Trace {
+            path: t.out.path().to_path_buf(),
+            source,
+        })
+    }
+
+    /// Writes what the trace has buffered (at the end of each generate, so a trace can be read
+    /// while its model stays loaded).
+    pub fn flush_trace(&mut self) -> std::result::Result<(), StreamError> {
+        match self.trace.as_mut() {
+            Some(t) => t.out.flush().map_err(|source| StreamError::Trace {
+                path: t.out.path().to_path_buf(),
+                source,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Whether `ids` (one routing node's experts, `n_expert_used` per token) come from a
     /// decode-sized graph: at most `MAX_PREFETCH_TOKENS` tokens.
     fn decode_sized(&self, ids: &[i32]) -> bool {
-        ids.len() <= MAX_PREFETCH_TOKENS * self.n_expert_used.max(1)
+        cache::decode_sized(ids.len(), self.n_expert_used)
     }
 
     /// Makes the experts `ids` routes to in layer `il` resident before its matmuls run: which are
@@ -775,31 +937,30 @@ impl Streamer {
         // How good the last prediction for this layer was, whatever the cache made of it.
         let prediction = self.prediction.take().filter(|(l, _, _)| *l == il);
         let wanted = self.wanted(il, ids, prediction.as_ref())?;
+        self.trace_node(il, ids)?;
         let mut misses = self.cache_misses(il, &wanted, layer_bytes);
         // Score the candidates (predicted, not resident when predicted) against the real misses,
         // whether or not they were read ahead.
         if let Some((_, _, cands)) = &prediction {
             self.score_candidates(cands, &misses);
         }
-        let read = self.fill_misses(il, &mut misses, layer_bytes, decode_sized);
-        let missed = misses
-            .iter()
-            .enumerate()
-            .filter(|(_, &m)| m)
-            .map(|(e, _)| e);
-        let budget = self.budget();
+        let missed = misses.clone();
+        let read = self.fill_misses(il, &mut misses, decode_sized);
+        let (budget, n_layers, n_used) = (self.budget(), self.layers.len(), self.n_expert_used);
         if let Some(lru) = self.lru.as_mut() {
-            match &read {
-                // Nothing partially read may count as resident.
-                Err(_) => missed.for_each(|e| lru.forget(il, e as u32)),
-                Ok(()) => {
-                    missed.for_each(|e| lru.insert(il, e as u32, layer_bytes));
-                    if !decode_sized {
-                        let share = (budget / layer_bytes.max(1)) as usize / self.layers.len();
-                        lru.keep_popular(il, ids, share.max(self.n_expert_used));
-                    }
-                }
-            }
+            // Nothing partially read may count as resident: after a failed read only what was
+            // read ahead (cleared from `misses`) is.
+            let admitted: Vec<bool> = match &read {
+                Ok(()) => missed,
+                Err(_) => missed.iter().zip(&misses).map(|(&m, &r)| m && !r).collect(),
+            };
+            let wide = (!decode_sized).then_some(cache::Wide {
+                ids,
+                budget,
+                n_layers,
+                n_used,
+            });
+            lru.admit(il, &admitted, layer_bytes, wide);
         }
         self.counters.stall_s += t0.elapsed().as_secs_f64();
         self.time_node(t0, decode_sized);
@@ -869,21 +1030,10 @@ impl Streamer {
             self.counters.cache_misses += wanted.iter().filter(|&&w| w).count() as u64;
             return wanted.to_vec();
         };
-        let mut miss = vec![false; wanted.len()];
-        for (e, _) in wanted.iter().enumerate().filter(|(_, &w)| w) {
-            if lru.touch(il, e as u32) {
-                self.counters.cache_hits += 1;
-            } else {
-                self.counters.cache_misses += 1;
-                miss[e] = true;
-            }
-        }
-        let need = miss.iter().filter(|&&m| m).count() as u64 * layer_bytes;
         let (layers, spare, moves_left) = (&mut self.layers, &mut self.spare, &mut self.moves_left);
         let keep = self.keep_evicted;
-        let protect = |&(l, e): &(u32, u32)| l == il && wanted[e as usize];
         let t0 = Instant::now();
-        let evicted = lru.make_room(need, budget, protect, |(l, e)| {
+        let (miss, evicted) = lru.route(il, wanted, layer_bytes, budget, |(l, e)| {
             if let Some(layer) = layers.get_mut(&l) {
                 for (t, r) in layer.tensors.iter().zip(layer.regions.iter_mut()) {
                     let (at, eb) = (e as usize * t.expert_bytes, t.expert_bytes);
@@ -905,6 +1055,9 @@ impl Streamer {
                 }
             }
         });
+        let n_miss = miss.iter().filter(|&&m| m).count() as u64;
+        self.counters.cache_misses += n_miss;
+        self.counters.cache_hits += wanted.iter().filter(|&&w| w).count() as u64 - n_miss;
         self.counters.evictions += evicted;
         self.counters.evict_s += t0.elapsed().as_secs_f64();
         miss
@@ -929,7 +1082,6 @@ impl Streamer {
         &mut self,
         il: u32,
         misses: &mut [bool],
-        layer_bytes: u64,
         decode_sized: bool,
     ) -> std::io::Result<()> {
         let Self {
@@ -975,11 +1127,7 @@ impl Streamer {
             counters,
         };
         if let Some(p) = prefetcher.as_mut() {
-            moves.read_ahead(p, il, &mut pairs, &reps, misses, |e| {
-                if let Some(lru) = lru.as_mut() {
-                    lru.insert(il, e, layer_bytes);
-                }
-            });
+            moves.read_ahead(p, il, &mut pairs, &reps, misses);
         }
         moves.recycle(spare, &mut pairs, misses);
         spare.clear();

@@ -1,5 +1,6 @@
 //! One module per command of the `bmoe` binary; `main` only parses and dispatches. The one-shot
 //! engine commands (generate, decide, ppl, devices, synth, archs) live in `direct/`.
+pub mod cache_sim;
 pub mod check;
 pub mod compare;
 pub mod man;

@@ -351,7 +351,7 @@ declare_settings! {
             st.expert_substitute = s.expert_substitute;
         };
         docs (float_type(&limits::EXPERT_SUBSTITUTE), "`0.0` (off)", "`StreamOptions.expert_substitute`",
-            r#"LOSSY speed knob, off at 0: at a routing node, a routed expert the cache lacks is replaced by the cached expert of the same layer (not already chosen for that token) whose router probability (`ffn_moe_probs`, as the graph computes it) is closest to the missed one's, when within this distance; nothing is read for it, and its weight is the router's own probability for the expert used. Only at a miss: with every routed expert cached the output is bit for bit that of 0 (gate G35a). Needs a cache (`cache_mb > 0`). Rows count `experts_substituted`; the workflow that prices it is in docs/tuning.md"#,
+            r#"LOSSY speed knob, off at 0: at a routing node, a routed expert the cache lacks is replaced by the cached expert of the same layer (not already chosen for that token) whose router probability (`ffn_moe_probs`, as the graph computes it) is closest to the missed one's, when within this distance; nothing is read for it, and its weight is the router's own probability for the expert used. Only at a miss the cache cannot take without evicting: with every routed expert cached, or while the cache still has room for a routing node's misses, the output is bit for bit that of 0 (gate G35a). Needs a cache (`cache_mb > 0`). Rows count `experts_substituted`; the workflow that prices it is in docs/tuning.md"#,
         );
     }
     engine {
@@ -367,7 +367,24 @@ declare_settings! {
             st.drop_cold = s.drop_cold;
         };
         docs (float_type(&limits::DROP_COLD), "`0.0` (off)", "`StreamOptions.drop_cold`",
-            r#"LOSSY speed knob, off at 0: a routed expert the cache lacks (every one without a cache) is skipped when its router weight's share of the token's selected weights is below `drop_cold / n_expert_used` (the specification's `--drop-cold-experts F`: "skip a routed expert that is a cache MISS and has < F x (1/top-k) of routing weight"); it is not read and its weight is zeroed before the model's own normalisation, which renormalises the rest. A token's best expert is never dropped. Rows count `experts_dropped`; see docs/tuning.md"#,
+            r#"LOSSY speed knob, off at 0: a routed expert the cache lacks and has no room for without evicting (every one without a cache) is skipped when its router weight's share of the token's selected weights is below `drop_cold / n_expert_used` (the specification's `--drop-cold-experts F`: "skip a routed expert that is a cache MISS and has < F x (1/top-k) of routing weight"); it is not read and its weight is zeroed before the model's own normalisation, which renormalises the rest. A token's best expert is never dropped. Rows count `experts_dropped`; see docs/tuning.md"#,
+        );
+    }
+    engine {
+        /// A file to write the routing trace into (every routing node's experts, for `bmoe
+        /// cache-sim`): "" = off.
+        routing_trace: String = String::new();
+        schema [];
+        flag [
+            /// With --moe-stream: write every routing node's experts and router probabilities to
+            /// FILE (JSON lines), for `bmoe cache-sim`.
+            #[arg(long, value_name = "FILE", help_heading = "Expert streaming", display_order = 15)]
+        ] routing_trace: Option<String> => |v| v.as_ref().map(|d| json!(d));
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.routing_trace = (!s.routing_trace.is_empty()).then(|| s.routing_trace.clone().into());
+        };
+        docs ("path, or `\"\"`", "`\"\"` (off)", "`StreamOptions.routing_trace`",
+            r#"a file the streamer writes its routing into, one JSON line per routing node (phase `prompt` or `decode`, first token of the piece, layer, the experts made resident for each token and their router probabilities) after a header (experts per layer and per token, each layer's bytes per expert, the cache budget); each load of the model rewrites it. `bmoe cache-sim FILE --cache-mb 64,128` replays it through the streamer's own cache policy and through Belady's offline optimum (docs/streaming.md). Relative to the working folder; the one-shot flag is `--routing-trace`"#,
         );
     }
     prefill {
@@ -706,9 +723,9 @@ pub static RECORDED_SETTINGS: std::sync::LazyLock<Vec<String>> = std::sync::Lazy
 });
 
 /// Layered keys recorded in the `settings` cell but not compared: they cannot change a row's
-/// result, speed or memory (a load's time limit only decides when a stuck load is given up), so
-/// two runs that differ in them ran alike.
-pub const OUTSIDE_THE_RESULT: &[&str] = &["load_timeout_s"];
+/// result, speed or memory (a load's time limit only decides when a stuck load is given up; a
+/// routing trace only records what ran), so two runs that differ in them ran alike.
+pub const OUTSIDE_THE_RESULT: &[&str] = &["load_timeout_s", "routing_trace"];
 
 /// The `settings` cell: every layered value, as configured (`"auto"` kept), one compact JSON
 /// object in declaration order; its schema (ranges, enums) is `Settings`' own.

@@ -19,6 +19,7 @@ const STREAM_KEYS: &[&str] = &[
     "read_all_experts",
     "expert_substitute",
     "drop_cold",
+    "routing_trace",
 ];
 
 /// The keys that act only with an expert cache (`cache_mb` above 0).

@@ -1,0 +1,80 @@
+//! A run's routing trace, replayed through the engine's cache policy at the run's cache size,
+//! counts the misses the streamer counted; Belady's optimum never counts more.
+mod common;
+
+use bmoe_engine::sim;
+use bmoe_engine::trace::{Event, Phase, Trace};
+use bmoe_engine::{CancelToken, GenerateOptions, LoadOptions, Model, Prefetch, StreamOptions};
+
+const PROMPTS: [&str; 2] = [
+    "A first prompt, long enough to be one wide piece of routing.",
+    "A second prompt routes elsewhere, and decode follows it.",
+];
+
+/// Generates after each prompt with a 1 MiB cache (the tiny model's 32 experts take 1.6 MiB, so
+/// the cache evicts) and a trace; returns the trace, the streamer's (all, decode) misses and the
+/// decode graphs run.
+fn traced_run(prefetch: Prefetch) -> (Trace, u64, u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.trace");
+    let m = Model::load(&LoadOptions {
+        stream: Some(StreamOptions {
+            cache: bmoe_engine::CacheBudget::Mib(1),
+            io_threads: 2,
+            prefetch,
+            cache_reserve_mb: 0,
+            routing_trace: Some(path.clone()),
+            ..Default::default()
+        }),
+        ..LoadOptions::new(common::tiny())
+    })
+    .unwrap();
+    let mut s = m.session(&common::session_opts()).unwrap();
+    let (mut decode, mut graphs) = (0, 0);
+    for p in PROMPTS {
+        let opts = GenerateOptions {
+            n_predict: 12,
+            ..Default::default()
+        };
+        let rec = s.generate(p, &opts, &CancelToken::new()).unwrap();
+        decode += rec.decode_stream.cache_misses;
+        graphs += u64::from(rec.timing.n_decoded.saturating_sub(1));
+    }
+    let all = m.stream_counters().cache_misses;
+    drop(s);
+    drop(m);
+    (Trace::read(&path).unwrap(), all, decode, graphs)
+}
+
+#[test]
+fn the_replay_counts_the_misses_the_run_counted() {
+    for prefetch in [Prefetch::Off, Prefetch::Eager] {
+        let (t, all, decode, graphs) = traced_run(prefetch);
+        let phases: Vec<Phase> = t
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Node(n) => Some(n.phase),
+                Event::Budget { .. } => None,
+            })
+            .collect();
+        assert!(phases.contains(&Phase::Prompt) && phases.contains(&Phase::Decode));
+        let r = sim::replay(&t, t.header.budget_bytes, true);
+        assert_eq!(
+            (r.misses(), r.decode.misses),
+            (all, decode),
+            "{prefetch:?}: {r:?}"
+        );
+        assert!(
+            r.decode.misses > 0 && r.decode.routed > r.decode.misses,
+            "the cache must both hit and miss: {r:?}"
+        );
+        // One token a decode graph.
+        assert_eq!(r.decode.tokens, graphs);
+        for mb in [0.25, 0.5, 1.0, 1.5] {
+            let b = (mb * 1048576.0) as u64;
+            let (lru, opt) = (sim::replay(&t, b, false), sim::belady(&t, b));
+            assert!(opt.misses() <= lru.misses(), "{mb} MiB: {opt:?} vs {lru:?}");
+        }
+    }
+}
