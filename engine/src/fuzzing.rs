@@ -1,15 +1,17 @@
 //! In-process entry points for coverage-guided fuzzing (`fuzz/`, `cargo fuzz`) and for replaying
-//! its corpus in the ordinary test suite (`tests/fuzz_corpus.rs`). Each takes any bytes as a GGUF
-//! file and must return: an error is an answer, a panic or an abort (ggml's asserts end the
-//! process) is a finding. None reads tensor data or builds a model.
+//! its corpus in the ordinary test suite (`tests/fuzz_corpus.rs`). Each takes any bytes as a file
+//! (a GGUF file, or a routing trace for `bmoe cache-sim`) and must return: an error is an answer,
+//! a panic or an abort (ggml's asserts end the process) is a finding. None reads tensor data or
+//! builds a model.
 use std::io::Write;
 use std::path::PathBuf;
 
 use crate::gguf::index::GgufIndex;
 
-/// A file holding the case's bytes, one per process and thread, rewritten for each case (ggml's
-/// reader reads from a file). In shared memory where there is some: nothing touches the disk.
-fn case_file(bytes: &[u8]) -> PathBuf {
+/// A file holding the case's bytes, one per process, thread and `ext`, rewritten for each case
+/// (ggml's reader reads from a file). In shared memory where there is some: nothing touches the
+/// disk.
+fn write_case(bytes: &[u8], ext: &str) -> (PathBuf, std::fs::File) {
     let dir = ["/dev/shm", "/run/shm"]
         .iter()
         .map(PathBuf::from)
@@ -17,10 +19,16 @@ fn case_file(bytes: &[u8]) -> PathBuf {
         .unwrap_or_else(std::env::temp_dir);
     let tid = format!("{:?}", std::thread::current().id());
     let tid: String = tid.chars().filter(char::is_ascii_digit).collect();
-    let path = dir.join(format!("bmoe-fuzz-{}-{tid}.gguf", std::process::id()));
+    let path = dir.join(format!("bmoe-fuzz-{}-{tid}.{ext}", std::process::id()));
     let mut f = std::fs::File::create(&path).expect("the fuzz case file can be written");
     f.write_all(bytes)
         .expect("the fuzz case file can be written");
+    (path, f)
+}
+
+/// [`write_case`] for a GGUF file, its data section implied.
+fn case_file(bytes: &[u8]) -> PathBuf {
+    let (path, f) = write_case(bytes, "gguf");
     // The corpus holds headers only (a tiny model is 2-5 MB, its header 9-13 KB): the data
     // section the header declares is implied, as a hole in a sparse file, so the checks behind
     // the length checks are reached. Cut tensor data is `truncated_copies_are_refused`'s job.
@@ -104,5 +112,24 @@ pub fn gguf_rebuild(bytes: &[u8]) {
                 "the rebuilt header lost the key {key:?}"
             );
         }
+    }
+}
+
+/// What `bmoe cache-sim` does with a routing trace: read and check it, its routing statistics,
+/// the streamer's policy and Belady's optimum at the recorded budget, without a cache and at one
+/// token's bytes.
+pub fn routing_trace(bytes: &[u8]) {
+    use crate::stream::{routing_stats, sim, trace::Trace};
+    let (path, _) = write_case(bytes, "trace");
+    let Ok(t) = Trace::read(&path) else {
+        return;
+    };
+    let _ = routing_stats::stats(&t);
+    let recorded = t.header.budget_bytes;
+    let _ = sim::replay(&t, recorded, true);
+    let _ = sim::belady(&t, recorded);
+    for budget in [0, t.header.token_bytes] {
+        let _ = sim::replay(&t, budget, false);
+        let _ = sim::belady(&t, budget);
     }
 }

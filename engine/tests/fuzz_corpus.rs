@@ -1,6 +1,7 @@
-//! The coverage-guided fuzz corpus (`fuzz/corpus/gguf`) and every crash a fuzz run saved
-//! (`fuzz/regressions/<target>/`), replayed through the GGUF targets on every test run (stable
-//! Rust, no libFuzzer): a case that panics or aborts fails here, naming the file first.
+//! The coverage-guided fuzz corpus (`fuzz/corpus/gguf`, `fuzz/corpus/routing_trace`) and every
+//! crash a fuzz run saved (`fuzz/regressions/<target>/`), replayed through the engine's targets
+//! on every test run (stable Rust, no libFuzzer): a case that panics or aborts fails here, naming
+//! the file first.
 use std::path::{Path, PathBuf};
 
 fn cases(dirs: &[&str]) -> Vec<PathBuf> {
@@ -16,9 +17,13 @@ fn cases(dirs: &[&str]) -> Vec<PathBuf> {
 }
 
 fn replay(target: &str, run: fn(&[u8])) {
-    let files = cases(&["corpus/gguf", &format!("regressions/{target}")]);
+    replay_from("corpus/gguf", target, run);
+}
+
+fn replay_from(corpus: &str, target: &str, run: fn(&[u8])) {
+    let files = cases(&[corpus, &format!("regressions/{target}")]);
     assert!(
-        files.len() >= 10,
+        files.len() >= 5,
         "{target}: the corpus is missing ({} files)",
         files.len()
     );
@@ -42,6 +47,15 @@ fn gguf_index_corpus() {
 #[test]
 fn gguf_rebuild_corpus() {
     replay("gguf_rebuild", bmoe_engine::fuzzing::gguf_rebuild);
+}
+
+#[test]
+fn routing_trace_corpus() {
+    replay_from(
+        "corpus/routing_trace",
+        "routing_trace",
+        bmoe_engine::fuzzing::routing_trace,
+    );
 }
 
 /// Found by `gguf_index` (a 30-minute run, issue 55): `qwen35moe.block_count` = 16,121,860 made

@@ -178,6 +178,7 @@ impl Trace {
                 ),
             ));
         }
+        check_header(&header).map_err(|why| bad(1, why))?;
         let mut events = Vec::new();
         for (i, l) in lines.enumerate() {
             let (line, text) = (i + 2, l.map_err(io)?);
@@ -185,8 +186,11 @@ impl Trace {
                 continue;
             }
             let e: Event = serde_json::from_str(&text).map_err(|e| bad(line, e.to_string()))?;
-            if let Event::Node(n) = &e {
-                check_node(&header, n).map_err(|why| bad(line, why))?;
+            match &e {
+                Event::Node(n) => check_node(&header, n).map_err(|why| bad(line, why))?,
+                Event::Budget { budget_bytes } => {
+                    check_bytes("budget_bytes", *budget_bytes).map_err(|why| bad(line, why))?
+                }
             }
             events.push(e);
         }
@@ -201,6 +205,55 @@ impl Trace {
             .find(|(l, _)| *l == layer)
             .map_or(0, |&(_, b)| b)
     }
+}
+
+/// `LLAMA_MAX_EXPERTS` and `LLAMA_MAX_LAYERS` in llama-hparams.h: no model a run could have
+/// traced has more.
+const MAX_EXPERTS: u32 = 1024;
+const MAX_LAYERS: usize = 512;
+/// The most bytes a trace may give an expert, a token or a budget (1 PiB): sums of a node's misses
+/// and of a run's nodes then stay far inside 64 bits.
+const MAX_BYTES: u64 = 1 << 50;
+
+fn check_bytes(field: &str, v: u64) -> Result<(), String> {
+    if v > MAX_BYTES {
+        return Err(format!("{field}: {v} bytes: expected at most {MAX_BYTES}"));
+    }
+    Ok(())
+}
+
+/// What is wrong with a header, naming the field: counts a model can have, each MoE layer once
+/// with a size, sizes a machine can hold.
+fn check_header(h: &Header) -> Result<(), String> {
+    if !(1..=MAX_EXPERTS).contains(&h.n_expert) {
+        return Err(format!(
+            "n_expert: {}: expected 1..={MAX_EXPERTS}",
+            h.n_expert
+        ));
+    }
+    if !(1..=h.n_expert).contains(&h.n_expert_used) {
+        return Err(format!(
+            "n_expert_used: {}: expected 1..=n_expert ({})",
+            h.n_expert_used, h.n_expert
+        ));
+    }
+    if h.layers.len() > MAX_LAYERS {
+        return Err(format!(
+            "layers: {} layers: expected at most {MAX_LAYERS}",
+            h.layers.len()
+        ));
+    }
+    for (i, &(layer, bytes)) in h.layers.iter().enumerate() {
+        if h.layers[..i].iter().any(|(l, _)| *l == layer) {
+            return Err(format!("layers: layer {layer} is listed twice"));
+        }
+        if bytes == 0 {
+            return Err(format!("layers: layer {layer} has experts of 0 bytes"));
+        }
+        check_bytes(&format!("layers: layer {layer}"), bytes)?;
+    }
+    check_bytes("token_bytes", h.token_bytes)?;
+    check_bytes("budget_bytes", h.budget_bytes)
 }
 
 /// What is wrong with a node against its header, naming the field.
@@ -309,6 +362,37 @@ mod tests {
             let e = Trace::read(f.path()).unwrap_err().to_string();
             assert!(e.contains(":2: ") && e.contains(want), "{line}: {e}");
         }
+        type Change = fn(&mut Header);
+        let header_cases: [(Change, &str); 6] = [
+            (|h| h.n_expert = 4_000_000_000, "n_expert: 4000000000"),
+            (|h| h.n_expert_used = 5, "n_expert_used: 5"),
+            (
+                |h| h.layers = vec![(0, 100), (0, 100)],
+                "layer 0 is listed twice",
+            ),
+            (|h| h.layers = vec![(0, 0)], "0 bytes"),
+            (
+                |h| h.layers = vec![(0, u64::MAX)],
+                "layers: layer 0: 18446744073709551615",
+            ),
+            (
+                |h| h.budget_bytes = u64::MAX,
+                "budget_bytes: 18446744073709551615",
+            ),
+        ];
+        for (change, want) in header_cases {
+            let mut h = header();
+            change(&mut h);
+            let f = write(&[&serde_json::to_string(&h).unwrap()]);
+            let e = Trace::read(f.path()).unwrap_err().to_string();
+            assert!(e.contains(":1: ") && e.contains(want), "{want}: {e}");
+        }
+        let f = write(&[
+            &h,
+            r#"{"kind":"budget","budget_bytes":18446744073709551615}"#,
+        ]);
+        let e = Trace::read(f.path()).unwrap_err().to_string();
+        assert!(e.contains(":2: budget_bytes"), "{e}");
         let f = write(&[r#"{"n_expert":4}"#]);
         let e = Trace::read(f.path()).unwrap_err().to_string();
         assert!(e.contains(":1: not a routing trace header"), "{e}");

@@ -9,6 +9,7 @@
 use crate::common;
 use crate::hostile;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -235,6 +236,37 @@ struct Outcome {
     secs: f64,
 }
 
+/// A refusal's `error:` line with its numbers as `N`, so the campaign's refusals can be read as a
+/// short list of kinds (each should name the key, tensor or field that is wrong).
+fn refusal_kind(out: &str) -> String {
+    let line = out.lines().find(|l| l.starts_with("error: ")).unwrap_or("");
+    let mut kind = String::with_capacity(line.len());
+    let mut in_number = false;
+    for c in line.chars() {
+        if c.is_ascii_digit() {
+            if !in_number {
+                kind.push('N');
+            }
+            in_number = true;
+        } else {
+            in_number = false;
+            kind.push(c);
+        }
+    }
+    kind
+}
+
+/// `FUZZ_OUT/refusals-ARCH-MODE-SEED.txt`: each kind of refusal with its count, most seen first.
+fn write_refusals(c: &Campaign, kinds: &BTreeMap<String, usize>) {
+    let Some(o) = &c.out_dir else { return };
+    let mut v: Vec<_> = kinds.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let body: String = v.iter().map(|(k, n)| format!("{n:>7} {k}\n")).collect();
+    let f = format!("refusals-{}-{}-{}.txt", c.arch, c.mode.name(), c.seed);
+    let _ = std::fs::create_dir_all(o);
+    let _ = std::fs::write(o.join(f), body);
+}
+
 impl Campaign {
     /// From the environment (`FUZZ_SEED`, `FUZZ_ITERS`, `FUZZ_SECS`, `FUZZ_THREADS`, `FUZZ_OUT`),
     /// with this test's defaults.
@@ -307,7 +339,11 @@ impl Campaign {
         };
         let dir = tempfile::tempdir().unwrap();
         let next = AtomicUsize::new(0);
-        let state = Mutex::new(([0usize; 3], Vec::<String>::new()));
+        let state = Mutex::new((
+            [0usize; 3],
+            Vec::<String>::new(),
+            BTreeMap::<String, usize>::new(),
+        ));
         let deadline = t0 + Duration::from_secs(self.secs);
         std::thread::scope(|s| {
             for w in 0..self.threads.max(1) {
@@ -324,7 +360,10 @@ impl Campaign {
                     let mut st = state.lock().unwrap();
                     match &v {
                         Verdict::Ran => st.0[0] += 1,
-                        Verdict::Refused => st.0[1] += 1,
+                        Verdict::Refused => {
+                            st.0[1] += 1;
+                            *st.2.entry(refusal_kind(&out)).or_default() += 1;
+                        }
                         Verdict::Crash(why) => {
                             st.0[2] += 1;
                             let recipe = self.recipe(i, why, &out, &patches);
@@ -345,16 +384,18 @@ impl Campaign {
                 });
             }
         });
-        let (counts, crashes) = state.into_inner().unwrap();
+        let (counts, crashes, kinds) = state.into_inner().unwrap();
+        write_refusals(self, &kinds);
         let secs = t0.elapsed().as_secs_f64();
         let total: usize = counts.iter().sum();
         eprintln!(
-            "fuzz models: {} {} seed {}: {total} damaged models: {} loaded and ran, {} refused with an error, {} crashed ({:.1} cases/s)",
+            "fuzz models: {} {} seed {}: {total} damaged models: {} loaded and ran, {} refused with an error ({} kinds), {} crashed ({:.1} cases/s)",
             self.arch,
             self.mode.name(),
             self.seed,
             counts[0],
             counts[1],
+            kinds.len(),
             counts[2],
             total as f64 / secs.max(1e-9)
         );
