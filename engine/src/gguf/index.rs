@@ -131,6 +131,21 @@ fn check_shard_number(p: &Path, g: &GgufFile, i: usize, count: u32) -> Result<()
     Ok(())
 }
 
+/// A header ggml could not read. Where ggml's message names no key or tensor (it logs only the
+/// section for a file that ends under it), the walk names the one that runs past the end.
+fn unreadable(path: &Path, reason: impl std::fmt::Display) -> EngineError {
+    let mut reason = reason.to_string();
+    if !reason.contains('\'') {
+        if let Some(problem) = super::walk::header_problem(path) {
+            reason = format!("{reason}; {problem}");
+        }
+    }
+    EngineError::ModelLoad {
+        path: path.to_path_buf(),
+        reason: format!("unreadable GGUF header: {reason}"),
+    }
+}
+
 /// A tensor name held twice, across shards or within one as ggml reads names (up to a NUL byte):
 /// llama.cpp's own load refuses the file ("tensor is duplicated"), and a header rebuilt from it
 /// would abort ggml's writer (`duplicate tensor name`).
@@ -152,10 +167,7 @@ impl GgufIndex {
     /// of its file is an error.
     pub fn open(path: &Path) -> Result<Self> {
         let len = check_gguf_file(path)?;
-        let first = GgufFile::open(path).map_err(|reason| EngineError::ModelLoad {
-            path: path.to_path_buf(),
-            reason: format!("unreadable GGUF header: {reason}"),
-        })?;
+        let first = GgufFile::open(path).map_err(|reason| unreadable(path, reason))?;
         let (count, paths) = shard_paths(path, &first)?;
         let mut files = Vec::new();
         let mut tensors = HashMap::new();
@@ -165,10 +177,7 @@ impl GgufIndex {
                 (len, None)
             } else {
                 let len = check_gguf_file(p)?;
-                let g = GgufFile::open(p).map_err(|reason| EngineError::ModelLoad {
-                    path: p.clone(),
-                    reason: format!("unreadable GGUF header: {reason}"),
-                })?;
+                let g = GgufFile::open(p).map_err(|reason| unreadable(p, reason))?;
                 (len, Some(g))
             };
             let g = header.as_ref().unwrap_or(&first);

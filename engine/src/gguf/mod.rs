@@ -8,6 +8,7 @@ use crate::error::{EngineError, Result};
 pub mod check;
 mod graph_check;
 pub mod index;
+mod walk;
 
 /// Writing GGUF files (the synthetic models of `bmoe-synth`, test fixtures): the gguf builder and
 /// ggml's quantizer, safe wrappers from the engine's private `ffi`.
