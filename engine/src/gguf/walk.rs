@@ -16,6 +16,7 @@ fn fixed_size(ty: u32) -> Option<u64> {
     }
 }
 
+const U32: u32 = 4;
 const STRING: u32 = 8;
 const ARRAY: u32 = 9;
 
@@ -126,6 +127,7 @@ fn walk<R: Read + Seek>(c: &mut Cursor<R>) -> Result<(), String> {
     let n_tensors = c.u64("the tensor count")?;
     let n_kv = c.u64("the key-value count")?;
     let mut last = String::new();
+    let mut align = 32;
     for i in 0..n_kv {
         let at = |what: &str, last: &str| {
             let after = if last.is_empty() {
@@ -137,7 +139,12 @@ fn walk<R: Read + Seek>(c: &mut Cursor<R>) -> Result<(), String> {
         };
         let key = c.string(&at("its key", &last), true)?;
         let ty = c.u32(&format!("key '{key}' (pair {i} of {n_kv}): its type"))?;
-        c.value(ty, &format!("key '{key}' (pair {i} of {n_kv}): its value"))?;
+        let what = format!("key '{key}' (pair {i} of {n_kv}): its value");
+        if key == "general.alignment" && ty == U32 {
+            align = u64::from(c.u32(&what)?);
+        } else {
+            c.value(ty, &what)?;
+        }
         last = key;
     }
     for i in 0..n_tensors {
@@ -147,6 +154,15 @@ fn walk<R: Read + Seek>(c: &mut Cursor<R>) -> Result<(), String> {
         let dims = u64::from(n_dims).saturating_mul(8);
         c.skip(dims, &format!("{what}: its {n_dims} dimensions"))?;
         c.skip(12, &format!("{what}: its type and offset"))?;
+    }
+    // ggml seeks to the data section, the header's end rounded up to the alignment.
+    let start = c.pos.div_ceil(align.max(1)).saturating_mul(align.max(1));
+    if start > c.len {
+        return Err(format!(
+            "the data section: it starts at byte {start} (the header's end, {}, aligned to {align}) \
+             but the file ends at byte {}",
+            c.pos, c.len
+        ));
     }
     Ok(())
 }
@@ -185,33 +201,44 @@ mod tests {
         header_problem(f.path())
     }
 
+    /// `header` with its data section: padded to 32 bytes, then the tensor's 4 bytes.
+    fn whole(h: &[u8]) -> Vec<u8> {
+        let mut b = h.to_vec();
+        b.resize(h.len().div_ceil(32) * 32 + 4, 0);
+        b
+    }
+
     #[test]
     fn names_the_item_that_runs_past_the_end() {
-        let b = header(&[("general.name", "tiny"), ("general.x", "abc")], 1);
-        assert_eq!(problem(&b), None);
+        let h = header(&[("general.name", "tiny"), ("general.x", "abc")], 1);
+        assert_eq!(problem(&whole(&h)), None);
+        // The header whole, but the file ends before the aligned start of the data section.
+        assert_ne!(h.len() % 32, 0);
+        let p = problem(&h).unwrap();
+        assert!(p.starts_with("the data section: it starts at byte"), "{p}");
         // Cut inside the second pair's value.
-        let cut = b.len() - 33 - 2;
-        let p = problem(&b[..cut]).unwrap();
+        let cut = h.len() - 33 - 2;
+        let p = problem(&h[..cut]).unwrap();
         assert!(
             p.starts_with("key 'general.x' (pair 1 of 2): its value"),
             "{p}"
         );
         assert!(p.ends_with(&format!("the file ends at byte {cut}")), "{p}");
         // A tensor count that claims more than the file holds.
-        let p = problem(&header(&[("general.name", "tiny")], 3)).unwrap();
+        let p = problem(&whole(&header(&[("general.name", "tiny")], 3))).unwrap();
         assert!(
             p.starts_with("tensor info 1 of 3: its name's length"),
             "{p}"
         );
         // A string length past the end, and an unknown type.
-        let mut b = header(&[("general.name", "tiny")], 1);
+        let mut b = whole(&header(&[("general.name", "tiny")], 1));
         b[48..56].copy_from_slice(&u64::MAX.to_le_bytes());
         let p = problem(&b).unwrap();
         assert!(
             p.contains("key 'general.name' (pair 0 of 1): its value"),
             "{p}"
         );
-        let mut b = header(&[("general.name", "tiny")], 1);
+        let mut b = whole(&header(&[("general.name", "tiny")], 1));
         b[44..48].copy_from_slice(&77u32.to_le_bytes());
         let p = problem(&b).unwrap();
         assert!(p.contains("has type 77, not a GGUF type"), "{p}");
