@@ -164,13 +164,15 @@ fn check_attention_interval(path: &Path, g: &GgufFile, arch: &str) -> Result<()>
 /// Multi-section rope (`rope.dimension_sections`, qwen35moe and kin): the CPU rope cycles through
 /// the sections' pairs across the head (`(i0/2) % sect_dims`, a division by zero when they sum to
 /// 0) and asserts they fit it (`GGML_ASSERT(sect_dims <= ne0)`, ggml-cpu/ops.cpp), at the first
-/// graph. llama.cpp reads the first four.
+/// graph. llama.cpp reads four (`get_key_or_arr`): an array's, or one scalar for all four (issue
+/// 55's structural fuzz: a scalar -1 or 5e8 aborted the first graph).
 fn check_sections(path: &Path, g: &GgufFile, arch: &str, head_key: &str, head: i64) -> Result<()> {
     let key = format!("{arch}.rope.dimension_sections");
-    let Some(all) = g.get_int_array(&key) else {
-        return Ok(());
+    let s: Vec<i64> = match (g.get_int_array(&key), uint(g, &key)) {
+        (Some(all), _) => all.into_iter().take(4).collect(),
+        (None, Some(one)) => vec![one; 4],
+        (None, None) => return Ok(()),
     };
-    let s: Vec<i64> = all.into_iter().take(4).collect();
     let sum: i64 = s.iter().map(|v| v.max(&0)).sum();
     if s.iter().any(|&v| v < 0) || sum < 1 || sum > head {
         return Err(invalid(
