@@ -173,7 +173,8 @@ fn check_sections(path: &Path, g: &GgufFile, arch: &str, head_key: &str, head: i
         (None, Some(one)) => vec![one; 4],
         (None, None) => return Ok(()),
     };
-    let sum: i64 = s.iter().map(|v| v.max(&0)).sum();
+    // Saturating: a u64 scalar reads as up to i64::MAX, four of them overflow a plain sum.
+    let sum = s.iter().fold(0i64, |a, v| a.saturating_add((*v).max(0)));
     if s.iter().any(|&v| v < 0) || sum < 1 || sum > head {
         return Err(invalid(
             path,
@@ -210,14 +211,16 @@ fn check_mla(path: &Path, g: &GgufFile, arch: &str, rot: i64) -> Result<()> {
     if let Some(lora) = uint(g, &lora_key) {
         let (kl_key, vl_key) = (k("attention.key_length"), k("attention.value_length"));
         let (kl, vl) = (uint(g, &kl_key), uint(g, &vl_key));
-        if kl != Some(lora + rot) || vl != Some(lora) {
+        // Checked: both are header values, up to i64::MAX each.
+        let want = lora.checked_add(rot);
+        if want.is_none() || kl != want || vl != Some(lora) {
             return Err(invalid(
                 path,
                 format!(
                     "{kl_key} = {}, {vl_key} = {}: expected {} and {lora} ({lora_key} {lora} plus the rope dimensions {rot}, and {lora_key})",
                     kl.map_or("(missing)".into(), |v| v.to_string()),
                     vl.map_or("(missing)".into(), |v| v.to_string()),
-                    lora + rot
+                    want.map_or("(beyond 64 bits)".into(), |v| v.to_string())
                 ),
             ));
         }
