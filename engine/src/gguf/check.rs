@@ -13,11 +13,8 @@ use ggml_sys as sys;
 
 use crate::error::{EngineError, Result};
 use crate::ffi::gguf::{GgufFile, KvType, TensorInfo};
+use crate::gguf::{MAX_EXPERTS, MAX_LAYERS};
 
-/// `LLAMA_MAX_LAYERS` in llama-hparams.h.
-pub(crate) const MAX_LAYERS: i64 = 512;
-/// `LLAMA_MAX_EXPERTS` in llama-hparams.h.
-const MAX_EXPERTS: i64 = 1024;
 /// The rope scaling types llama.cpp knows (`LLAMA_ROPE_SCALING_TYPES`); another value asserts.
 const ROPE_SCALING_TYPES: &[&str] = &["none", "linear", "yarn", "longrope"];
 /// Architectures whose graphs need `attention.key_length == attention.value_length` (not the rope's

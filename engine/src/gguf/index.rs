@@ -250,7 +250,7 @@ impl GgufIndex {
         let n_layer = self
             .get_u64(&key("block_count"))
             .unwrap_or(0)
-            .min(crate::gguf::check::MAX_LAYERS as u64) as usize;
+            .min(crate::gguf::MAX_LAYERS as u64) as usize;
         let n_embd = self.get_u64(&key("embedding_length")).unwrap_or(0);
         let n_head = self
             .get_u64(&key("attention.head_count"))

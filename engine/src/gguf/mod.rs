@@ -5,6 +5,11 @@ use std::path::Path;
 
 use crate::error::{EngineError, Result};
 
+/// `LLAMA_MAX_LAYERS` in llama-hparams.h: no model llama.cpp loads has more.
+pub(crate) const MAX_LAYERS: i64 = 512;
+/// `LLAMA_MAX_EXPERTS` in llama-hparams.h.
+pub(crate) const MAX_EXPERTS: i64 = 1024;
+
 pub mod check;
 mod graph_check;
 pub mod index;

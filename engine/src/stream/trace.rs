@@ -207,10 +207,9 @@ impl Trace {
     }
 }
 
-/// `LLAMA_MAX_EXPERTS` and `LLAMA_MAX_LAYERS` in llama-hparams.h: no model a run could have
-/// traced has more.
-const MAX_EXPERTS: u32 = 1024;
-const MAX_LAYERS: usize = 512;
+/// llama.cpp's limits: no model a run could have traced has more.
+const MAX_EXPERTS: u32 = crate::gguf::MAX_EXPERTS as u32;
+const MAX_LAYERS: usize = crate::gguf::MAX_LAYERS as usize;
 /// The most bytes a trace may give an expert, a token or a budget (1 PiB): sums of a node's misses
 /// and of a run's nodes then stay far inside 64 bits.
 const MAX_BYTES: u64 = 1 << 50;
