@@ -17,6 +17,12 @@ fn main() {
         .and_then(|p| p.parent())
         .map(|p| p.join("include"))
         .expect("ggml_cmake_dir has no grandparent");
+    // The folder of llama.cpp's shared libraries in a shared build (the default cpu-variants one):
+    // `DEP_BMOE_GGML_SYS_LLAMA_LIB_DIR` for the runner's build script, which gives the bmoe
+    // executable an rpath to it (cargo puts only dangling symlinks next to the executable).
+    if let Some(lib) = cmake_dir.parent() {
+        println!("cargo:llama_lib_dir={}", lib.display());
+    }
     let header = include.join("ggml-rpc.h");
     assert!(
         header.exists(),

@@ -19,10 +19,12 @@ pub const LLAMA_CPP: &str = env!("BMOE_LLAMA_CPP");
 /// features of this build (`-V` prints the version alone), as `rustc -vV` does.
 pub fn long_version() -> String {
     format!(
-        "{}\ncommit: {GIT_COMMIT}\nllama.cpp: {LLAMA_CPP}\nbackends: {}\ncpu: {}",
+        "{}\ncommit: {GIT_COMMIT}\nllama.cpp: {LLAMA_CPP}\nbackends: {}\ncpu: {}\ncpu variant: {}\nmodules: {}",
         env!("CARGO_PKG_VERSION"),
         bmoe_engine::backend_names().join(", "),
-        bmoe_engine::system_info().trim()
+        bmoe_engine::system_info().trim(),
+        bmoe_engine::cpu_variant().line(),
+        crate::direct::devices::modules_line()
     )
 }
 

@@ -10,6 +10,7 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
             "devices": devices,
             "system_info": bmoe_engine::system_info(),
             "cpu_variant": bmoe_engine::cpu_variant(),
+            "backend_modules": bmoe_engine::backend_modules(),
             "page_moves": bmoe_engine::page_moves().label(),
             "cpu_repack": bmoe_engine::cpu_repack_available(),
         });
@@ -38,11 +39,35 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     }
     println!("system: {}", bmoe_engine::system_info());
     println!("cpu variant: {}", bmoe_engine::cpu_variant().line());
+    println!("modules: {}", modules_line());
     println!("vulkan: {}", vulkan_line(&devices));
     println!("repack: {}", repack_line());
     println!("page moves: {}", page_moves_line(bmoe_engine::page_moves()));
     println!("cores: {}", cores_line());
     Ok(())
+}
+
+/// Where ggml's backend modules came from, which were loaded, and the CPU variants skipped (with
+/// why) or missing; for `bmoe devices` and `bmoe --version`.
+pub fn modules_line() -> String {
+    let Some(m) = bmoe_engine::backend_modules() else {
+        return "none: the backends are linked in (a build without the cpu-variants feature)"
+            .into();
+    };
+    let Some(dir) = &m.dir else {
+        return format!(
+            "MISSING: no libggml-cpu*.so in {} (BMOE_BACKEND_DIR names another folder)",
+            m.searched.join(", ")
+        );
+    };
+    let mut s = format!("{} from {dir}", m.loaded.join(" "));
+    if !m.skipped.is_empty() {
+        s += &format!("; skipped: {}", m.skipped.join("; "));
+    }
+    if !m.missing.is_empty() {
+        s += &format!("; missing: {}", m.missing.join(" "));
+    }
+    s
 }
 
 /// Whether this build has ggml's Vulkan backend, and how to get or see a device (docs/vulkan.md).
