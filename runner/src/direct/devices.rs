@@ -51,8 +51,13 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
 /// why) or missing; for `bmoe devices` and `bmoe --version`.
 pub fn modules_line() -> String {
     let Some(m) = bmoe_engine::backend_modules() else {
-        return "none: the backends are linked in (a build without the cpu-variants feature)"
-            .into();
+        return if cfg!(feature = "cpu-variants") {
+            "ggml's own choice: ggml_backend_load_all scored the libggml-cpu-*.so next to the \
+             executable (the ARM64 bundle)"
+                .into()
+        } else {
+            "none: the backends are linked in (a build without the cpu-variants feature)".into()
+        };
     };
     let Some(dir) = &m.dir else {
         return format!(
