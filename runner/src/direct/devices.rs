@@ -39,40 +39,12 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     }
     println!("system: {}", bmoe_engine::system_info());
     println!("cpu variant: {}", bmoe_engine::cpu_variant().line());
-    println!("modules: {}", modules_line());
+    println!("modules: {}", crate::ident::modules_line());
     println!("vulkan: {}", vulkan_line(&devices));
     println!("repack: {}", repack_line());
     println!("page moves: {}", page_moves_line(bmoe_engine::page_moves()));
     println!("cores: {}", cores_line());
     Ok(())
-}
-
-/// Where ggml's backend modules came from, which were loaded, and the CPU variants skipped (with
-/// why) or missing; for `bmoe devices` and `bmoe --version`.
-pub fn modules_line() -> String {
-    let Some(m) = bmoe_engine::backend_modules() else {
-        return if cfg!(feature = "cpu-variants") {
-            "ggml's own choice: ggml_backend_load_all scored the libggml-cpu-*.so next to the \
-             executable (the ARM64 bundle)"
-                .into()
-        } else {
-            "none: the backends are linked in (a build without the cpu-variants feature)".into()
-        };
-    };
-    let Some(dir) = &m.dir else {
-        return format!(
-            "MISSING: no libggml-cpu*.so in {} (BMOE_BACKEND_DIR names another folder)",
-            m.searched.join(", ")
-        );
-    };
-    let mut s = format!("{} from {dir}", m.loaded.join(" "));
-    if !m.skipped.is_empty() {
-        s += &format!("; skipped: {}", m.skipped.join("; "));
-    }
-    if !m.missing.is_empty() {
-        s += &format!("; missing: {}", m.missing.join(" "));
-    }
-    s
 }
 
 /// Whether this build has ggml's Vulkan backend, and how to get or see a device (docs/vulkan.md).

@@ -1,6 +1,6 @@
 //! One-shot commands that drive the engine directly: `devices`, `archs`, `synth`, `generate`, `decide`, `ppl`.
 mod args;
-pub(crate) mod devices;
+mod devices;
 mod run;
 mod synth;
 
