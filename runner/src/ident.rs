@@ -53,6 +53,9 @@ pub fn modules_line() -> String {
     if !m.missing.is_empty() {
         s += &format!("; missing: {}", m.missing.join(" "));
     }
+    if let Some(f) = &m.probe_memo {
+        s += &format!("; probe verdicts remembered in {f}");
+    }
     s
 }
 

@@ -39,6 +39,9 @@ pub struct BackendModules {
     pub skipped: Vec<String>,
     /// Variants this CPU runs whose module file is absent from `dir`.
     pub missing: Vec<String>,
+    /// The file the probe's verdicts for this machine state are remembered in (`None`: probed
+    /// each start, or not probed; modules.rs).
+    pub probe_memo: Option<String>,
 }
 
 /// Where ggml's modules were found, which were loaded, the CPU variant chosen and the ones skipped

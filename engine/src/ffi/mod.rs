@@ -18,6 +18,8 @@ pub mod model;
 #[cfg(all(feature = "cpu-variants", target_arch = "x86_64"))]
 pub mod modules;
 pub mod probe;
+#[cfg(all(feature = "cpu-variants", target_arch = "x86_64"))]
+mod probe_memo;
 pub mod quant;
 pub mod quiet;
 pub mod region;

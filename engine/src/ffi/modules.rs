@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 use ggml_sys as sys;
 
 use super::cpu_variant::BackendModules;
+use super::probe_memo::Memo;
 
 static MODULES: OnceLock<BackendModules> = OnceLock::new();
 
@@ -109,9 +110,22 @@ fn load_cpu(dir: &Path, report: &mut BackendModules) {
     let forced = std::env::var("BMOE_CPU_VARIANT").ok();
     let probe_on = std::env::var("BMOE_CPU_PROBE").map_or(true, |v| v != "0");
     let faults = std::env::var("BMOE_CPU_PROBE_FAULT").unwrap_or_default();
+    // An injected fault is a test of the probe itself: nothing remembered is used or kept.
+    let mut memo = if probe_on && faults.is_empty() {
+        Memo::open(dir, &cpuinfo, os)
+    } else {
+        Memo::default()
+    };
+    report.probe_memo = memo.file().map(|f| f.display().to_string());
+    let mut fresh = Vec::new();
     for r in &ranked {
         if let Some(why) = &r.blocked {
             report.skipped.push(format!("{}: {why}", r.name));
+            // Said once per machine state too, like a probe's verdict.
+            if memo.get(r.name).is_none() {
+                memo.put(r.name, Err(why.clone()));
+                fresh.push(r.name.to_string());
+            }
         }
     }
     for name in cpu_select::candidates(&ranked, forced.as_deref()) {
@@ -120,9 +134,9 @@ fn load_cpu(dir: &Path, report: &mut BackendModules) {
             report.missing.push(name.to_string());
             continue;
         }
-        let fault = faults.split(',').any(|f| f.trim() == name);
         if probe_on {
-            if let Err(why) = probe(&path, fault) {
+            let fault = faults.split(',').any(|f| f.trim() == name);
+            if let Err(why) = probe_once(&mut memo, name, &path, fault, &mut fresh) {
                 report.skipped.push(format!("{name}: {why}"));
                 continue;
             }
@@ -136,14 +150,43 @@ fn load_cpu(dir: &Path, report: &mut BackendModules) {
             .skipped
             .push(format!("{name}: ggml_backend_load refused it"));
     }
+    memo.save();
+    announce(report, &fresh, memo.file());
+}
+
+/// The variant's probe verdict: the remembered one, else a probe now (its name then goes to
+/// `fresh`, and its verdict into the memo).
+fn probe_once(
+    memo: &mut Memo,
+    name: &str,
+    path: &Path,
+    fault: bool,
+    fresh: &mut Vec<String>,
+) -> Result<(), String> {
+    if let Some(v) = memo.get(name) {
+        return v.clone();
+    }
+    let v = probe(path, fault);
+    memo.put(name, v.clone());
+    fresh.push(name.to_string());
+    v
+}
+
+/// The `bmoe:` lines about variants skipped at start: only for a verdict probed now (once per
+/// machine state when the verdicts are remembered), and when no CPU module runs at all.
+fn announce(report: &BackendModules, fresh: &[String], memo: Option<&Path>) {
+    let using = report.cpu_variant.as_deref().unwrap_or("none");
+    let remembered = memo.map_or(String::new(), |f| {
+        format!(" (remembered in {}; `bmoe devices` lists it)", f.display())
+    });
     for s in &report.skipped {
-        eprintln!(
-            "bmoe: CPU variant {s}; using {}",
-            report.cpu_variant.as_deref().unwrap_or("none")
-        );
+        if fresh.iter().any(|n| s.starts_with(&format!("{n}: "))) {
+            eprintln!("bmoe: CPU variant {s}; using {using}{remembered}");
+        }
     }
     if report.cpu_variant.is_none() {
-        eprintln!("bmoe: no runnable CPU module in {}", dir.display());
+        let dir = report.dir.as_deref().unwrap_or("?");
+        eprintln!("bmoe: no runnable CPU module in {dir}");
     }
 }
 

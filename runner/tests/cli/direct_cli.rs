@@ -149,6 +149,47 @@ fn a_cpu_variant_that_traps_is_skipped_for_the_next_best() {
     assert!(out.contains("libggml-cpu-haswell.so from "), "{out}");
 }
 
+/// The probe's verdicts are remembered per machine state (a file in BMOE_CPU_PROBE_CACHE's folder):
+/// a second start probes nothing and says nothing about skipped variants, the file's verdicts are
+/// the ones used (a planted one moves the choice), and `--version` names the file.
+#[cfg(all(feature = "cpu-variants", target_arch = "x86_64"))]
+#[test]
+fn the_probe_verdicts_are_remembered_and_said_once() {
+    let d = tempfile::tempdir().unwrap();
+    let cache = d.path().to_str().unwrap();
+    let (best, v, _) = chosen_variant(&[("BMOE_CPU_PROBE_CACHE", cache)]);
+    let files: Vec<_> = std::fs::read_dir(d.path()).unwrap().flatten().collect();
+    assert_eq!(files.len(), 1, "one file per machine state: {files:?}");
+    let file = files[0].path();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains(&format!("\n{best}\tok\n")), "{text}");
+    let (again, v2, err) = chosen_variant(&[("BMOE_CPU_PROBE_CACHE", cache)]);
+    assert_eq!(again, best);
+    assert!(!err.contains("bmoe: CPU variant "), "said once: {err}");
+    assert_eq!(
+        v["backend_modules"]["skipped"],
+        v2["backend_modules"]["skipped"]
+    );
+    // A remembered failure is believed: the next best is used, silently, and listed.
+    std::fs::write(&file, format!("{best}\tskip\tplanted by the test\n")).unwrap();
+    let (next, v3, err) = chosen_variant(&[("BMOE_CPU_PROBE_CACHE", cache)]);
+    assert_ne!(next, best, "{v3}");
+    assert!(!err.contains(&format!("CPU variant {best}")), "{err}");
+    let skipped = v3["backend_modules"]["skipped"].to_string();
+    assert!(
+        skipped.contains(&format!("{best}: planted by the test")),
+        "{v3}"
+    );
+    let o = common::bmoe_command()
+        .arg("--version")
+        .env("BMOE_CPU_PROBE_CACHE", cache)
+        .output()
+        .expect("run bmoe");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let named = format!("; probe verdicts remembered in {}", file.display());
+    assert!(out.contains(&named), "{out}");
+}
+
 #[test]
 fn generate_twice_gives_the_same_bytes() {
     let m = tiny();
