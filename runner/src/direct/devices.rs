@@ -47,7 +47,8 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether this build has ggml's Vulkan backend, and how to get or see a device (docs/vulkan.md).
+/// Whether ggml's Vulkan backend is loaded (the module `libggml-vulkan.so` beside the CPU variants),
+/// and how to get or see a device (docs/vulkan.md).
 fn vulkan_line(devices: &[bmoe_engine::DeviceInfo]) -> String {
     let names: Vec<&str> = devices
         .iter()
@@ -61,9 +62,11 @@ fn vulkan_line(devices: &[bmoe_engine::DeviceInfo]) -> String {
             names[0]
         )
     } else if bmoe_engine::backend_names().iter().any(|b| b == "Vulkan") {
-        "in this build, no device found: a CPU-type device (Mesa's lavapipe) is listed only with GGML_VK_VISIBLE_DEVICES=0".into()
+        "module loaded, no device found: a CPU-type device (Mesa's lavapipe) is listed only with GGML_VK_VISIBLE_DEVICES=0".into()
+    } else if bmoe_engine::backend_modules().is_some() {
+        "no module (libggml-vulkan.so) beside the CPU variants: scripts/build-vulkan builds it and puts it there".into()
     } else {
-        "not in this build (scripts/build-vulkan builds one into target-vulkan/)".into()
+        "not in this build (the backends are linked in; the default build loads libggml-vulkan.so when present)".into()
     }
 }
 
