@@ -50,7 +50,7 @@ impl Session<'_> {
         let (mut exec, before) = self.begin();
         self.forget()?;
         let mut rec = GenerateRecord::default();
-        let prefill_s = self.prefill(&tokens, 0, Outputs::Last, &mut exec, |_, _, _| Ok(()))?;
+        let prefill_s = self.prefill(&tokens, 0, Outputs::LastWide, &mut exec, |_, _, _| Ok(()))?;
         rec.timing = Timing {
             n_prompt: tokens.len() as u32,
             prefill_s,
