@@ -17,6 +17,15 @@ fn main() {
         .and_then(|p| p.parent())
         .map(|p| p.join("include"))
         .expect("ggml_cmake_dir has no grandparent");
+    // The folder of llama.cpp's shared libraries in a shared build (the default cpu-variants one):
+    // `DEP_BMOE_GGML_SYS_LLAMA_LIB_DIR` for the runner's build script, which gives the bmoe
+    // executable an rpath to it (cargo puts only dangling symlinks next to the executable).
+    if let Some(lib) = cmake_dir.parent() {
+        println!("cargo:llama_lib_dir={}", lib.display());
+    }
+    if let Some(lib) = cmake_dir.parent() {
+        remove_dangling_links(lib);
+    }
     let header = include.join("ggml-rpc.h");
     assert!(
         header.exists(),
@@ -90,4 +99,38 @@ fn llama_source_tree(cmake_dir: &std::path::Path) -> PathBuf {
         cache.display()
     );
     dir
+}
+
+/// In a shared build (the default cpu-variants one) llama-cpp-sys-2's build script hard-links
+/// `lib{llama,ggml,ggml-base}.so` into the target folder, `deps/` and `examples/`; they are
+/// symlinks to sonames it never links there, so they dangle, and its next run (after `cargo clean
+/// -p llama-cpp-sys-2`, a changed GGML_* variable) panics on them with EEXIST. They serve nothing
+/// (the executables find the libraries through the rpath or cargo's library path), so they go.
+fn remove_dangling_links(lib: &std::path::Path) {
+    let Some(profile_dir) = env::var_os("OUT_DIR")
+        .map(PathBuf::from)
+        .and_then(|o| o.ancestors().nth(3).map(std::path::Path::to_path_buf))
+    else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(lib) else {
+        return;
+    };
+    let names: Vec<_> = entries.flatten().map(|e| e.file_name()).collect();
+    for dir in [
+        profile_dir.clone(),
+        profile_dir.join("deps"),
+        profile_dir.join("examples"),
+    ] {
+        for name in &names {
+            let p = dir.join(name);
+            let dangling = p
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink())
+                && !p.exists();
+            if dangling {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
 }

@@ -59,4 +59,17 @@ fn main() {
         None => "llama-cpp-sys-2 (version unknown)".to_string(),
     };
     println!("cargo:rustc-env=BMOE_LLAMA_CPP={llama}");
+
+    // In the default build llama.cpp is a set of shared libraries (libllama, libggml, libggml-base)
+    // in llama-cpp-sys-2's OUT_DIR/lib: `cargo run`/`cargo test` put that folder on the library
+    // path, a direct `target/release/bmoe` finds it through this rpath (and next to itself, for a
+    // copied bundle).
+    // DT_RPATH (--disable-new-dtags), not DT_RUNPATH: it also serves the libraries' own needs
+    // (libllama -> libggml-base), which a RUNPATH of the executable does not.
+    println!("cargo:rerun-if-env-changed=DEP_BMOE_GGML_SYS_LLAMA_LIB_DIR");
+    if std::env::var_os("CARGO_FEATURE_CPU_VARIANTS").is_some() {
+        if let Ok(dir) = std::env::var("DEP_BMOE_GGML_SYS_LLAMA_LIB_DIR") {
+            println!("cargo:rustc-link-arg-bins=-Wl,--disable-new-dtags,-rpath,$ORIGIN:{dir}");
+        }
+    }
 }

@@ -6,7 +6,9 @@
 //!   stock_llama -m MODEL -p PROMPT [-n 64] [-t THREADS] [--ubatch N] [--no-repack]
 //!
 //! `--no-repack` loads with `use_extra_bufts = false` (no CPU_REPACK buffer type), as bmoe did
-//! before issue 32.
+//! before issue 32. `--cpu-variant NAME` (a build with the CPU variants): load
+//! `libggml-cpu-NAME.so` (and the RPC module) from the build's module folder instead of letting
+//! `ggml_backend_load_all` score them, whose choice here (sapphirerapids, by cpuid) traps.
 use std::ffi::CString;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -21,6 +23,7 @@ struct Args {
     threads: i32,
     ubatch: Option<u32>,
     repack: bool,
+    cpu_variant: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -31,6 +34,7 @@ fn parse() -> Result<Args, String> {
         threads: 2,
         ubatch: None,
         repack: true,
+        cpu_variant: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -46,12 +50,13 @@ fn parse() -> Result<Args, String> {
             "-t" => a.threads = number(value()?)? as i32,
             "--ubatch" => a.ubatch = Some(number(value()?)?),
             "--no-repack" => a.repack = false,
+            "--cpu-variant" => a.cpu_variant = Some(value()?),
             _ => return Err(format!("unknown option {flag}")),
         }
     }
     if a.model.is_empty() || a.prompt.is_empty() {
         return Err(
-            "usage: stock_llama -m MODEL -p PROMPT [-n 64] [-t THREADS] [--ubatch N] [--no-repack]"
+            "usage: stock_llama -m MODEL -p PROMPT [-n 64] [-t THREADS] [--ubatch N] [--no-repack] [--cpu-variant NAME]"
                 .into(),
         );
     }
@@ -133,6 +138,15 @@ unsafe fn step(
 /// Load, prefill, decode; the two rate lines on stderr.
 unsafe fn run(a: &Args) -> Result<(), String> {
     sys::llama_log_set(Some(errors_only), std::ptr::null_mut());
+    if let Some(v) = &a.cpu_variant {
+        let dir = sys::BACKENDS_DIR.ok_or("--cpu-variant needs a build with the CPU variants")?;
+        for f in ["libggml-rpc.so".to_string(), format!("libggml-cpu-{v}.so")] {
+            let p = CString::new(format!("{dir}/{f}")).map_err(|_| "NUL in the module path")?;
+            if sys::ggml_backend_load(p.as_ptr()).is_null() {
+                return Err(format!("{dir}/{f} did not load"));
+            }
+        }
+    }
     sys::llama_backend_init();
     let path = CString::new(a.model.as_str()).map_err(|_| "NUL in the model path")?;
     let mut mp = sys::llama_model_default_params();

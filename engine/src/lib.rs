@@ -28,7 +28,7 @@ mod weights;
 
 pub use error::{EngineError, Result};
 pub use ffi::affinity::{current_thread_cpus, process_cpus};
-pub use ffi::cpu_variant::{cpu_variant, CpuVariant};
+pub use ffi::cpu_variant::{backend_modules, cpu_variant, BackendModules, CpuVariant};
 pub use ffi::error::FfiError;
 pub use ffi::heap::trim_free_heap;
 pub use ffi::log::set_verbose as set_log_verbose;

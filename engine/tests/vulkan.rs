@@ -139,6 +139,7 @@ fn p_name(m: &Model) -> String {
 /// the logits' scale), the same pieces on the device, and the arena's bytes equal to what the
 /// loopback device's arena read for the same text and settings.
 #[test]
+#[ignore = "needs the Vulkan module and lavapipe: scripts/test-vulkan"]
 fn g16v_vulkan_prefill_is_within_the_fp16_budget_and_reads_the_loopback_bytes() {
     let vk = vulkan();
     let lo = loopback();
@@ -185,6 +186,7 @@ fn g16v_vulkan_prefill_is_within_the_fp16_budget_and_reads_the_loopback_bytes() 
 /// device's bytes (they do not depend on the routing); routed reads follow the device's own
 /// routing, printed beside the loopback's.
 #[test]
+#[ignore = "needs the Vulkan module and lavapipe: scripts/test-vulkan"]
 fn whole_layers_read_the_loopback_bytes_on_a_routed_model() {
     let vk = vulkan();
     let lo = loopback();
@@ -209,6 +211,7 @@ fn whole_layers_read_the_loopback_bytes_on_a_routed_model() {
 /// The negative control of the budget: the device computing on arena slots the loader has not
 /// filled (the waits for a layer's weights and its experts skipped, a slow loader) leaves it.
 #[test]
+#[ignore = "needs the Vulkan module and lavapipe: scripts/test-vulkan"]
 fn unfilled_arena_slots_leave_the_fp16_budget() {
     let vk = vulkan();
     let (path, budget) = continuous();
@@ -250,6 +253,7 @@ fn unfilled_arena_slots_leave_the_fp16_budget() {
 /// NLL of both is printed, and `unfilled_arena_slots_leave_the_fp16_budget` is the budget's
 /// discriminating control (docs/vulkan.md).
 #[test]
+#[ignore = "needs the Vulkan module and lavapipe: scripts/test-vulkan"]
 fn g17g_vulkan_skipped_routing_node_reads_change_the_result() {
     let vk = vulkan();
     let (path, budget) = routed_with_budget();
@@ -290,6 +294,7 @@ fn g17g_vulkan_skipped_routing_node_reads_change_the_result() {
 /// The profiling mode on Vulkan0: at least 95% of a device piece's matmul nodes on the device,
 /// every op left on the CPU named with its reason, and the result unchanged by the profiling.
 #[test]
+#[ignore = "needs the Vulkan module and lavapipe: scripts/test-vulkan"]
 fn explain_puts_the_matmuls_on_vulkan() {
     let vk = vulkan();
     let path = routed();
@@ -316,6 +321,7 @@ fn explain_puts_the_matmuls_on_vulkan() {
 /// chose when its wide pieces run on Vulkan0; the log-prob drift is printed, as `bmoe compare`
 /// prices it.
 #[test]
+#[ignore = "needs the Vulkan module and lavapipe: scripts/test-vulkan"]
 fn fifty_decisions_on_vulkan_keep_the_cpus_best() {
     let vk = vulkan();
     let path = routed();

@@ -19,11 +19,44 @@ pub const LLAMA_CPP: &str = env!("BMOE_LLAMA_CPP");
 /// features of this build (`-V` prints the version alone), as `rustc -vV` does.
 pub fn long_version() -> String {
     format!(
-        "{}\ncommit: {GIT_COMMIT}\nllama.cpp: {LLAMA_CPP}\nbackends: {}\ncpu: {}",
+        "{}\ncommit: {GIT_COMMIT}\nllama.cpp: {LLAMA_CPP}\nbackends: {}\ncpu: {}\ncpu variant: {}\nmodules: {}",
         env!("CARGO_PKG_VERSION"),
         bmoe_engine::backend_names().join(", "),
-        bmoe_engine::system_info().trim()
+        bmoe_engine::system_info().trim(),
+        bmoe_engine::cpu_variant().line(),
+        modules_line()
     )
+}
+
+/// Where ggml's backend modules came from, which were loaded, and the CPU variants skipped (with
+/// why) or missing; for `bmoe devices` and `bmoe --version`.
+pub fn modules_line() -> String {
+    let Some(m) = bmoe_engine::backend_modules() else {
+        return if cfg!(feature = "cpu-variants") {
+            "ggml's own choice: ggml_backend_load_all scored the libggml-cpu-*.so next to the \
+             executable (the ARM64 bundle)"
+                .into()
+        } else {
+            "none: the backends are linked in (a build without the cpu-variants feature)".into()
+        };
+    };
+    let Some(dir) = &m.dir else {
+        return format!(
+            "MISSING: no libggml-cpu*.so in {} (BMOE_BACKEND_DIR names another folder)",
+            m.searched.join(", ")
+        );
+    };
+    let mut s = format!("{} from {dir}", m.loaded.join(" "));
+    if !m.skipped.is_empty() {
+        s += &format!("; skipped: {}", m.skipped.join("; "));
+    }
+    if !m.missing.is_empty() {
+        s += &format!("; missing: {}", m.missing.join(" "));
+    }
+    if let Some(f) = &m.probe_memo {
+        s += &format!("; probe verdicts remembered in {f}");
+    }
+    s
 }
 
 /// The default run id: `<name>-<UTC time to the millisecond>` (`demo-20261203T192928.123Z`), so

@@ -78,7 +78,13 @@ const POLL: Duration = Duration::from_millis(20);
 /// `limit` is killed and the probe fails saying so.
 pub fn probe(model: &Path, limit: Duration) -> anyhow::Result<ProbeResult> {
     let t0 = Instant::now();
-    let mut child = self_command()?
+    let mut cmd = self_command()?;
+    // The child computes with the CPU variant this process chose and probed (modules.rs): no
+    // second probe, no second `bmoe:` line about a variant skipped.
+    if let Some(v) = bmoe_engine::backend_modules().and_then(|m| m.cpu_variant) {
+        cmd.env("BMOE_CPU_VARIANT", v).env("BMOE_CPU_PROBE", "0");
+    }
+    let mut child = cmd
         .arg(CHILD_ARG)
         .arg(model)
         // ggml's abort would otherwise try to attach a debugger for a backtrace.

@@ -23,12 +23,47 @@ impl CpuVariant {
     }
 }
 
+/// What the loader found and chose; `None` from [`backend_modules`] in a build with the backends
+/// linked in (and on aarch64, where ggml's own `ggml_backend_load_all` loads them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BackendModules {
+    /// The folders searched, in order.
+    pub searched: Vec<String>,
+    /// The folder the modules were loaded from (`None`: no CPU module anywhere).
+    pub dir: Option<String>,
+    /// The module files loaded, in order.
+    pub loaded: Vec<String>,
+    /// The CPU variant chosen by bmoe (`None` on aarch64, where ggml's scoring chooses).
+    pub cpu_variant: Option<String>,
+    /// Variants better than the chosen one that were not used, each with why.
+    pub skipped: Vec<String>,
+    /// Variants this CPU runs whose module file is absent from `dir`.
+    pub missing: Vec<String>,
+    /// The file the probe's verdicts for this machine state are remembered in (`None`: probed
+    /// each start, or not probed; modules.rs).
+    pub probe_memo: Option<String>,
+}
+
+/// Where ggml's modules were found, which were loaded, the CPU variant chosen and the ones skipped
+/// (modules.rs); `None` in a build without the x86 CPU variants.
+pub fn backend_modules() -> Option<BackendModules> {
+    super::backend_init();
+    #[cfg(all(feature = "cpu-variants", target_arch = "x86_64"))]
+    return super::modules::report().cloned();
+    #[cfg(not(all(feature = "cpu-variants", target_arch = "x86_64")))]
+    None
+}
+
 /// The CPU backend the registry holds now (loading the backends first, as every query does).
 pub fn cpu_variant() -> CpuVariant {
     super::backend_init();
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let variant = match backend_modules() {
+        // Every runnable variant skipped or missing: no CPU backend (modules.rs said why).
+        Some(m) => m.cpu_variant.unwrap_or_else(|| "none".into()),
+        None => variant_in_maps(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default()),
+    };
     CpuVariant {
-        variant: variant_in_maps(&maps),
+        variant,
         features: cpu_features(),
     }
 }
@@ -103,11 +138,23 @@ mod tests {
         assert_eq!(variant_in_maps(&line("libggml-base.so")), "built-in");
     }
 
-    /// This build links the CPU backend in; its features are ggml's own names.
+    /// The default x86 build loads one CPU variant module, chosen by bmoe; a build without the
+    /// feature links the CPU backend in. Its features are ggml's own names.
     #[test]
     fn this_build_reports_its_cpu_backend() {
         let v = cpu_variant();
-        assert_eq!(v.variant, "built-in");
+        if cfg!(all(feature = "cpu-variants", target_arch = "x86_64")) {
+            let m = backend_modules().expect("the loader's report");
+            assert_eq!(m.cpu_variant.as_deref(), Some(v.variant.as_str()), "{m:?}");
+            assert!(
+                v.features
+                    .iter()
+                    .any(|f| f.starts_with("AVX") || f == "SSE3"),
+                "{v:?}"
+            );
+        } else {
+            assert_eq!(v.variant, "built-in");
+        }
         assert!(!v.line().is_empty());
     }
 }

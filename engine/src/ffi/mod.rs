@@ -4,6 +4,7 @@ pub mod affinity;
 pub mod batch;
 pub mod buffer;
 pub mod context;
+pub mod cpu_select;
 pub mod cpu_variant;
 pub mod error;
 pub mod file_map;
@@ -15,7 +16,11 @@ pub mod kv;
 pub mod log;
 pub mod mapped_fault;
 pub mod model;
+#[cfg(all(feature = "cpu-variants", target_arch = "x86_64"))]
+pub mod modules;
 pub mod probe;
+#[cfg(all(feature = "cpu-variants", target_arch = "x86_64"))]
+mod probe_memo;
 pub mod quant;
 pub mod quiet;
 pub mod region;
@@ -40,6 +45,9 @@ pub fn backend_init() {
         log::install();
         // Before any model file is mapped: a failed page read is then an error, not a crash.
         mapped_fault::install();
+        // ggml's modules, the CPU variant chosen by bmoe (llama_backend_init then loads nothing).
+        #[cfg(all(feature = "cpu-variants", target_arch = "x86_64"))]
+        modules::load();
         // SAFETY: called exactly once per process (guarded by `Once`) before any other llama call.
         unsafe { ggml_sys::llama_backend_init() };
     });

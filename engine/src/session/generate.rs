@@ -52,7 +52,7 @@ impl Session<'_> {
         self.forget()?;
         self.model.set_stream_phase(Phase::Prompt)?;
         let mut rec = GenerateRecord::default();
-        let prefill_s = self.prefill(&tokens, 0, Outputs::Last, &mut exec, |_, _, _| Ok(()))?;
+        let prefill_s = self.prefill(&tokens, 0, Outputs::LastWide, &mut exec, |_, _, _| Ok(()))?;
         rec.timing = Timing {
             n_prompt: tokens.len() as u32,
             prefill_s,

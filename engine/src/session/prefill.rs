@@ -13,6 +13,13 @@ use super::Session;
 pub(crate) enum Outputs {
     /// Only the prompt's last token.
     Last,
+    /// Only the prompt's last token, of a prompt whose cells no later prompt reuses (`generate`
+    /// forgets the cache first and keeps nothing): cut at the CPU batch width (`cpu_ubatch`)
+    /// instead of the grid, as llama.cpp's own tools cut a prompt. The grid's narrow pieces
+    /// serve prefix reuse only, and cost a resident MoE prefill its matmuls' width: each piece
+    /// reads every expert it routes to again (docs/benchmarks.md, "Generate's prefill at the
+    /// batch width").
+    LastWide,
     /// Every token (perplexity).
     All,
     /// No row (the prompt's head, when its last piece runs with the choices; decide.rs).
@@ -63,11 +70,11 @@ impl Session<'_> {
     ) -> Result<f64> {
         // Every row an output (perplexity): a piece may not exceed the logit-row cap.
         let cap = |w: u32| match outputs {
-            Outputs::Last | Outputs::None => w.max(1) as usize,
+            Outputs::Last | Outputs::LastWide | Outputs::None => w.max(1) as usize,
             Outputs::All => w.min(self.widths.outputs).max(1) as usize,
         };
         let cpu_width = match outputs {
-            Outputs::All => cap(self.widths.cpu),
+            Outputs::All | Outputs::LastWide => cap(self.widths.cpu),
             Outputs::Last | Outputs::None => cap(self.widths.grid),
         };
         let dev_width = if self.model.arena.is_some() {
@@ -89,7 +96,7 @@ impl Session<'_> {
             for (i, &t) in tokens[start..end].iter().enumerate() {
                 let at = start + i;
                 let want = match outputs {
-                    Outputs::Last => at + 1 == tokens.len(),
+                    Outputs::Last | Outputs::LastWide => at + 1 == tokens.len(),
                     Outputs::All => true,
                     Outputs::None => false,
                 };

@@ -10,6 +10,7 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
             "devices": devices,
             "system_info": bmoe_engine::system_info(),
             "cpu_variant": bmoe_engine::cpu_variant(),
+            "backend_modules": bmoe_engine::backend_modules(),
             "page_moves": bmoe_engine::page_moves().label(),
             "cpu_repack": bmoe_engine::cpu_repack_available(),
         });
@@ -38,6 +39,7 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     }
     println!("system: {}", bmoe_engine::system_info());
     println!("cpu variant: {}", bmoe_engine::cpu_variant().line());
+    println!("modules: {}", crate::ident::modules_line());
     println!("vulkan: {}", vulkan_line(&devices));
     println!("repack: {}", repack_line());
     println!("page moves: {}", page_moves_line(bmoe_engine::page_moves()));
@@ -45,7 +47,8 @@ pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether this build has ggml's Vulkan backend, and how to get or see a device (docs/vulkan.md).
+/// Whether ggml's Vulkan backend is loaded (the module `libggml-vulkan.so` beside the CPU variants),
+/// and how to get or see a device (docs/vulkan.md).
 fn vulkan_line(devices: &[bmoe_engine::DeviceInfo]) -> String {
     let names: Vec<&str> = devices
         .iter()
@@ -59,9 +62,11 @@ fn vulkan_line(devices: &[bmoe_engine::DeviceInfo]) -> String {
             names[0]
         )
     } else if bmoe_engine::backend_names().iter().any(|b| b == "Vulkan") {
-        "in this build, no device found: a CPU-type device (Mesa's lavapipe) is listed only with GGML_VK_VISIBLE_DEVICES=0".into()
+        "module loaded, no device found: a CPU-type device (Mesa's lavapipe) is listed only with GGML_VK_VISIBLE_DEVICES=0".into()
+    } else if bmoe_engine::backend_modules().is_some() {
+        "no module (libggml-vulkan.so) beside the CPU variants: scripts/build-vulkan builds it and puts it there".into()
     } else {
-        "not in this build (scripts/build-vulkan builds one into target-vulkan/)".into()
+        "not in this build (the backends are linked in; the default build loads libggml-vulkan.so when present)".into()
     }
 }
 
