@@ -2,7 +2,7 @@
 //! below it (`crate::` paths outside `#[cfg(test)]` code). A new module, or an import that points
 //! up, fails here with the file, the line and the two layers. The layers are the ones
 //! `docs/architecture.md` describes.
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The engine's top-level modules, lowest layer first. A module may name modules of lower layers
@@ -24,152 +24,47 @@ const LAYERS: &[&[&str]] = &[
     &["fuzzing"],
 ];
 
+#[path = "support/import_graph.rs"]
+mod import_graph;
+
+use import_graph::{file_cycle, module_cycle, references, rust_files};
+
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))
 }
 
-/// Every `.rs` file under `dir`.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).expect("read engine/src") {
-        let p = e.expect("dir entry").path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
 /// The top-level module a file of `src` belongs to (`None` for the crate root).
-fn module_of(src: &Path, file: &Path) -> Option<String> {
-    let rel = file.strip_prefix(src).ok()?;
-    let first = rel.components().next()?.as_os_str().to_str()?.to_string();
-    let m = first.strip_suffix(".rs").unwrap_or(&first).to_string();
-    (m != "lib").then_some(m)
-}
-
-/// The modules a line names through `crate::` (`crate::a::b`, `crate::{a, b::c}`).
-fn named_modules(line: &str) -> Vec<String> {
-    let ident = |s: &str| -> String {
-        s.trim()
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect()
-    };
-    let mut out = Vec::new();
-    let mut rest = line;
-    while let Some(i) = rest.find("crate::") {
-        rest = &rest[i + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            out.extend(group[..end].split(',').map(ident).filter(|s| !s.is_empty()));
-        } else {
-            let m = ident(rest);
-            if !m.is_empty() {
-                out.push(m);
-            }
-        }
-    }
-    out
-}
-
-/// `(file, line number, from module, to module)` for every cross-module `crate::` reference in
-/// code that is not a test module.
-fn references(src: &Path) -> Vec<(PathBuf, usize, String, String)> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    files.sort();
-    let mut out = Vec::new();
-    for f in files {
-        let Some(from) = module_of(src, &f) else {
-            continue;
-        };
-        let text = std::fs::read_to_string(&f).expect("read source");
-        let mut lines = text.lines().enumerate().peekable();
-        while let Some((i, line)) = lines.next() {
-            let t = line.trim_start();
-            // A test module (always last in this code base) may use what it tests from anywhere.
-            if t.starts_with("#[cfg(test)]")
-                && lines
-                    .peek()
-                    .is_some_and(|(_, l)| l.trim_start().starts_with("mod "))
-            {
-                break;
-            }
-            if t.starts_with("//") {
-                continue;
-            }
-            for to in named_modules(line) {
-                if to != from {
-                    out.push((f.clone(), i + 1, from.clone(), to));
-                }
-            }
-        }
-    }
-    out
+fn top_level(src: &Path, file: &Path) -> Option<String> {
+    import_graph::module_of(src, file).first().cloned()
 }
 
 /// The references that break the layering, as messages.
 fn violations(src: &Path) -> Vec<String> {
     let mut bad = Vec::new();
-    for (file, line, from, to) in references(src) {
-        let (Some(lf), Some(lt)) = (layer_of(&from), layer_of(&to)) else {
+    for r in references(src) {
+        let (Some(from), to) = (r.from.first(), r.to.first().map_or("crate", |s| s.as_str()))
+        else {
+            continue;
+        };
+        if from == to {
+            continue;
+        }
+        let (file, line) = (r.file.display(), r.line);
+        let (Some(lf), Some(lt)) = (layer_of(from), layer_of(to)) else {
             bad.push(format!(
-                "{}:{line}: `{from}` -> `{to}`: a module not on any layer (add it to LAYERS here \
-                 and to docs/architecture.md)",
-                file.display()
+                "{file}:{line}: `{from}` -> `{to}`: a module not on any layer, or the crate root \
+                 (add a module to LAYERS here and to docs/architecture.md)"
             ));
             continue;
         };
         if lt >= lf {
             bad.push(format!(
-                "{}:{line}: `{from}` (layer {lf}) names `{to}` (layer {lt}): imports must point to \
-                 a lower layer",
-                file.display()
+                "{file}:{line}: `{from}` (layer {lf}) names `{to}` (layer {lt}): imports must point \
+                 to a lower layer"
             ));
         }
     }
     bad
-}
-
-/// A cycle in the module graph, if there is one (independent of the layer table, so a wrong
-/// table cannot hide one).
-fn cycle(src: &Path) -> Option<Vec<String>> {
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (_, _, from, to) in references(src) {
-        edges.entry(from).or_default().insert(to);
-    }
-    fn visit(
-        n: &str,
-        edges: &BTreeMap<String, BTreeSet<String>>,
-        path: &mut Vec<String>,
-        done: &mut BTreeSet<String>,
-    ) -> Option<Vec<String>> {
-        if let Some(i) = path.iter().position(|p| p == n) {
-            let mut c = path[i..].to_vec();
-            c.push(n.to_string());
-            return Some(c);
-        }
-        if done.contains(n) {
-            return None;
-        }
-        path.push(n.to_string());
-        for m in edges.get(n).into_iter().flatten() {
-            if let Some(c) = visit(m, edges, path, done) {
-                return Some(c);
-            }
-        }
-        path.pop();
-        done.insert(n.to_string());
-        None
-    }
-    let mut done = BTreeSet::new();
-    for n in edges.keys() {
-        if let Some(c) = visit(n, &edges, &mut Vec::new(), &mut done) {
-            return Some(c);
-        }
-    }
-    None
 }
 
 fn src_dir() -> PathBuf {
@@ -184,18 +79,31 @@ fn engine_modules_import_one_way() {
 
 #[test]
 fn engine_module_graph_has_no_cycle() {
-    if let Some(c) = cycle(&src_dir()) {
+    if let Some(c) = module_cycle(&src_dir()) {
         panic!("import cycle between engine modules: {}", c.join(" -> "));
     }
 }
 
+/// No circle between files either, inside a folder included: a reader of `ffi/` can start at the
+/// bottom file and read upwards.
+#[test]
+fn engine_files_import_without_a_circle() {
+    if let Some(c) = file_cycle(&src_dir()) {
+        panic!("import circle between engine files: {}", c.join(" -> "));
+    }
+    // The scan itself finds what it looks for: files inside folders name each other.
+    let inner = references(&src_dir())
+        .into_iter()
+        .filter(|r| r.from.len() > 1 && r.to.len() > 1 && r.from[0] == r.to[0])
+        .count();
+    assert!(inner > 20, "only {inner} references inside folders");
+}
+
 #[test]
 fn every_top_level_module_is_on_a_layer() {
-    let mut files = Vec::new();
-    rust_files(&src_dir(), &mut files);
-    let missing: BTreeSet<String> = files
+    let missing: BTreeSet<String> = rust_files(&src_dir())
         .iter()
-        .filter_map(|f| module_of(&src_dir(), f))
+        .filter_map(|f| top_level(&src_dir(), f))
         .filter(|m| layer_of(m).is_none())
         .collect();
     assert!(missing.is_empty(), "modules on no layer: {missing:?}");
@@ -213,9 +121,7 @@ const UNSAFE: &[&str] = &[
 /// Lines of `dir`'s Rust files (outside the folders in `skip`) whose code (not a comment) holds
 /// one of `patterns`, as `file:line: text`.
 fn lines_with(dir: &Path, skip: &[PathBuf], patterns: &[&str]) -> Vec<String> {
-    let mut files = Vec::new();
-    rust_files(dir, &mut files);
-    files.sort();
+    let files = rust_files(dir);
     let mut out = Vec::new();
     for f in files
         .iter()
@@ -281,6 +187,7 @@ fn the_checker_sees_an_upward_import() {
     let src = d.path().join("src");
     std::fs::create_dir_all(src.join("graph")).expect("mkdir");
     std::fs::write(src.join("session.rs"), "use crate::graph::x;\n").expect("write");
+    std::fs::write(src.join("ffi.rs"), "").expect("write");
     std::fs::write(
         src.join("graph/mod.rs"),
         "use crate::{ffi::a, session::Session};\n#[cfg(test)]\nmod tests { use crate::model; }\n",
@@ -293,7 +200,39 @@ fn the_checker_sees_an_upward_import() {
         "{bad:?}"
     );
     assert_eq!(
-        cycle(&src),
+        module_cycle(&src),
         Some(vec!["graph".into(), "session".into(), "graph".into()])
     );
+}
+
+#[test]
+fn the_checker_sees_a_circle_inside_a_folder() {
+    // Two files of one folder naming each other (through `super::` and a group over two lines),
+    // a third naming both from below: a circle the module-level check cannot see.
+    let d = tempfile::tempdir().expect("tempdir");
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("ffi")).expect("mkdir");
+    std::fs::write(
+        src.join("ffi/mod.rs"),
+        "pub mod a;\npub mod b;\npub mod c;\n",
+    )
+    .expect("write");
+    std::fs::write(src.join("ffi/a.rs"), "use super::b::Thing;\n").expect("write");
+    std::fs::write(
+        src.join("ffi/b.rs"),
+        "use crate::ffi::{\n    c,\n    a::Other,\n};\n#[cfg(test)]\nmod tests { use super::super::c; }\n",
+    )
+    .expect("write");
+    std::fs::write(src.join("ffi/c.rs"), "// super::a in a comment\n").expect("write");
+    assert_eq!(module_cycle(&src), None);
+    assert_eq!(
+        file_cycle(&src),
+        Some(vec!["ffi/a".into(), "ffi/b".into(), "ffi/a".into()])
+    );
+    let lines: Vec<(String, usize)> = references(&src)
+        .into_iter()
+        .filter(|r| r.from == ["ffi", "b"])
+        .map(|r| (r.to.join("/"), r.line))
+        .collect();
+    assert_eq!(lines, [("ffi/c".to_string(), 2), ("ffi/a".to_string(), 3)]);
 }

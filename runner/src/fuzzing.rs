@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 
 use crate::config::diag::ConfigErrors;
-use crate::config::job::{load_job, Kind};
+use crate::config::item::Kind;
+use crate::config::job::load_job;
 use crate::config::jsonl::read_items;
 use crate::config::profile::load_profile;
 use crate::sink::read;

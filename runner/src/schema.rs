@@ -4,7 +4,8 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use crate::config::schema::{job_schema, profile_schema};
+use crate::config::job::job_schema;
+use crate::config::profile::profile_schema;
 use crate::sink::schema::telemetry_schema;
 
 /// The files `bmoe schema` writes, and what each holds.
@@ -54,6 +55,23 @@ pub fn stale(dir: &Path) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enums_are_enum_for_taplo() {
+        let j = job_schema();
+        assert_eq!(
+            j["$defs"]["Kind"]["enum"],
+            serde_json::json!(["generate", "decide", "perplexity"])
+        );
+        assert!(!job_schema().to_string().contains("\"oneOf\""));
+        assert!(!profile_schema().to_string().contains("\"oneOf\""));
+    }
+
+    #[test]
+    fn options_are_not_nullable() {
+        let s = job_schema().to_string();
+        assert!(!s.contains("\"null\""), "{s}");
+    }
 
     /// The checked-in schemas must be what the code generates; run `bmoe schema` to refresh them.
     #[test]

@@ -408,7 +408,7 @@ impl Arena {
             return;
         };
         let side_of = |t: &ggml_sys::ggml_tensor| {
-            if tensor::on_buft(t, self.buft) {
+            if self.buft.holds(t) {
                 Side::Device
             } else {
                 Side::Cpu

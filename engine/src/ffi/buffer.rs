@@ -54,6 +54,18 @@ impl BufferType {
         (!b.is_null()).then_some(BufferType(b))
     }
 
+    /// True when `t` (or the tensor it views) lives in a buffer of this type.
+    pub fn holds(&self, t: &sys::ggml_tensor) -> bool {
+        let buf = if t.buffer.is_null() && !t.view_src.is_null() {
+            // SAFETY: a non-null view source of a live node is a live tensor.
+            unsafe { (*t.view_src).buffer }
+        } else {
+            t.buffer
+        };
+        // SAFETY: a non-null buffer of a live tensor is a live buffer.
+        !buf.is_null() && unsafe { sys::ggml_backend_buffer_get_type(buf) } == self.0
+    }
+
     /// Whether `d`'s backend computes on tensors in this buffer type (the scheduler then runs
     /// their ops there instead of copying them).
     pub fn computed_on_by(&self, d: Device) -> bool {

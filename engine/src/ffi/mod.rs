@@ -4,6 +4,11 @@ pub mod affinity;
 pub mod batch;
 pub mod buffer;
 pub mod context;
+// Read by the x86 module loader only; the static build keeps its tests.
+#[cfg_attr(
+    not(all(feature = "cpu-variants", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 pub mod cpu_select;
 pub mod cpu_variant;
 pub mod error;
@@ -16,6 +21,7 @@ pub mod kv;
 pub mod log;
 pub mod mapped_fault;
 pub mod model;
+pub mod module_report;
 #[cfg(all(feature = "cpu-variants", target_arch = "x86_64"))]
 pub mod modules;
 pub mod probe;

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use ggml_sys as sys;
 
-use super::cpu_variant::BackendModules;
+use super::module_report::BackendModules;
 use super::probe_memo::Memo;
 
 static MODULES: OnceLock<BackendModules> = OnceLock::new();

@@ -86,8 +86,12 @@ impl Device {
     /// Describes the device.
     pub fn info(&self) -> DeviceInfo {
         let (mut free, mut total) = (0usize, 0usize);
-        let host = super::buffer::BufferType::host_of(*self);
-        let computes_on_host_buffer = host.is_some_and(|b| b.computed_on_by(*self));
+        // The raw queries, not `buffer::BufferType`: the buffer module builds on this one.
+        // SAFETY: `self.0` is a live registry device; NULL means "no host buffer type".
+        let host = unsafe { sys::ggml_backend_dev_host_buffer_type(self.0) };
+        // SAFETY: a live device and, when non-null, its own live buffer type; a pure query.
+        let computes_on_host_buffer =
+            !host.is_null() && unsafe { sys::ggml_backend_dev_supports_buft(self.0, host) };
         // SAFETY: `self.0` is a live registry device; the out-pointers are valid locals.
         let (name, description, ty, reg) = unsafe {
             sys::ggml_backend_dev_memory(self.0, &mut free, &mut total);
@@ -118,7 +122,7 @@ impl Device {
             backend,
             memory_free: free as u64,
             memory_total: total as u64,
-            host_buffer: host.is_some(),
+            host_buffer: !host.is_null(),
             computes_on_host_buffer,
         }
     }

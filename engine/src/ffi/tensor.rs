@@ -69,18 +69,6 @@ pub fn is_weight(t: &sys::ggml_tensor) -> bool {
             == sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS
 }
 
-/// True when `t` (or the tensor it views) lives in a buffer of type `buft`.
-pub fn on_buft(t: &sys::ggml_tensor, buft: super::buffer::BufferType) -> bool {
-    let buf = if t.buffer.is_null() && !t.view_src.is_null() {
-        // SAFETY: a non-null view source of a live node is a live tensor.
-        unsafe { (*t.view_src).buffer }
-    } else {
-        t.buffer
-    };
-    // SAFETY: a non-null buffer of a live tensor is a live buffer.
-    !buf.is_null() && unsafe { sys::ggml_backend_buffer_get_type(buf) } == buft.raw()
-}
-
 /// Reads the I32 ids of a routing node `[n_used, n_tokens]`, honouring its strides (it is a
 /// non-contiguous view of the argsort). `None` when the tensor is not host-readable I32.
 pub fn read_ids(t: &sys::ggml_tensor) -> Option<Vec<i32>> {

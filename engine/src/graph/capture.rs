@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use ggml_sys as sys;
 
-use super::{expert_role, layer_of, node_layer, ExpertRole};
+use super::names::{expert_role, layer_of, node_layer, ExpertRole};
 use crate::ffi::context::EvalHook;
 use crate::ffi::tensor::{self, TensorPtr};
 

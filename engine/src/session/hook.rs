@@ -48,7 +48,7 @@ impl EvalHook for EngineHook {
                     return false;
                 };
                 // Nodes whose result lives in device memory are the nodes the device computes.
-                if tensor::on_buft(t, a.buft()) {
+                if a.buft().holds(t) {
                     a.count_node();
                 }
                 // Profiling: every node, so the scheduler computes and the hook times each alone.

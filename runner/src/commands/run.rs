@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use super::output::print_warnings;
 use super::{EXIT_DIFF, EXIT_STOPPED};
 use crate::cli::{Format, RunArgs};
-use crate::config::job::Kind;
+use crate::config::item::Kind;
 use crate::probe;
 use crate::run;
 use crate::run::prepare::{prepare, shown, Prepared};

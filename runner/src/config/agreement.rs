@@ -93,7 +93,7 @@ fn engine_option_defaults_are_the_definitions() {
 
 #[test]
 fn schema_ranges_are_the_definitions() {
-    let schema = super::schema::settings_schema();
+    let schema = super::settings::settings_schema();
     let props = schema["properties"].as_object().expect("properties");
     let names: Vec<&str> = props.keys().map(|k| k.as_str()).collect();
     assert_eq!(names, KEYS, "schema keys");

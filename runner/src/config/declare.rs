@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::settings::{
+use super::values::{
     auto_loaders, io_threads_schema, loaders_schema, threads_schema, CacheMb, Count, Cpus,
     DenseWeights, Prefetch, PrefixReuse, Repack, AUTO_IO_THREADS,
 };
@@ -812,21 +812,21 @@ pub(crate) use row_with_settings;
 /// the caller's.
 macro_rules! with_recorded_settings {
     ($s:expr => $row:ident { $($body:tt)* }) => {{
-        let s: &$crate::config::settings::Settings = $s;
+        let s: &$crate::config::declare::Settings = $s;
         let cell = $crate::config::declare::settings_cell(s);
         $row {
             threads_setting: s.threads.to_string(),
             settings_hash: $crate::config::declare::settings_hash(&cell),
             settings: cell,
             moe_stream: s.moe_stream,
-            io_threads: s.io_threads.or($crate::config::settings::AUTO_IO_THREADS),
+            io_threads: s.io_threads.or($crate::config::values::AUTO_IO_THREADS),
             dense_weights: s.dense_weights.to_string(),
             prefetch: s.prefetch.to_string(),
             prefill_device_requested: s.device_name().unwrap_or_default().to_string(),
             device_ubatch: s.device_ubatch,
             cpu_ubatch: s.cpu_ubatch,
             min_tokens: s.min_tokens,
-            loaders: s.loaders.or($crate::config::settings::auto_loaders()),
+            loaders: s.loaders.or($crate::config::values::auto_loaders()),
             routed: s.routed,
             routed_full: s.routed_full,
             $($body)*

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::diag::{ConfigErrors, Diagnostic};
-use super::job::{decision_item, prompt_item, DecisionSpec, Item, Kind, PromptSpec};
+use super::item::{decision_item, prompt_item, DecisionSpec, Item, Kind, PromptSpec};
 use super::validate;
 
 /// At most this many bad lines are listed; the rest are counted.

@@ -278,7 +278,7 @@ pub fn resolve_layers(
     }
     // Environment and --set values bypassed the file schemas: check every value once more and
     // blame the layer that gave it.
-    let schema = super::schema::settings_schema();
+    let schema = super::settings::settings_schema();
     for v in validate::validate(&schema, &Value::Object(resolved.clone())) {
         let key = v
             .field

@@ -129,5 +129,10 @@ impl Measured {
 
 /// Reads and checks a profile file.
 pub fn load_profile(path: &Path) -> Result<(Profile, SourceFile), ConfigErrors> {
-    load(path, "profile", &super::schema::profile_schema())
+    load(path, "profile", &profile_schema())
+}
+
+/// `schemas/profile.schema.json`.
+pub fn profile_schema() -> serde_json::Value {
+    super::schema::generate::<Profile>("profile.schema.json")
 }

@@ -1,12 +1,12 @@
 //! The JSON Schemas of the config files (profile, job, settings, JSONL items), generated from
-//! their types: the files are checked against them here, and `bmoe schema` publishes them.
+//! their types (each config file publishes its own through [`generate`]): the files are checked
+//! against them, and `bmoe schema` publishes them.
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::Value;
 
-use super::job::Job;
-use super::profile::Profile;
-use super::settings::Settings;
+// Nothing from the other config files: each of them publishes its own type's schema through
+// [`generate`] (`job::job_schema`, ...), so this file sits below them all.
 
 /// `T`'s JSON Schema (Draft 2020-12) as the config files and the telemetry row publish it,
 /// with `$id` set when `id` is not empty.
@@ -120,44 +120,7 @@ fn const_lists_to_enum(v: &mut Value) {
     }
 }
 
-/// `schemas/profile.schema.json`.
-pub fn profile_schema() -> Value {
-    generate::<Profile>("profile.schema.json")
-}
-
-/// `schemas/job.schema.json`.
-pub fn job_schema() -> Value {
-    generate::<Job>("job.schema.json")
-}
-
-/// The resolved layered values (checks environment and `--set` values).
-pub fn settings_schema() -> Value {
-    generate::<Settings>("")
-}
-
 /// One JSONL line's schema.
 pub fn item_schema<T: JsonSchema>() -> Value {
     generate::<T>("")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn enums_are_enum_for_taplo() {
-        let j = job_schema();
-        assert_eq!(
-            j["$defs"]["Kind"]["enum"],
-            serde_json::json!(["generate", "decide", "perplexity"])
-        );
-        assert!(!job_schema().to_string().contains("\"oneOf\""));
-        assert!(!profile_schema().to_string().contains("\"oneOf\""));
-    }
-
-    #[test]
-    fn options_are_not_nullable() {
-        let s = job_schema().to_string();
-        assert!(!s.contains("\"null\""), "{s}");
-    }
 }

@@ -257,7 +257,7 @@ pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
     // Checked before the model loads: a typo should not cost a load.
     let expected = match &a.expected {
         Some(e) => Some(
-            crate::config::job::resolve_expected_text(e, &a.choices)
+            crate::config::item::resolve_expected_text(e, &a.choices)
                 .map_err(|msg| anyhow::anyhow!("--expected {e:?}: {msg}"))?,
         ),
         None => None,

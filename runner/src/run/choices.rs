@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use bmoe_engine::{EngineError, Scoring, Tokenizer};
 
 use crate::config::diag::{ConfigErrors, Diagnostic};
-use crate::config::job::{Decision, Kind, LoadedJob, Payload};
+use crate::config::item::{Decision, Kind, Payload};
+use crate::config::job::LoadedJob;
 
 /// The job's scoring, as the job file spells it.
 fn scoring_name(s: Scoring) -> &'static str {
