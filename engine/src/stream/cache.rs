@@ -20,11 +20,15 @@ use lru::LruCache;
 /// Uses between two halvings of every count.
 const AGE_EVERY: u32 = 8192;
 
+/// Decode-sized graphs only (the cache's `decode_sized`, the prefetcher's predictions): wider
+/// pieces read nearly every expert on demand anyway.
+pub(crate) const MAX_PREFETCH_TOKENS: usize = 4;
+
 /// Whether a routing node of `n_ids` ids (`n_used` a token) is decode-sized: at most
 /// `MAX_PREFETCH_TOKENS` tokens. Wider pieces are prompt pieces, after which a layer keeps its
 /// popular experts ([`ExpertLru::admit`]).
 pub(crate) fn decode_sized(n_ids: usize, n_used: usize) -> bool {
-    n_ids <= super::MAX_PREFETCH_TOKENS * n_used.max(1)
+    n_ids <= MAX_PREFETCH_TOKENS * n_used.max(1)
 }
 
 /// A prompt piece's routing at one layer, for [`ExpertLru::admit`].

@@ -49,8 +49,7 @@ const CANDIDATE_WINDOW: f64 = 512.0;
 /// percent of decode each on a small machine, for reads that are not issued.
 const PAUSED_SAMPLE: u64 = 7;
 
-/// Decode-sized graphs only: wider pieces read nearly every expert on demand anyway.
-pub(crate) const MAX_PREFETCH_TOKENS: usize = 4;
+pub(crate) use cache::MAX_PREFETCH_TOKENS;
 
 /// Page moves into and out of expert regions (`Region::adopt`, `Region::take_out`) when a model
 /// has too many expert slices for the bound below: each move may add two mappings, and a process

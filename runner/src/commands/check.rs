@@ -6,10 +6,11 @@ use serde::Serialize;
 
 use super::output::{fail, print_json, print_warnings};
 use crate::cli::{CheckArgs, Format};
+use crate::config::diag::display_path;
 use crate::config::diag::{ConfigErrors, Diagnostic};
 use crate::probe;
 use crate::run;
-use crate::run::prepare::{prepare, shown, Prepared};
+use crate::run::prepare::{prepare, Prepared};
 
 /// One job as `check --format json` reports it.
 #[derive(Serialize)]
@@ -39,7 +40,7 @@ fn check_report(p: &Prepared) -> CheckReport {
         .map(|(ji, j)| {
             let units: Vec<_> = p.units.iter().filter(|u| u.job == ji).collect();
             CheckedJob {
-                file: shown(&j.src.path),
+                file: display_path(&j.src.path),
                 name: j.job.name.clone(),
                 kind: j.job.kind.to_string(),
                 items: j.items.len(),
@@ -48,7 +49,7 @@ fn check_report(p: &Prepared) -> CheckReport {
                     .first()
                     .map(|u| u.profile.name.clone())
                     .unwrap_or_default(),
-                csv: shown(&j.csv),
+                csv: display_path(&j.csv),
             }
         })
         .collect();
@@ -134,7 +135,7 @@ fn check_models(
                 (probe::ProbeResult::Ok { seconds }, None) => {
                     eprintln!(
                         "probe: {} loaded in a child process in {seconds:.2} s",
-                        shown(&j.model)
+                        display_path(&j.model)
                     );
                 }
                 _ => {}

@@ -5,7 +5,8 @@ use serde::Serialize;
 
 use super::output::{fail, print_json, print_warnings};
 use crate::cli::{Format, FormattedTarget};
-use crate::run::prepare::{prepare, shown, Prepared};
+use crate::config::diag::display_path;
+use crate::run::prepare::{prepare, Prepared};
 
 /// Runs `bmoe plan`.
 pub fn plan(t: FormattedTarget) -> anyhow::Result<ExitCode> {
@@ -29,14 +30,14 @@ fn print_plan(p: &Prepared) {
         println!(
             "job {} ({}) on profile {} ({}), point {}",
             j.job.name,
-            shown(&j.src.path),
+            display_path(&j.src.path),
             u.profile.name,
-            shown(&u.profile_path),
+            display_path(&u.profile_path),
             u.point
         );
         println!(
             "  model: {} ({}, {} layers, {} experts top-{}, {:.1} MiB)",
-            shown(&j.model),
+            display_path(&j.model),
             d.arch,
             d.n_layer,
             d.n_expert,
@@ -161,11 +162,11 @@ fn plan_report(p: &Prepared) -> PlanReport {
             let dev = u.placement.plan.prefill.device.clone();
             PlanUnit {
                 job: j.job.name.clone(),
-                file: shown(&j.src.path),
+                file: display_path(&j.src.path),
                 profile: u.profile.name.clone(),
-                profile_file: shown(&u.profile_path),
+                profile_file: display_path(&u.profile_path),
                 point: u.point.clone(),
-                model: shown(&j.model),
+                model: display_path(&j.model),
                 arch: d.arch.clone(),
                 n_layer: d.n_layer,
                 n_expert: d.n_expert,

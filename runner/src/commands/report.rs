@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use super::output::write_atomic;
 use crate::cli::{ReportArgs, ReportFormat};
-use crate::run::prepare::shown;
+use crate::config::diag::display_path;
 use crate::sink::output::{check_output, OutputKind};
 use crate::{config, report};
 
@@ -37,7 +37,7 @@ pub fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
     match &a.out {
         Some(p) => {
             write_atomic(p, &text)?;
-            eprintln!("wrote {} ({} plot(s))", shown(p), rep.plots.len());
+            eprintln!("wrote {} ({} plot(s))", display_path(p), rep.plots.len());
             if !rep.best.is_empty() {
                 print!("{}", report::best::render(&rep.best));
             }
@@ -113,7 +113,7 @@ fn format_of(a: &ReportArgs) -> anyhow::Result<report::render::Format> {
     ];
     let ext = a.out.as_ref().map(|p| {
         let e = p.extension().and_then(|e| e.to_str()).unwrap_or_default();
-        (shown(p), e.to_ascii_lowercase())
+        (display_path(p), e.to_ascii_lowercase())
     });
     let by_ext = |e: &str| EXTENSIONS.iter().find(|(x, _)| *x == e).map(|(_, f)| *f);
     let name = |f: ReportFormat| {
@@ -199,6 +199,6 @@ fn write_overrides(
         );
     }
     write_atomic(path, &toml).context("--write-overrides")?;
-    eprintln!("wrote {} (point {})", shown(path), b.point);
+    eprintln!("wrote {} (point {})", display_path(path), b.point);
     Ok(())
 }

@@ -8,10 +8,11 @@ use anyhow::{bail, Context};
 use super::output::print_warnings;
 use super::{EXIT_DIFF, EXIT_STOPPED};
 use crate::cli::{Format, RunArgs};
+use crate::config::diag::display_path;
 use crate::config::item::Kind;
 use crate::probe;
 use crate::run;
-use crate::run::prepare::{prepare, shown, Prepared};
+use crate::run::prepare::{prepare, Prepared};
 
 /// `--csv PATH`: every job's rows go there, `{shard}` replaced by the shard index. Checked before
 /// anything runs: a template without a shard, or a path not ending `.csv`, is refused.
@@ -159,7 +160,7 @@ fn resume_hint(a: &RunArgs, s: &run::exec::Summary) -> String {
         a.target
             .jobs
             .iter()
-            .map(|j| shown(j))
+            .map(|j| display_path(j))
             .collect::<Vec<_>>()
             .join(" "),
         s.run_id,

@@ -69,7 +69,7 @@ pub fn run_synth(a: SynthArgs) -> anyhow::Result<()> {
 
 /// Lists the architectures `synth` writes (and `engine/tests/archs.rs` checks), with what sets
 /// each apart. Coverage per gate: docs/architectures.md.
-pub fn run_archs(a: super::ArchsArgs) -> anyhow::Result<()> {
+pub fn run_archs(a: super::args::ArchsArgs) -> anyhow::Result<()> {
     let archs: Vec<SynthArch> = SynthArch::NAMES
         .iter()
         .filter_map(|n| SynthArch::parse(n))

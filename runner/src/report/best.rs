@@ -5,11 +5,11 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::error::ReportError;
 use super::input::Data;
 use super::stats::{
     known_name, lower_is_better, scalar, scalar_interval, unknown_name_hint, Group, METRICS,
 };
-use super::ReportError;
 
 /// A comparison in a `--require`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

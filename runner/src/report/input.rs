@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use super::ReportError;
+use super::error::ReportError;
 use crate::config::declare::settings_values;
 use crate::sink::key::RowKey;
 use crate::sink::read::{self, ReadError};

@@ -8,9 +8,9 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use super::best::Best;
+use super::error::ReportError;
 use super::input::Data;
 use super::stats::Group;
-use super::ReportError;
 
 /// One rendered plot.
 #[derive(Debug, Clone, Serialize)]

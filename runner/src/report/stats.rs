@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use super::error::ReportError;
 use super::input::{point_params, Data, Rec, SPLIT};
-use super::ReportError;
 use crate::compare::stats::{
     bootstrap_95, mean, median_ratio_95, paired_bootstrap, MedianInterval, PairedChange, METHOD,
 };

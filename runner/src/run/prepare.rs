@@ -448,8 +448,3 @@ fn unique(diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
     }
     out
 }
-
-/// `path` for messages.
-pub fn shown(p: &Path) -> String {
-    display_path(p)
-}

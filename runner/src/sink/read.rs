@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::key::RowKey;
 use super::row::Row;
+use crate::config::diag::display_path;
 
 /// The columns that make a CSV a bmoe telemetry file: what identifies a row. Every schema
 /// version has them; a file without one of them is another tool's.
@@ -100,7 +101,7 @@ pub struct Table {
 /// file without a complete line has an empty header and its bytes in `tail`.
 pub fn read(path: &Path) -> Result<Table, ReadError> {
     let bytes = std::fs::read(path).map_err(|cause| ReadError::Io {
-        path: shown(path),
+        path: display_path(path),
         cause,
     })?;
     parse(path, &bytes)
@@ -134,7 +135,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Table, ReadError> {
         let rec = rec.map_err(|e| {
             let line = lines.at(e.position().map(|p| p.byte()).unwrap_or(0));
             ReadError::BadRow {
-                path: shown(path),
+                path: display_path(path),
                 line,
                 reason: e.to_string(),
             }
@@ -151,7 +152,7 @@ fn header(path: &Path, rdr: &mut csv::Reader<&[u8]>) -> Result<Vec<String>, Read
     let header: Vec<String> = rdr
         .headers()
         .map_err(|e| ReadError::NotTelemetry {
-            path: shown(path),
+            path: display_path(path),
             detail: format!("its first line is not a CSV header ({e})"),
         })?
         .iter()
@@ -178,7 +179,7 @@ pub fn check_identity(path: &Path, header: &[String]) -> Result<(), ReadError> {
         shown_header.push_str(",...");
     }
     Err(ReadError::NotTelemetry {
-        path: shown(path),
+        path: display_path(path),
         detail: format!(
             "no column {} (expected the bmoe columns {} of docs/telemetry.md; its header is `{shown_header}`)",
             missing.join(", "),
@@ -252,7 +253,7 @@ impl Table {
             return Ok(());
         }
         Err(ReadError::BadRow {
-            path: shown(&self.path),
+            path: display_path(&self.path),
             line: rec.line,
             reason: format!(
                 "{} cells, but the header has {} columns",
@@ -287,7 +288,7 @@ impl Table {
             let parsed = v.parse::<f64>().ok();
             if parsed.is_none() && !v.is_empty() && numeric.contains(name.as_str()) {
                 return Err(ReadError::BadCell {
-                    path: shown(&self.path),
+                    path: display_path(&self.path),
                     line: rec.line,
                     column: name.clone(),
                     value: v.to_string(),
@@ -301,7 +302,7 @@ impl Table {
 
     /// A typed row's parse error: the cell by column name and value.
     fn bad_cell(&self, rec: &Record, e: &csv::Error) -> ReadError {
-        let path = shown(&self.path);
+        let path = display_path(&self.path);
         let line = rec.line;
         let csv::ErrorKind::Deserialize { err, .. } = e.kind() else {
             let reason = e.to_string();
@@ -345,10 +346,6 @@ fn numeric_columns() -> &'static HashSet<String> {
         }
         out
     })
-}
-
-fn shown(path: &Path) -> String {
-    path.display().to_string()
 }
 
 /// 1-based line numbers of byte offsets, counted forward once (offsets come in file order).
