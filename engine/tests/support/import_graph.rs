@@ -325,3 +325,43 @@ pub fn file_cycle(src: &Path) -> Option<Vec<String>> {
     }
     cycle_in(&edges)
 }
+
+/// The references of `src` that break `layers` (top-level modules, lowest layer first: a module
+/// names only modules of lower layers), as `file:line:` messages.
+pub fn layer_violations(src: &Path, layers: &[&[&str]]) -> Vec<String> {
+    let layer_of = |m: &str| layers.iter().position(|l| l.contains(&m));
+    let mut bad = Vec::new();
+    for r in references(src) {
+        let (Some(from), to) = (r.from.first(), r.to.first().map_or("crate", |s| s.as_str()))
+        else {
+            continue;
+        };
+        if from == to {
+            continue;
+        }
+        let (file, line) = (r.file.display(), r.line);
+        let (Some(lf), Some(lt)) = (layer_of(from), layer_of(to)) else {
+            bad.push(format!(
+                "{file}:{line}: `{from}` -> `{to}`: a module not on any layer, or the crate root \
+                 (add a module to LAYERS there and to docs/architecture.md; nothing names the root)"
+            ));
+            continue;
+        };
+        if lt >= lf {
+            bad.push(format!(
+                "{file}:{line}: `{from}` (layer {lf}) names `{to}` (layer {lt}): imports must point \
+                 to a lower layer"
+            ));
+        }
+    }
+    bad
+}
+
+/// How many references go between two files of one folder: a checker that sees none of them
+/// (a parsing slip) would pass every circle test.
+pub fn references_inside_folders(src: &Path) -> usize {
+    references(src)
+        .into_iter()
+        .filter(|r| r.from.len() > 1 && r.to.len() > 1 && r.from[0] == r.to[0])
+        .count()
+}

@@ -31,31 +31,7 @@ fn top_level(src: &Path, file: &Path) -> Option<String> {
 
 /// The references that break the layering, as messages.
 fn violations(src: &Path) -> Vec<String> {
-    let mut bad = Vec::new();
-    for r in references(src) {
-        let (Some(from), to) = (r.from.first(), r.to.first().map_or("crate", |s| s.as_str()))
-        else {
-            continue;
-        };
-        if from == to {
-            continue;
-        }
-        let (file, line) = (r.file.display(), r.line);
-        let (Some(lf), Some(lt)) = (layer_of(from), layer_of(to)) else {
-            bad.push(format!(
-                "{file}:{line}: `{from}` -> `{to}`: a module not on any layer, or the crate root \
-                 (add a module to LAYERS here and to docs/architecture.md; nothing names main.rs)"
-            ));
-            continue;
-        };
-        if lt >= lf {
-            bad.push(format!(
-                "{file}:{line}: `{from}` (layer {lf}) names `{to}` (layer {lt}): imports must point \
-                 to a lower layer"
-            ));
-        }
-    }
-    bad
+    import_graph::layer_violations(src, LAYERS)
 }
 
 fn src_dir() -> PathBuf {
@@ -84,10 +60,7 @@ fn runner_files_import_without_a_circle() {
     if let Some(c) = file_cycle(&src_dir()) {
         panic!("import circle between runner files: {}", c.join(" -> "));
     }
-    let inner = references(&src_dir())
-        .into_iter()
-        .filter(|r| r.from.len() > 1 && r.to.len() > 1 && r.from[0] == r.to[0])
-        .count();
+    let inner = import_graph::references_inside_folders(&src_dir());
     assert!(inner > 20, "only {inner} references inside folders");
 }
 
