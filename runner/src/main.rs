@@ -4,7 +4,7 @@
 //!
 //! Exit status: 0 ok; 1 differences found (`compare`, `schema --check`) or items refused (`run`);
 //! 2 usage, configuration or I/O error (clap's usage errors are 2 as well); 130 stopped by a signal.
-use bmoe_runner::{cli, commands, direct, ident, probe};
+use bmoe_runner::{cli, commands, ident, probe};
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -94,20 +94,20 @@ fn quiet_on_broken_pipe() {
 fn dispatch(cmd: Command, quiet: bool, verbose: bool) -> anyhow::Result<ExitCode> {
     let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     match cmd {
-        Command::Devices(a) => done(direct::run_devices(a)),
-        Command::Synth(a) => done(direct::run_synth(a)),
-        Command::Archs(a) => done(direct::run_archs(a)),
+        Command::Devices(a) => done(commands::devices::devices(a)),
+        Command::Synth(a) => done(commands::synth::synth(a)),
+        Command::Archs(a) => done(commands::archs::archs(a)),
         Command::Generate(mut a) => {
             a.engine.verbose = verbose;
-            done(direct::run_generate(a))
+            done(commands::generate::generate(a))
         }
         Command::Decide(mut a) => {
             a.engine.verbose = verbose;
-            done(direct::run_decide(a))
+            done(commands::decide::decide(a))
         }
         Command::Ppl(mut a) => {
             a.engine.verbose = verbose;
-            done(direct::run_ppl(a))
+            done(commands::ppl::ppl(a))
         }
         Command::CacheSim(a) => commands::cache_sim::cache_sim(a),
         Command::Check(a) => commands::check::check(a),

@@ -1,16 +1,24 @@
-//! One module per command of the `bmoe` binary; `main` only parses and dispatches. The one-shot
-//! engine commands (generate, decide, ppl, devices, synth, archs) live in `direct/`.
+//! One module per command of the `bmoe` binary (`commands/<name>.rs`); `main` only parses and
+//! dispatches. `one_shot` holds what generate, decide and ppl share, `output` what every command
+//! prints with.
+pub mod archs;
 pub mod cache_sim;
 pub mod check;
 pub mod compare;
+pub mod decide;
+pub mod devices;
+pub mod generate;
 pub mod man;
 pub mod merge;
+mod one_shot;
 pub mod output;
 pub mod plan;
+pub mod ppl;
 pub mod profile;
 pub mod report;
 pub mod run;
 pub mod schema;
+pub mod synth;
 
 /// Differences found (compare, schema --check) or items refused (run).
 pub const EXIT_DIFF: u8 = 1;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["config"],
     &["ident", "placement", "probe", "sink"],
-    &["schema", "run", "direct", "compare", "merge", "measure"],
+    &["run", "compare", "merge"],
     &["report", "cli"],
     &["commands", "fuzzing"],
 ];

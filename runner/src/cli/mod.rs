@@ -3,8 +3,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::direct;
 use crate::run::prepare::Selection;
+
+pub mod engine_args;
 
 /// bmoe: run mixture-of-experts models as declarative batch jobs.
 #[derive(Parser)]
@@ -93,7 +94,7 @@ pub enum Command {
     #[command(after_long_help = "Examples:
   bmoe devices
   bmoe devices --format json")]
-    Devices(direct::DevicesArgs),
+    Devices(engine_args::DevicesArgs),
     /// Device profiles: `measure` writes one for the machine it runs on.
     #[command(subcommand)]
     Profile(ProfileCommand),
@@ -102,18 +103,18 @@ pub enum Command {
   bmoe synth --preset tiny -o models/tiny.gguf
   bmoe synth --preset small --arch gemma4 -o models/gemma4-small.gguf
   bmoe synth --preset bench --expert-type q4_0 -o models/bench.gguf")]
-    Synth(direct::SynthArgs),
+    Synth(engine_args::SynthArgs),
     /// List the model architectures this build writes and checks (coverage: docs/architectures.md).
-    Archs(direct::ArchsArgs),
+    Archs(engine_args::ArchsArgs),
     /// Generate text once.
-    Generate(direct::GenerateArgs),
+    Generate(engine_args::GenerateArgs),
     /// Score choices after a prompt (one prefill, no decode).
-    Decide(direct::DecideArgs),
+    Decide(engine_args::DecideArgs),
     /// Perplexity of a text file.
     #[command(after_long_help = "Examples:
   bmoe ppl -m models/tiny.gguf text.txt
   bmoe ppl -m models/tiny.gguf text.txt --moe-stream --cache-mb 1 --format json")]
-    Ppl(direct::PplArgs),
+    Ppl(engine_args::PplArgs),
     /// Replay a routing trace (--routing-trace) through the expert cache's policy and through
     /// the offline optimum: misses and bytes per token, prompt and decode apart.
     #[command(after_long_help = "Examples:

@@ -1,18 +1,136 @@
-//! `bmoe generate`, `bmoe decide`, `bmoe ppl`: load, run once, print the record.
-use std::io::Write;
+//! What `bmoe generate`, `bmoe decide` and `bmoe ppl` share: the flags resolved into engine options,
+//! the model loaded with its lines, the counters printed.
+use bmoe_engine::limits::ThreadChoice;
+use bmoe_engine::{LoadOptions, Model, PrefillDevCounters, SessionOptions, StreamCounters, Timing};
 
-use anyhow::Context;
-use bmoe_engine::{
-    CancelToken, DecideRequest, GenerateOptions, Model, PrefillDevCounters, Sampling,
-    SessionOptions, StreamCounters, Timing,
-};
+use crate::cli::engine_args::EngineArgs;
+use crate::config::layers::{self, LayerInputs};
+use crate::config::profile::load_profile;
+use crate::config::settings::Settings;
+use crate::placement;
 
-use super::args::{DecideArgs, EngineArgs, GenerateArgs, PplArgs};
+/// What a one-shot command runs with: the resolved values and the engine options they give.
+#[derive(Debug)]
+pub struct Direct {
+    /// The engine's load options.
+    pub load: LoadOptions,
+    /// The engine's session options.
+    pub session: SessionOptions,
+    /// Compute threads as asked and as they run here.
+    pub threads: ThreadChoice,
+}
 
-fn load(e: &EngineArgs) -> anyhow::Result<(Model, SessionOptions)> {
+/// Says so for each flag given that has no effect with the other settings (the rule of
+/// [`crate::config::inert`], shared with check/plan/run).
+fn warn_idle_flags(e: &EngineArgs, s: &Settings) {
+    if s.moe_stream {
+        // A `bmoe:` line where evicted pages cannot be moved (old kernels, qemu-user).
+        crate::ident::page_moves_verdict();
+    }
+    let flags = e.settings.layer();
+    for (key, why) in crate::config::inert::inert_keys(flags.keys().map(String::as_str), s) {
+        eprintln!(
+            "bmoe: --{} has no effect ({why}): ignored",
+            key.replace('_', "-")
+        );
+    }
+}
+
+/// Refuses a prefill device named on the command line that will not run here (unless
+/// `--allow-cpu-fallback`), before anything loads; says so for one named by the profile.
+fn check_device(
+    e: &EngineArgs,
+    s: &Settings,
+    profile: Option<&crate::config::profile::Profile>,
+    origin: &str,
+) -> anyhow::Result<()> {
+    let Some(name) = s.device_name() else {
+        return Ok(());
+    };
+    let place = match profile {
+        Some(pr) => placement::place_prefill(pr, s),
+        None => bmoe_engine::plan::PrefillPlace::resolve(name),
+    };
+    match placement::device_fallback(Some(name), origin, &place, e.allow_cpu_fallback) {
+        Some(Err(e)) => anyhow::bail!(e),
+        // Without a profile the engine's own line at load says it; a profile's policy
+        // (a Hexagon generation) is the runner's to say.
+        Some(Ok(w)) if profile.is_some() => eprintln!("bmoe: {w}"),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Resolves the layers (defaults < `--profile` < `BMOE_*` < `--set` < flags) and the engine
+/// options: through the profile's placement when one is given, else against this machine.
+fn resolve(e: &EngineArgs) -> anyhow::Result<Direct> {
+    let mut inputs = LayerInputs {
+        flags: e.settings.layer(),
+        ..LayerInputs::default()
+    };
+    for s in &e.sets {
+        inputs
+            .sets
+            .push(layers::parse_set(s).map_err(|d| anyhow::anyhow!("{d}"))?);
+    }
+    let profile = match &e.profile {
+        Some(p) => Some(load_profile(p).map_err(|e| anyhow::anyhow!("{e}"))?.0),
+        None => None,
+    };
+    let base = match (&profile, &e.profile) {
+        (Some(pr), Some(path)) => vec![layers::profile_layer(pr, path)],
+        _ => Vec::new(),
+    };
+    let r = layers::resolve_layers(base, &inputs).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let device_origin = r.origin("device").to_string();
+    let s = r.settings;
+    check_device(e, &s, profile.as_ref(), &device_origin)?;
+    warn_idle_flags(e, &s);
+    if e.llama_load && !s.moe_stream {
+        anyhow::bail!(
+            "--llama-load needs moe_stream (--moe-stream): it is how a streamed model loads"
+        );
+    }
+    if s.explain && s.device_name().is_none() {
+        anyhow::bail!("--explain profiles device prefill: it needs a prefill device (--device)");
+    }
+    let (mut load, session, threads) = match &profile {
+        Some(pr) => {
+            let p = placement::place(pr, &s, &e.model)?;
+            (p.load, p.session, p.threads)
+        }
+        None => machine_options(&s, &e.model)?,
+    };
+    if let Some(st) = load.stream.as_mut() {
+        st.llama_load = e.llama_load;
+    }
+    let mut session = session;
+    if let Some(pc) = session.prefix_cache.as_mut() {
+        let sha = crate::ident::model_sha256(&e.model, true)?;
+        pc.key = crate::ident::prefix_key(&sha, &s);
+    }
+    Ok(Direct {
+        load,
+        session,
+        threads,
+    })
+}
+
+/// The engine options for `s` on this machine (no profile): `cache_mb = "auto"` stays `auto`,
+/// which the engine resolves at load with the same plan against this machine's memory.
+fn machine_options(
+    s: &Settings,
+    model: &std::path::Path,
+) -> anyhow::Result<(LoadOptions, SessionOptions, ThreadChoice)> {
+    let (threads, cores) = placement::threads_and_cores(s).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (load, session) = placement::requested_options(s, model, threads.used, &cores);
+    Ok((load, session, threads))
+}
+
+pub(super) fn load(e: &EngineArgs) -> anyhow::Result<(Model, SessionOptions)> {
     bmoe_engine::set_log_verbose(e.verbose);
     // Every value and every combination is checked before the model is read.
-    let d = e.resolve()?;
+    let d = resolve(e)?;
     d.load.validate()?;
     d.session.validate(d.load.prefill.as_ref())?;
     if let Some(note) = d.threads.capped_note() {
@@ -65,7 +183,7 @@ fn pct(v: Option<f64>) -> String {
 
 /// The decode phase's own streaming counters: what decode speed depends on, apart from the
 /// prompt's reads.
-fn print_decode_stream(rec: &bmoe_engine::GenerateRecord) {
+pub(super) fn print_decode_stream(rec: &bmoe_engine::GenerateRecord) {
     let (t, d) = (&rec.timing, &rec.decode_stream);
     if t.n_decoded > 0 && d.cache_hits + d.cache_misses > 0 {
         eprintln!(
@@ -110,13 +228,13 @@ fn print_stall_parts(d: &StreamCounters) {
 }
 
 /// The profiling report of `--explain-prefill`, when it ran.
-fn print_explain(m: &bmoe_engine::Model) {
+pub(super) fn print_explain(m: &bmoe_engine::Model) {
     if let Some(r) = m.explain_prefill() {
         eprint!("{}", r.render());
     }
 }
 
-fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
+pub(super) fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
     eprintln!(
         "prefill: {} tokens in {:.3} s ({:.1} tok/s)",
         t.n_prompt,
@@ -188,153 +306,4 @@ fn print_counters(t: &Timing, s: &StreamCounters, d: &PrefillDevCounters) {
             d.whole_fallback
         );
     }
-}
-
-/// Generates once and prints the text on stdout, the counters on stderr.
-pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
-    let opts = GenerateOptions {
-        n_predict: a.n_predict,
-        sampling: match a.seed {
-            None => Sampling::Greedy,
-            Some(seed) => Sampling::Seeded {
-                seed,
-                temperature: a.temp,
-                top_k: a.top_k,
-                top_p: a.top_p,
-            },
-        },
-        chat: !a.raw,
-    };
-    opts.validate()?;
-    let rss = crate::ident::RssPeaks::start();
-    let (model, session) = load(&a.engine)?;
-    if !a.raw && model.chat_template().is_none() {
-        eprintln!("bmoe: the model has no chat template: the prompt goes in raw (as with --raw)");
-    }
-    let mut s = model.session(&session)?;
-    let cancel = CancelToken::new();
-    let c = cancel.clone();
-    // Ctrl-C stops at the next token; the partial text is still printed.
-    let _ = ctrlc::set_handler(move || c.cancel());
-    let rec = s.generate(&a.prompt, &opts, &cancel)?;
-    if a.engine.out.json() {
-        println!("{}", serde_json::to_string(&rec)?);
-    } else {
-        let mut out = std::io::stdout().lock();
-        out.write_all(&rec.bytes)?;
-        writeln!(out)?;
-    }
-    print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
-    print_decode_stream(&rec);
-    print_explain(&model);
-    let (anon, file) = rss.peaks_mib();
-    let mib = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "?".into());
-    eprintln!(
-        "storage: {:.2} MiB read per decoded token (all paths), peak RSS {} MiB (anonymous {} MiB, file-backed {} MiB), first token after {:.3} s",
-        rec.decode_storage_read_bytes as f64 / 1048576.0 / f64::from(rec.timing.n_decoded.max(1)),
-        mib(crate::ident::peak_rss_mib()),
-        mib(anon),
-        mib(file),
-        rec.timing.first_token_s
-    );
-    match rec.stopped {
-        bmoe_engine::StopReason::Cancelled => {
-            eprintln!("cancelled after {} tokens", rec.tokens.len())
-        }
-        bmoe_engine::StopReason::ContextFull => eprintln!(
-            "stopped: context full after {} tokens (context {})",
-            rec.tokens.len(),
-            s.n_ctx()
-        ),
-        _ => {}
-    }
-    Ok(())
-}
-
-/// Scores the choices once and prints `best` and each choice's score (and, with `--expected`,
-/// whether the best is the expected one).
-pub fn run_decide(a: DecideArgs) -> anyhow::Result<()> {
-    // Checked before the model loads: a typo should not cost a load.
-    let expected = match &a.expected {
-        Some(e) => Some(
-            crate::config::item::resolve_expected_text(e, &a.choices)
-                .map_err(|msg| anyhow::anyhow!("--expected {e:?}: {msg}"))?,
-        ),
-        None => None,
-    };
-    if a.choices.len() == 1 {
-        eprintln!("bmoe: one choice is always the best: give two or more to score a decision");
-    }
-    let (model, session) = load(&a.engine)?;
-    if !a.raw && model.chat_template().is_none() {
-        eprintln!("bmoe: the model has no chat template: the prompt goes in raw (as with --raw)");
-    }
-    let mut s = model.session(&session)?;
-    let rec = s.decide(&DecideRequest {
-        prefix: a.prefix,
-        suffix: a.suffix,
-        choices: a.choices.clone(),
-        scoring: a.scoring.engine(),
-        raw: a.raw,
-    })?;
-    let correct = expected.map(|e| e == rec.best);
-    if a.engine.out.json() {
-        let mut v = serde_json::to_value(&rec)?;
-        if let (Some(obj), Some(e)) = (v.as_object_mut(), expected) {
-            obj.insert("expected".into(), serde_json::json!(e));
-            obj.insert("correct".into(), serde_json::json!(correct));
-        }
-        println!("{v}");
-    } else {
-        println!("best: {} ({:?})", rec.best, a.choices[rec.best]);
-        for (i, (c, lp)) in a.choices.iter().zip(&rec.choice_logp).enumerate() {
-            let ntok = rec.choice_ntok.get(i).copied().unwrap_or(1);
-            println!("  {lp:>10.4}  p={:.4}  {ntok:>3} tok  {c:?}", lp.exp());
-        }
-        if rec.margin.is_finite() {
-            println!("margin: {:.4} nats", rec.margin);
-        }
-        if let (Some(e), Some(ok)) = (expected, correct) {
-            let verdict = if ok { "correct" } else { "incorrect" };
-            println!("{verdict} (expected {e}: {:?})", a.choices[e]);
-        }
-    }
-    eprintln!(
-        "reuse: {} ({} reused, {} prefilled of {} tokens){}",
-        rec.reuse.as_str(),
-        rec.n_reused,
-        rec.n_prefilled,
-        rec.n_tokens,
-        if rec.reuse_reason.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", rec.reuse_reason)
-        }
-    );
-    print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
-    print_explain(&model);
-    Ok(())
-}
-
-/// Scores a text file and prints its perplexity.
-pub fn run_ppl(a: PplArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&a.file)
-        .with_context(|| format!("reading {}", a.file.display()))?;
-    let (model, session) = load(&a.engine)?;
-    let mut s = model.session(&session)?;
-    let rec = s.perplexity(&text)?;
-    if a.engine.out.json() {
-        println!("{}", serde_json::to_string(&rec)?);
-    } else {
-        println!(
-            "perplexity: {:.4} +/- {:.4} (mean NLL {:.5} nats over {} tokens)",
-            rec.ppl,
-            rec.ppl * rec.nll_stderr,
-            rec.nll_mean,
-            rec.n_scored
-        );
-    }
-    print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
-    print_explain(&model);
-    Ok(())
 }

@@ -2,7 +2,7 @@
 use anyhow::{anyhow, Context};
 use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
 
-use super::args::SynthArgs;
+use crate::cli::engine_args::SynthArgs;
 use crate::sink::output::{check_output, OutputKind};
 
 fn weight_type(s: &Option<String>, default: WeightType) -> anyhow::Result<WeightType> {
@@ -18,7 +18,7 @@ fn weight_type(s: &Option<String>, default: WeightType) -> anyhow::Result<Weight
 }
 
 /// Builds the spec from the preset and the explicit dimensions, writes it, reports.
-pub fn run_synth(a: SynthArgs) -> anyhow::Result<()> {
+pub fn synth(a: SynthArgs) -> anyhow::Result<()> {
     let arch =
         SynthArch::parse(&a.arch).ok_or_else(|| anyhow!("unknown architecture {:?}", a.arch))?;
     let preset =
@@ -64,28 +64,5 @@ pub fn run_synth(a: SynthArgs) -> anyhow::Result<()> {
         r.routed_bytes_per_token as f64 / 1048576.0,
         t0.elapsed().as_secs_f64()
     );
-    Ok(())
-}
-
-/// Lists the architectures `synth` writes (and `engine/tests/archs.rs` checks), with what sets
-/// each apart. Coverage per gate: docs/architectures.md.
-pub fn run_archs(a: super::args::ArchsArgs) -> anyhow::Result<()> {
-    let archs: Vec<SynthArch> = SynthArch::NAMES
-        .iter()
-        .filter_map(|n| SynthArch::parse(n))
-        .collect();
-    if a.out.json() {
-        let v: Vec<serde_json::Value> = archs
-            .iter()
-            .map(|x| serde_json::json!({"arch": x.name(), "about": x.about()}))
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
-    }
-    let w = archs.iter().map(|x| x.name().len()).max().unwrap_or(0);
-    for x in &archs {
-        println!("{:w$}  {}", x.name(), x.about());
-    }
-    println!("\n`bmoe synth --arch NAME` writes one; docs/architectures.md has the gate coverage.");
     Ok(())
 }

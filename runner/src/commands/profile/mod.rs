@@ -7,7 +7,10 @@ use anyhow::Context;
 
 use crate::cli::{MeasureArgs, ProfileCommand};
 use crate::config::profile::load_profile;
-use crate::measure::{measure, profile_toml, write_scratch, ReadPlan};
+
+mod measure;
+
+use measure::{measure, profile_toml, write_scratch, ReadPlan};
 
 /// Runs `bmoe profile ...`.
 pub fn profile(c: ProfileCommand) -> anyhow::Result<ExitCode> {

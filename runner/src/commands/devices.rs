@@ -1,8 +1,8 @@
 //! `bmoe devices`: what the ggml registry of this build holds.
-use super::args::DevicesArgs;
+use crate::cli::engine_args::DevicesArgs;
 
 /// Lists the backends compiled in and every device they expose.
-pub fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
+pub fn devices(args: DevicesArgs) -> anyhow::Result<()> {
     let devices = bmoe_engine::devices();
     if args.out.json() {
         let v = serde_json::json!({

@@ -3,12 +3,13 @@ use std::process::ExitCode;
 
 use super::EXIT_DIFF;
 use crate::cli::SchemaArgs;
-use crate::schema;
+
+mod files;
 
 /// Runs `bmoe schema`.
 pub fn schema(a: SchemaArgs) -> anyhow::Result<ExitCode> {
     if a.check {
-        let stale = schema::stale(&a.out);
+        let stale = files::stale(&a.out);
         if stale.is_empty() {
             println!("schemas in {} are current", a.out.display());
             return Ok(ExitCode::SUCCESS);
@@ -21,6 +22,6 @@ pub fn schema(a: SchemaArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(EXIT_DIFF));
     }
-    schema::write(&a.out)?;
+    files::write(&a.out)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,15 +1,12 @@
 //! Command-line arguments of the one-shot commands.
 use std::path::PathBuf;
 
-use bmoe_engine::limits::{self, ThreadChoice};
-use bmoe_engine::{LoadOptions, SessionOptions};
+use bmoe_engine::limits;
 use clap::Args;
 
+use super::Format;
 use crate::config::declare::{float_in, int_in};
-use crate::config::layers::{self, LayerInputs};
-use crate::config::profile::load_profile;
-use crate::config::settings::{SettingFlags, Settings};
-use crate::placement;
+use crate::config::settings::SettingFlags;
 
 fn n_predict_arg(s: &str) -> Result<u32, String> {
     int_in(s, &limits::N_PREDICT)
@@ -24,12 +21,13 @@ fn top_p_arg(s: &str) -> Result<f32, String> {
     float_in(s, &limits::TOP_P).map(|v| v as f32)
 }
 
-/// `--format text|json`, the spelling every command shares, with `--json` kept for old scripts.
+/// `--format text|json` (the one [`Format`] every command shares), with `--json` kept for old
+/// scripts.
 #[derive(Debug, Args)]
 pub struct FormatFlag {
     /// Output format.
-    #[arg(long, value_parser = ["text", "json"], default_value = "text")]
-    format: String,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
     /// The same as --format json (the older spelling).
     #[arg(long, hide = true)]
     json: bool,
@@ -38,7 +36,7 @@ pub struct FormatFlag {
 impl FormatFlag {
     /// Whether JSON was asked for, in either spelling.
     pub fn json(&self) -> bool {
-        self.json || self.format == "json"
+        self.json || self.format == Format::Json
     }
 }
 
@@ -146,128 +144,6 @@ pub struct EngineArgs {
     pub allow_cpu_fallback: bool,
     #[command(flatten)]
     pub out: FormatFlag,
-}
-
-/// What a one-shot command runs with: the resolved values and the engine options they give.
-#[derive(Debug)]
-pub struct Direct {
-    /// The engine's load options.
-    pub load: LoadOptions,
-    /// The engine's session options.
-    pub session: SessionOptions,
-    /// Compute threads as asked and as they run here.
-    pub threads: ThreadChoice,
-}
-
-impl EngineArgs {
-    /// Says so for each flag given that has no effect with the other settings (the rule of
-    /// [`crate::config::inert`], shared with check/plan/run).
-    fn warn_idle_flags(&self, s: &Settings) {
-        if s.moe_stream {
-            // A `bmoe:` line where evicted pages cannot be moved (old kernels, qemu-user).
-            crate::ident::page_moves_verdict();
-        }
-        let flags = self.settings.layer();
-        for (key, why) in crate::config::inert::inert_keys(flags.keys().map(String::as_str), s) {
-            eprintln!(
-                "bmoe: --{} has no effect ({why}): ignored",
-                key.replace('_', "-")
-            );
-        }
-    }
-
-    /// Refuses a prefill device named on the command line that will not run here (unless
-    /// `--allow-cpu-fallback`), before anything loads; says so for one named by the profile.
-    fn check_device(
-        &self,
-        s: &Settings,
-        profile: Option<&crate::config::profile::Profile>,
-        origin: &str,
-    ) -> anyhow::Result<()> {
-        let Some(name) = s.device_name() else {
-            return Ok(());
-        };
-        let place = match profile {
-            Some(pr) => placement::place_prefill(pr, s),
-            None => bmoe_engine::plan::PrefillPlace::resolve(name),
-        };
-        match placement::device_fallback(Some(name), origin, &place, self.allow_cpu_fallback) {
-            Some(Err(e)) => anyhow::bail!(e),
-            // Without a profile the engine's own line at load says it; a profile's policy
-            // (a Hexagon generation) is the runner's to say.
-            Some(Ok(w)) if profile.is_some() => eprintln!("bmoe: {w}"),
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// Resolves the layers (defaults < `--profile` < `BMOE_*` < `--set` < flags) and the engine
-    /// options: through the profile's placement when one is given, else against this machine.
-    pub fn resolve(&self) -> anyhow::Result<Direct> {
-        let mut inputs = LayerInputs {
-            flags: self.settings.layer(),
-            ..LayerInputs::default()
-        };
-        for s in &self.sets {
-            inputs
-                .sets
-                .push(layers::parse_set(s).map_err(|d| anyhow::anyhow!("{d}"))?);
-        }
-        let profile = match &self.profile {
-            Some(p) => Some(load_profile(p).map_err(|e| anyhow::anyhow!("{e}"))?.0),
-            None => None,
-        };
-        let base = match (&profile, &self.profile) {
-            (Some(pr), Some(path)) => vec![layers::profile_layer(pr, path)],
-            _ => Vec::new(),
-        };
-        let r = layers::resolve_layers(base, &inputs).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let device_origin = r.origin("device").to_string();
-        let s = r.settings;
-        self.check_device(&s, profile.as_ref(), &device_origin)?;
-        self.warn_idle_flags(&s);
-        if self.llama_load && !s.moe_stream {
-            anyhow::bail!(
-                "--llama-load needs moe_stream (--moe-stream): it is how a streamed model loads"
-            );
-        }
-        if s.explain && s.device_name().is_none() {
-            anyhow::bail!(
-                "--explain profiles device prefill: it needs a prefill device (--device)"
-            );
-        }
-        let (mut load, session, threads) = match &profile {
-            Some(pr) => {
-                let p = placement::place(pr, &s, &self.model)?;
-                (p.load, p.session, p.threads)
-            }
-            None => machine_options(&s, &self.model)?,
-        };
-        if let Some(st) = load.stream.as_mut() {
-            st.llama_load = self.llama_load;
-        }
-        let mut session = session;
-        if let Some(pc) = session.prefix_cache.as_mut() {
-            let sha = crate::ident::model_sha256(&self.model, true)?;
-            pc.key = crate::ident::prefix_key(&sha, &s);
-        }
-        Ok(Direct {
-            load,
-            session,
-            threads,
-        })
-    }
-}
-
-/// The engine options for `s` on this machine (no profile): `cache_mb = "auto"` stays `auto`,
-/// which the engine resolves at load with the same plan against this machine's memory.
-fn machine_options(
-    s: &Settings,
-    model: &std::path::Path,
-) -> anyhow::Result<(LoadOptions, SessionOptions, ThreadChoice)> {
-    let (threads, cores) = placement::threads_and_cores(s).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (load, session) = placement::requested_options(s, model, threads.used, &cores);
-    Ok((load, session, threads))
 }
 
 /// `--scoring` of `bmoe decide`.
