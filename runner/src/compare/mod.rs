@@ -78,19 +78,9 @@ pub struct AccuracyChange {
     pub gained: usize,
 }
 
-/// The comparison.
+/// What the matched rows' results say, A against B.
 #[derive(Debug, Default)]
-pub struct Report {
-    /// Run ids compared.
-    pub runs: (String, String),
-    /// The jobs each run holds.
-    pub jobs: (BTreeSet<String>, BTreeSet<String>),
-    /// Rows present in both.
-    pub matched: usize,
-    /// Keys only in A.
-    pub only_a: Vec<Key>,
-    /// Keys only in B.
-    pub only_b: Vec<Key>,
+pub struct Outcomes {
     /// Decide rows matched.
     pub decisions: usize,
     /// Decide rows whose best agrees.
@@ -104,6 +94,23 @@ pub struct Report {
     /// Accuracy counts: (decisions with `correct` on both sides, correct in A, correct in B, lost,
     /// gained).
     pub accuracy: (usize, usize, usize, usize, usize),
+}
+
+/// The comparison.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Run ids compared.
+    pub runs: (String, String),
+    /// The jobs each run holds.
+    pub jobs: (BTreeSet<String>, BTreeSet<String>),
+    /// Rows present in both.
+    pub matched: usize,
+    /// Keys only in A.
+    pub only_a: Vec<Key>,
+    /// Keys only in B.
+    pub only_b: Vec<Key>,
+    /// What the matched rows' results say: decisions, texts, perplexities, accuracy.
+    pub outcomes: Outcomes,
     /// Prefill times of the matched rows and their ratios B/A.
     pub prefill: Timings,
     /// Decode times, and ratios B/A of decode time per generated token.
@@ -200,7 +207,7 @@ impl Report {
 
     /// Accuracy of each side and the change, or `None` when no matched row carries `correct`.
     pub fn accuracy(&self) -> Option<AccuracyChange> {
-        let (n, a, b, lost, gained) = self.accuracy;
+        let (n, a, b, lost, gained) = self.outcomes.accuracy;
         if n == 0 {
             return None;
         }
@@ -274,9 +281,9 @@ fn compare_row(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64) {
         same &= compare_decision(rep, k, x, y, tolerance);
     }
     if x.kind == "generate" {
-        rep.texts.0 += 1;
+        rep.outcomes.texts.0 += 1;
         if x.text == y.text {
-            rep.texts.1 += 1;
+            rep.outcomes.texts.1 += 1;
         } else {
             same = false;
         }
@@ -286,8 +293,14 @@ fn compare_row(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64) {
         if d > tolerance {
             same = false;
         }
-        if rep.max_ppl_diff.as_ref().map(|m| d > m.0).unwrap_or(true) {
-            rep.max_ppl_diff = Some((d, k.clone()));
+        if rep
+            .outcomes
+            .max_ppl_diff
+            .as_ref()
+            .map(|m| d > m.0)
+            .unwrap_or(true)
+        {
+            rep.outcomes.max_ppl_diff = Some((d, k.clone()));
         }
     }
     let g = rep.groups.entry(group_of(x)).or_default();
@@ -314,19 +327,19 @@ fn group_of(r: &Row) -> groups::GroupKey {
 
 /// Adds a matched decision; false when it differs.
 fn compare_decision(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64) -> bool {
-    rep.decisions += 1;
+    rep.outcomes.decisions += 1;
     let mut same = true;
     // Only `correct` is compared here: n_reused, n_prefilled, reuse and the prefill times
     // depend on the order the decisions ran in, not on the result.
     if let (Some(ca), Some(cb)) = (x.correct, y.correct) {
-        rep.accuracy.0 += 1;
-        rep.accuracy.1 += usize::from(ca);
-        rep.accuracy.2 += usize::from(cb);
-        rep.accuracy.3 += usize::from(ca && !cb);
-        rep.accuracy.4 += usize::from(!ca && cb);
+        rep.outcomes.accuracy.0 += 1;
+        rep.outcomes.accuracy.1 += usize::from(ca);
+        rep.outcomes.accuracy.2 += usize::from(cb);
+        rep.outcomes.accuracy.3 += usize::from(ca && !cb);
+        rep.outcomes.accuracy.4 += usize::from(!ca && cb);
     }
     if x.best == y.best {
-        rep.best_agree += 1;
+        rep.outcomes.best_agree += 1;
     } else {
         same = false;
     }
@@ -339,8 +352,14 @@ fn compare_decision(rep: &mut Report, k: &Key, x: &Row, y: &Row, tolerance: f64)
         if d > tolerance || d.is_nan() {
             same = false;
         }
-        if rep.max_logp_diff.as_ref().map(|m| d > m.0).unwrap_or(true) {
-            rep.max_logp_diff = Some((d, k.clone()));
+        if rep
+            .outcomes
+            .max_logp_diff
+            .as_ref()
+            .map(|m| d > m.0)
+            .unwrap_or(true)
+        {
+            rep.outcomes.max_logp_diff = Some((d, k.clone()));
         }
     }
     same

@@ -94,12 +94,12 @@ impl Report {
             only_a_keys: keys(&self.only_a),
             only_b_keys: keys(&self.only_b),
             changed: &self.changed,
-            decisions: self.decisions,
-            best_agree: self.best_agree,
-            max_logp_diff: md(&self.max_logp_diff),
-            generations: self.texts.0,
-            identical_texts: self.texts.1,
-            max_ppl_diff: md(&self.max_ppl_diff),
+            decisions: self.outcomes.decisions,
+            best_agree: self.outcomes.best_agree,
+            max_logp_diff: md(&self.outcomes.max_logp_diff),
+            generations: self.outcomes.texts.0,
+            identical_texts: self.outcomes.texts.1,
+            max_ppl_diff: md(&self.outcomes.max_ppl_diff),
             accuracy: self.accuracy(),
             prefill_s_ratio: RatioStats::of(&self.prefill.ratios),
             speed: self.speed(),
@@ -150,13 +150,13 @@ impl Report {
 
     /// Decisions, accuracy, generations, perplexity.
     fn render_outcomes(&self, s: &mut String) {
-        if self.decisions > 0 {
+        if self.outcomes.decisions > 0 {
             let _ = writeln!(
                 s,
                 "decisions: {}/{} agree on best",
-                self.best_agree, self.decisions
+                self.outcomes.best_agree, self.outcomes.decisions
             );
-            if let Some((d, k)) = &self.max_logp_diff {
+            if let Some((d, k)) = &self.outcomes.max_logp_diff {
                 let _ = writeln!(
                     s,
                     "largest choice_logp difference: {d:.6} nats ({})",
@@ -180,14 +180,14 @@ impl Report {
                 );
             }
         }
-        if self.texts.0 > 0 {
+        if self.outcomes.texts.0 > 0 {
             let _ = writeln!(
                 s,
                 "generations: {}/{} identical text",
-                self.texts.1, self.texts.0
+                self.outcomes.texts.1, self.outcomes.texts.0
             );
         }
-        if let Some((d, k)) = &self.max_ppl_diff {
+        if let Some((d, k)) = &self.outcomes.max_ppl_diff {
             let _ = writeln!(
                 s,
                 "largest perplexity difference: {d:.6} ({})",

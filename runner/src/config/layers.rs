@@ -222,6 +222,22 @@ pub fn resolve_layers(
     inputs: &LayerInputs,
 ) -> Result<Resolved, ConfigErrors> {
     let mut errs = Vec::new();
+    let sets = set_values(inputs, &mut errs);
+    let figment = stack(layers, sets, inputs);
+    let (resolved, origins) = values_and_origins(&figment);
+    check_values(&resolved, &origins, &mut errs);
+    if !errs.is_empty() {
+        return Err(ConfigErrors(errs));
+    }
+    let settings: Settings = serde_json::from_value(Value::Object(resolved))
+        .map_err(|e| ConfigErrors(vec![Diagnostic::other("configuration", "", e.to_string())]))?;
+    let out = Resolved { settings, origins };
+    check_cross(&out)?;
+    Ok(out)
+}
+
+/// The `--set` values as a layer; an unknown key is an error with a suggestion.
+fn set_values(inputs: &LayerInputs, errs: &mut Vec<Diagnostic>) -> serde_json::Map<String, Value> {
     let mut sets = serde_json::Map::new();
     for (k, v) in &inputs.sets {
         if KEYS.contains(&k.as_str()) {
@@ -231,6 +247,15 @@ pub fn resolve_layers(
             errs.push(Diagnostic::other(format!("--set {k}={v}"), k, message).with_help(help));
         }
     }
+    sets
+}
+
+/// The layers stacked, lowest first: defaults, `layers`, `BMOE_*`, `--set`, the flags.
+fn stack(
+    layers: Vec<(String, serde_json::Map<String, Value>)>,
+    sets: serde_json::Map<String, Value>,
+    inputs: &LayerInputs,
+) -> Figment {
     let defaults = match serde_json::to_value(Settings::default()) {
         Ok(Value::Object(m)) => m,
         _ => serde_json::Map::new(),
@@ -242,7 +267,7 @@ pub fn resolve_layers(
     for (name, values) in layers {
         figment = figment.merge(Layer { name, values });
     }
-    let figment = figment
+    figment
         .merge(Env::prefixed("BMOE_").only(KEYS))
         .merge(Layer {
             name: "--set".into(),
@@ -251,8 +276,16 @@ pub fn resolve_layers(
         .merge(Layer {
             name: "command-line flags".into(),
             values: inputs.flags.clone(),
-        });
+        })
+}
 
+/// Each key's value and the name of the layer that gave it.
+fn values_and_origins(
+    figment: &Figment,
+) -> (
+    serde_json::Map<String, Value>,
+    Vec<(String, String, String)>,
+) {
     let mut resolved = serde_json::Map::new();
     let mut origins = Vec::new();
     for key in KEYS {
@@ -276,6 +309,15 @@ pub fn resolve_layers(
         origins.push((key.to_string(), text, origin));
         resolved.insert(key.to_string(), value);
     }
+    (resolved, origins)
+}
+
+/// Checks every value once more against the settings' schema.
+fn check_values(
+    resolved: &serde_json::Map<String, Value>,
+    origins: &[(String, String, String)],
+    errs: &mut Vec<Diagnostic>,
+) {
     // Environment and --set values bypassed the file schemas: check every value once more and
     // blame the layer that gave it.
     let schema = super::settings::settings_schema();
@@ -293,14 +335,6 @@ pub fn resolve_layers(
             .unwrap_or_default();
         errs.push(Diagnostic::other(origin, &v.field, v.message));
     }
-    if !errs.is_empty() {
-        return Err(ConfigErrors(errs));
-    }
-    let settings: Settings = serde_json::from_value(Value::Object(resolved))
-        .map_err(|e| ConfigErrors(vec![Diagnostic::other("configuration", "", e.to_string())]))?;
-    let out = Resolved { settings, origins };
-    check_cross(&out)?;
-    Ok(out)
 }
 
 /// Rules between keys.

@@ -6,9 +6,10 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::error::ReportError;
+use super::group::Group;
 use super::input::Data;
-use super::stats::{
-    known_name, lower_is_better, scalar, scalar_interval, unknown_name_hint, Group, METRICS,
+use super::metrics::{
+    known_name, lower_is_better, scalar, scalar_interval, unknown_name_hint, METRICS,
 };
 
 /// A comparison in a `--require`.
@@ -166,11 +167,11 @@ pub struct Best {
     /// Winning point label.
     pub point: String,
     /// Its swept values (what `--write-overrides` writes).
-    #[serde(serialize_with = "super::stats::typed_params")]
+    #[serde(serialize_with = "super::group::typed_params")]
     pub params: std::collections::BTreeMap<String, String>,
     /// Settings the swept values depend on to act, as the point ran with them (`moe_stream` for
     /// `cache_mb`): written beside the swept values, so the overlay reproduces the point.
-    #[serde(serialize_with = "super::stats::typed_params")]
+    #[serde(serialize_with = "super::group::typed_params")]
     pub depends: std::collections::BTreeMap<String, String>,
     /// Objective name.
     pub objective: String,

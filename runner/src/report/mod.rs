@@ -3,10 +3,13 @@
 //! and requirements, written back as a TOML overlay.
 pub mod best;
 mod error;
+pub mod group;
 pub mod input;
+pub mod metrics;
 mod noise;
 pub mod plots;
 pub mod provenance;
+mod reference;
 pub mod render;
 pub mod stats;
 
@@ -14,10 +17,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use best::{Best, BestSpec};
+use group::Group;
 use input::Data;
 use plots::Plot;
 use provenance::Provenance;
-use stats::Group;
 
 pub use error::ReportError;
 
@@ -176,7 +179,7 @@ fn duplicate_warnings(data: &Data) -> Vec<String> {
 /// Notes on what the tables leave out: metrics no row measured, accuracy without `correct` or
 /// `expected`, and which reference agreement is measured against.
 fn metric_notes(groups: &[Group], opts: &Options, notes: &mut Vec<String>) {
-    for (m, h, _) in stats::METRICS {
+    for (m, h, _) in metrics::METRICS {
         if *m != "peak_rss_mib" && groups.iter().all(|g| !g.metrics.contains_key(*m)) {
             let why = match *m {
                 "decode_tps" => {
@@ -348,7 +351,7 @@ fn profile_ram(data: &Data, given: &BTreeMap<String, f64>) -> BTreeMap<String, f
             }
         }
         for (p, v) in by {
-            if let (false, Some(s)) = (out.contains_key(&p), stats::Stat::of(v)) {
+            if let (false, Some(s)) = (out.contains_key(&p), group::Stat::of(v)) {
                 out.insert(p, s.median);
             }
         }

@@ -1,8 +1,8 @@
 //! Warnings about speed timings too short or too spread to judge, naming the fix, as hyperfine
 //! gives them: the tables' medians and the speed-up's interval say what the rows hold, these say
 //! when the rows are the problem.
+use super::group::{Group, Stat};
 use super::input::Data;
-use super::stats::{Group, Stat};
 use crate::compare::speed::SHORT_S;
 
 /// A speed's p90/p10 over one point's rows above this is warned about. Higher than compare's

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::best::Best;
 use super::error::ReportError;
+use super::group::Group;
 use super::input::Data;
-use super::stats::Group;
 
 /// One rendered plot.
 #[derive(Debug, Clone, Serialize)]

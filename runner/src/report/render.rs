@@ -6,7 +6,8 @@ use comfy_table::{presets::ASCII_MARKDOWN, Table};
 use serde_json::json;
 
 use super::best::render as render_best;
-use super::stats::{Group, Stat, METRICS};
+use super::group::{Agreement, Group, PplChange, Speedup, Stat};
+use super::metrics::METRICS;
 use super::Report;
 
 /// Output formats.
@@ -108,45 +109,72 @@ pub fn is_best(r: &Report, g: &Group) -> bool {
 
 /// Header and cells of one (job, profile) table: metric columns no group measured are left out.
 fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
-    let metrics: Vec<&(&str, &str, &str)> = METRICS
-        .iter()
-        .filter(|(m, _, _)| gs.iter().any(|g| g.metrics.contains_key(*m)))
-        .collect();
-    let acc = gs.iter().any(|g| g.accuracy.is_some());
-    let agr = gs.iter().find_map(|g| g.agreement.as_ref());
-    let spd = gs.iter().find_map(|g| g.speedup.as_ref());
-    let ppl = gs.iter().find_map(|g| g.ppl_change.as_ref());
-    let headroom = gs
-        .iter()
-        .any(|g| g.metrics.contains_key("peak_rss_mib") && r.ram.contains_key(&g.profile));
-    let mut head = vec!["point".to_string(), "rows".to_string()];
-    head.extend(metrics.iter().map(|(_, h, _)| h.to_string()));
-    if let Some(s) = spd {
-        let what = s.metric.trim_end_matches("_tps");
-        head.push(format!("{what} speed-up vs {}", s.reference));
+    let cols = Columns::of(r, gs);
+    (cols.head(), gs.iter().map(|g| cols.cells(r, g)).collect())
+}
+
+/// The columns of one (job, profile) table: what at least one of its groups measured.
+struct Columns<'a> {
+    metrics: Vec<&'static (&'static str, &'static str, &'static str)>,
+    accuracy: bool,
+    agreement: Option<&'a Agreement>,
+    speedup: Option<&'a Speedup>,
+    ppl: Option<&'a PplChange>,
+    headroom: bool,
+}
+
+impl<'a> Columns<'a> {
+    fn of(r: &Report, gs: &[&'a Group]) -> Self {
+        Columns {
+            metrics: METRICS
+                .iter()
+                .filter(|(m, _, _)| gs.iter().any(|g| g.metrics.contains_key(*m)))
+                .collect(),
+            accuracy: gs.iter().any(|g| g.accuracy.is_some()),
+            agreement: gs.iter().find_map(|g| g.agreement.as_ref()),
+            speedup: gs.iter().find_map(|g| g.speedup.as_ref()),
+            ppl: gs.iter().find_map(|g| g.ppl_change.as_ref()),
+            headroom: gs
+                .iter()
+                .any(|g| g.metrics.contains_key("peak_rss_mib") && r.ram.contains_key(&g.profile)),
+        }
     }
-    if headroom {
-        head.push("RAM headroom MiB".into());
+
+    fn head(&self) -> Vec<String> {
+        let mut head = vec!["point".to_string(), "rows".to_string()];
+        head.extend(self.metrics.iter().map(|(_, h, _)| h.to_string()));
+        if let Some(s) = self.speedup {
+            let what = s.metric.trim_end_matches("_tps");
+            head.push(format!("{what} speed-up vs {}", s.reference));
+        }
+        if self.headroom {
+            head.push("RAM headroom MiB".into());
+        }
+        if self.accuracy {
+            head.push("accuracy".into());
+        }
+        if let Some(a) = self.agreement {
+            head.push(format!("agreement vs {}", a.reference));
+        }
+        if let Some(p) = self.ppl {
+            head.push(format!("ppl vs {} (worst item)", p.reference));
+        }
+        head
     }
-    if acc {
-        head.push("accuracy".into());
-    }
-    if let Some(a) = agr {
-        head.push(format!("agreement vs {}", a.reference));
-    }
-    if let Some(p) = ppl {
-        head.push(format!("ppl vs {} (worst item)", p.reference));
-    }
-    let mut rows = Vec::new();
-    for g in gs {
+
+    fn cells(&self, r: &Report, g: &Group) -> Vec<String> {
         let label = if is_best(r, g) {
             format!("{} (best)", g.label)
         } else {
             g.label.clone()
         };
         let mut cells = vec![label, rows_cell(g)];
-        cells.extend(metrics.iter().map(|(m, _, _)| stat_cell(g.metrics.get(*m))));
-        if spd.is_some() {
+        cells.extend(
+            self.metrics
+                .iter()
+                .map(|(m, _, _)| stat_cell(g.metrics.get(*m))),
+        );
+        if self.speedup.is_some() {
             cells.push(
                 g.speedup
                     .as_ref()
@@ -156,7 +184,7 @@ fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
                     }),
             );
         }
-        if headroom {
+        if self.headroom {
             let h = g
                 .metrics
                 .get("peak_rss_mib")
@@ -164,10 +192,10 @@ fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
                 .map(|(s, ram)| num(ram - s.median));
             cells.push(h.unwrap_or("-".into()));
         }
-        if acc {
+        if self.accuracy {
             cells.push(accuracy_cell(g));
         }
-        if agr.is_some() {
+        if self.agreement.is_some() {
             cells.push(
                 g.agreement
                     .as_ref()
@@ -175,7 +203,7 @@ fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
                     .unwrap_or("-".into()),
             );
         }
-        if ppl.is_some() {
+        if self.ppl.is_some() {
             cells.push(g.ppl_change.as_ref().map_or("-".into(), |p| {
                 format!(
                     "{:+.3}% ({:+.3}%, n={})",
@@ -185,9 +213,8 @@ fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
                 )
             }));
         }
-        rows.push(cells);
+        cells
     }
-    (head, rows)
 }
 
 fn markdown(r: &Report) -> String {
@@ -251,6 +278,16 @@ fn esc_code(s: &str) -> String {
 
 fn html(r: &Report) -> String {
     let mut s = String::new();
+    html_head(&mut s, r);
+    html_tables(&mut s, r);
+    html_best_and_plots(&mut s, r);
+    html_notes_and_metrics(&mut s, r);
+    s.push_str("</ul>\n</body>\n</html>\n");
+    s
+}
+
+/// The page's head and its opening list: the inputs and where the rows came from.
+fn html_head(s: &mut String, r: &Report) {
     s.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     // Nothing may load from anywhere: the page is read offline and attached to e-mails.
     s.push_str("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n");
@@ -280,6 +317,10 @@ fn html(r: &Report) -> String {
         let _ = writeln!(s, "<li>{}: {}</li>", esc(k), esc(&v));
     }
     s.push_str("</ul>\n<p>Cells: median (p10..p90) over the group's rows; - = not measured; speed-up: the median over the reference's, with its 95% interval [low, high].</p>\n");
+}
+
+/// One table per (job, profile), the best point's row marked.
+fn html_tables(s: &mut String, r: &Report) {
     for ((job, profile), gs) in tables(r) {
         let _ = writeln!(s, "<h2>job {} on profile {}</h2>", esc(&job), esc(&profile));
         let (head, rows) = table_rows(r, &gs);
@@ -301,6 +342,10 @@ fn html(r: &Report) -> String {
         }
         s.push_str("</table>\n");
     }
+}
+
+/// The best point and the plots, inline.
+fn html_best_and_plots(s: &mut String, r: &Report) {
     if !r.best.is_empty() {
         let _ = writeln!(
             s,
@@ -325,6 +370,10 @@ fn html(r: &Report) -> String {
             esc(&p.title)
         );
     }
+}
+
+/// The notes and what each metric is (the list is closed by the caller).
+fn html_notes_and_metrics(s: &mut String, r: &Report) {
     if !r.notes.is_empty() {
         s.push_str("<h2>Notes</h2>\n<ul>\n");
         for n in &r.notes {
@@ -342,8 +391,6 @@ fn html(r: &Report) -> String {
             esc_code(what)
         );
     }
-    s.push_str("</ul>\n</body>\n</html>\n");
-    s
 }
 
 fn json_text(r: &Report) -> String {

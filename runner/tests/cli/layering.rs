@@ -100,3 +100,39 @@ fn the_checker_sees_an_upward_import() {
         Some(vec!["config".into(), "sink".into(), "config".into()])
     );
 }
+
+/// Where a subcommand's body lives: `commands/<name>.rs` or `commands/<name>/mod.rs`, the name
+/// with `-` as `_`. `completions` prints what `man` prints, from the same clap tree.
+fn command_home(src: &Path, name: &str) -> Option<PathBuf> {
+    let name = match name {
+        "completions" => "man",
+        n => n,
+    }
+    .replace('-', "_");
+    let dir = src.join("commands");
+    [
+        dir.join(format!("{name}.rs")),
+        dir.join(&name).join("mod.rs"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+#[test]
+fn every_subcommand_has_its_own_file_in_commands() {
+    use clap::CommandFactory;
+    let src = src_dir();
+    let cli = bmoe_runner::cli::Cli::command();
+    let names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+    assert!(names.len() >= 15, "too few subcommands seen: {names:?}");
+    let homeless: Vec<&&str> = names
+        .iter()
+        .filter(|n| command_home(&src, n).is_none())
+        .collect();
+    assert!(
+        homeless.is_empty(),
+        "subcommands without commands/<name>.rs or commands/<name>/mod.rs: {homeless:?}"
+    );
+    // The check can fail: a name with no file is homeless.
+    assert!(command_home(&src, "no-such-command").is_none());
+}
