@@ -351,13 +351,13 @@ pub fn model_sha256(path: &Path, quiet: bool) -> anyhow::Result<String> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         b.set_prefix("sha256");
-        b.set_message(crate::config::diag::display_path(path));
+        b.set_message(crate::config::paths::display_path(path));
         b
     } else {
         if !quiet && total >= 1 << 30 {
             eprintln!(
                 "bmoe: hashing {} ({:.1} GiB) once; the result is cached",
-                crate::config::diag::display_path(path),
+                crate::config::paths::display_path(path),
                 total as f64 / f64::from(1u32 << 30)
             );
         }

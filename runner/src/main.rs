@@ -4,7 +4,7 @@
 //!
 //! Exit status: 0 ok; 1 differences found (`compare`, `schema --check`) or items refused (`run`);
 //! 2 usage, configuration or I/O error (clap's usage errors are 2 as well); 130 stopped by a signal.
-use bmoe_runner::{cli, commands, ident, probe};
+use bmoe_runner::{cli, commands, ident, load_probe};
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -21,14 +21,14 @@ fn main() -> ExitCode {
     quiet_on_broken_pipe();
     // The probe's child is internal: not a clap command, so no completion or man page offers it.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == probe::CHILD_ARG) {
+    if args.get(1).is_some_and(|a| a == load_probe::CHILD_ARG) {
         return match args.get(2) {
-            Some(model) => {
-                finish(probe::run_child(std::path::Path::new(model)).map(|()| ExitCode::SUCCESS))
-            }
+            Some(model) => finish(
+                load_probe::run_child(std::path::Path::new(model)).map(|()| ExitCode::SUCCESS),
+            ),
             None => finish(Err(anyhow::anyhow!(
                 "{} needs a model path",
-                probe::CHILD_ARG
+                load_probe::CHILD_ARG
             ))),
         };
     }

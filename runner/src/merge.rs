@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context};
 use serde::Serialize;
 
-use crate::config::diag::display_path;
+use crate::config::paths::display_path;
 use crate::sink::csv::{inspect, HeaderKind};
 use crate::sink::key::RowKey;
 use crate::sink::lock::is_lock_file;

@@ -6,9 +6,9 @@ use serde::Serialize;
 
 use super::output::{fail, print_json, print_warnings};
 use crate::cli::{CheckArgs, Format};
-use crate::config::diag::display_path;
 use crate::config::diag::{ConfigErrors, Diagnostic};
-use crate::probe;
+use crate::config::paths::display_path;
+use crate::load_probe;
 use crate::run;
 use crate::run::prepare::{prepare, Prepared};
 
@@ -127,12 +127,12 @@ fn check_models(
             continue;
         }
         if probe {
-            let r = probe::probe(&j.model, p.load_timeout(&j.model))?;
+            let r = load_probe::probe(&j.model, p.load_timeout(&j.model))?;
             match (&r, r.error()) {
                 (_, Some(why)) => {
                     bad.insert(j.model.clone(), why.to_string());
                 }
-                (probe::ProbeResult::Ok { seconds }, None) => {
+                (load_probe::ProbeResult::Ok { seconds }, None) => {
                     eprintln!(
                         "probe: {} loaded in a child process in {seconds:.2} s",
                         display_path(&j.model)

@@ -6,7 +6,7 @@ use super::{EXIT_DIFF, EXIT_ERROR};
 use crate::cli::{CompareArgs, Format};
 use crate::compare::groups::{DEFAULT_MAX_ACCURACY_DROP, DEFAULT_MIN_AGREEMENT};
 use crate::compare::{self, Gates, Verdict};
-use crate::config::diag::display_path;
+use crate::config::paths::display_path;
 
 /// Runs `bmoe compare`: exit 0 same, 1 differ (or a speed gate tripped), 2 nothing in common;
 /// with `--fail-on-regression`, 1 only when a group crosses a threshold.

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::output::{fail, print_json, print_warnings};
 use crate::cli::{Format, FormattedTarget};
-use crate::config::diag::display_path;
+use crate::config::paths::display_path;
 use crate::run::prepare::{prepare, Prepared};
 
 /// Runs `bmoe plan`.

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use super::output::write_atomic;
 use crate::cli::{ReportArgs, ReportFormat};
-use crate::config::diag::display_path;
+use crate::config::paths::display_path;
 use crate::sink::output::{check_output, OutputKind};
 use crate::{config, report};
 
@@ -186,7 +186,7 @@ fn write_overrides(
         .map_err(anyhow::Error::from)
         .and_then(|v| serde_json::to_value(v).map_err(anyhow::Error::from))
         .context("--write-overrides: the overlay does not read back")?;
-    let schema = config::schema::item_schema::<config::settings::Overrides>();
+    let schema = config::json_schema::item_schema::<config::settings::Overrides>();
     let bad = config::validate::validate(&schema, &value);
     if !bad.is_empty() {
         anyhow::bail!(

@@ -8,9 +8,9 @@ use anyhow::{bail, Context};
 use super::output::print_warnings;
 use super::{EXIT_DIFF, EXIT_STOPPED};
 use crate::cli::{Format, RunArgs};
-use crate::config::diag::display_path;
 use crate::config::item::Kind;
-use crate::probe;
+use crate::config::paths::display_path;
+use crate::load_probe;
 use crate::run;
 use crate::run::prepare::{prepare, Prepared};
 
@@ -124,7 +124,7 @@ fn probe_decide_models(
     if !no_probe {
         for j in p.jobs.iter().filter(|j| j.job.kind == Kind::Decide) {
             if !probed.contains_key(&j.model) {
-                let r = probe::probe(&j.model, p.load_timeout(&j.model))?;
+                let r = load_probe::probe(&j.model, p.load_timeout(&j.model))?;
                 probed.insert(j.model.clone(), r.error().map(str::to_string));
             }
         }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::anyhow;
 
-use crate::config::diag::display_path;
+use crate::config::paths::display_path;
 use crate::sink::csv::inspect;
 use crate::sink::read::without_superseded;
 use crate::sink::row::Row;

@@ -2,7 +2,9 @@
 //! expected, then shows the source line with a caret (rendered by annotate-snippets, as rustc and
 //! cargo do); a file's errors are gathered and reported together.
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use super::paths::display_path;
 
 use annotate_snippets::{Level, Renderer, Snippet};
 
@@ -248,48 +250,6 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-/// A path as the user would recognise it: relative to the current directory when it is inside it.
-pub fn display_path(p: &Path) -> String {
-    if let Ok(cwd) = std::env::current_dir() {
-        if let Ok(rel) = p.strip_prefix(&cwd) {
-            return rel.display().to_string();
-        }
-    }
-    p.display().to_string()
-}
-
-/// Joins `rel` onto the folder holding `file` (config paths are relative to their own file).
-pub fn relative_to(file: &Path, rel: &str) -> PathBuf {
-    let p = Path::new(rel);
-    if p.is_absolute() {
-        return p.to_path_buf();
-    }
-    let dir = file.parent().unwrap_or(Path::new("."));
-    lexical_clean(&dir.join(p))
-}
-
-/// Removes `.` and `name/..` pairs without touching the filesystem, so messages stay readable.
-fn lexical_clean(p: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out: Vec<Component> = Vec::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => match out.last() {
-                Some(Component::Normal(_)) => {
-                    out.pop();
-                }
-                _ => out.push(c),
-            },
-            _ => out.push(c),
-        }
-    }
-    if out.is_empty() {
-        return PathBuf::from(".");
-    }
-    out.iter().collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,18 +260,6 @@ mod tests {
         assert_eq!(line_col(t, 0), (1, 1));
         assert_eq!(line_col(t, 6), (2, 1));
         assert_eq!(line_col(t, 11), (2, 6));
-    }
-
-    #[test]
-    fn relative_paths() {
-        assert_eq!(
-            relative_to(Path::new("jobs/demo.toml"), "../models/tiny.gguf"),
-            PathBuf::from("models/tiny.gguf")
-        );
-        assert_eq!(
-            relative_to(Path::new("/x/j.toml"), "/abs"),
-            PathBuf::from("/abs")
-        );
     }
 
     #[test]

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::diag::{relative_to, ConfigErrors, Diagnostic};
+use super::diag::{ConfigErrors, Diagnostic};
 use super::load::{load, SourceFile};
+use super::paths::relative_to;
 use super::settings::{Overrides, Sweep};
 
 use super::item::{
@@ -155,7 +156,7 @@ pub struct LoadedJob {
 
 /// `schemas/job.schema.json`.
 pub fn job_schema() -> serde_json::Value {
-    super::schema::generate::<Job>("job.schema.json")
+    super::json_schema::generate::<Job>("job.schema.json")
 }
 
 /// Reads, validates and semantically checks a job file, loading its JSONL items.

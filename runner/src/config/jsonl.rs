@@ -35,8 +35,8 @@ pub fn read_items(path: &Path, kind: Kind) -> Result<JsonlItems, Option<ConfigEr
         }
     };
     let schema = match kind {
-        Kind::Decide => super::schema::item_schema::<DecisionSpec>(),
-        _ => super::schema::item_schema::<PromptSpec>(),
+        Kind::Decide => super::json_schema::item_schema::<DecisionSpec>(),
+        _ => super::json_schema::item_schema::<PromptSpec>(),
     };
     let mut out = JsonlItems::default();
     let mut n_bad = 0usize;

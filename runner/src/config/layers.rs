@@ -8,7 +8,8 @@ use figment::value::{Dict, Map};
 use figment::{Figment, Metadata, Profile as FigProfile, Provider};
 use serde_json::Value;
 
-use super::diag::{display_path, ConfigErrors, Diagnostic};
+use super::diag::{ConfigErrors, Diagnostic};
+use super::paths::display_path;
 use super::profile::Profile;
 use super::settings::{Settings, KEYS};
 use super::validate;

@@ -134,5 +134,5 @@ pub fn load_profile(path: &Path) -> Result<(Profile, SourceFile), ConfigErrors> 
 
 /// `schemas/profile.schema.json`.
 pub fn profile_schema() -> serde_json::Value {
-    super::schema::generate::<Profile>("profile.schema.json")
+    super::json_schema::generate::<Profile>("profile.schema.json")
 }

@@ -115,7 +115,7 @@ pub fn point_label(point: &[(String, serde_json::Value)]) -> String {
 
 /// The resolved layered values' schema (checks environment and `--set` values).
 pub fn settings_schema() -> serde_json::Value {
-    super::schema::generate::<Settings>("")
+    super::json_schema::generate::<Settings>("")
 }
 
 #[cfg(test)]

@@ -4,10 +4,11 @@
 //! their rows would only measure noise.
 use serde_json::Value;
 
-use crate::config::diag::{display_path, Diagnostic};
+use crate::config::diag::Diagnostic;
 use crate::config::inert::{effective, why_inert};
 use crate::config::job::LoadedJob;
 use crate::config::layers::Resolved;
+use crate::config::paths::display_path;
 use crate::config::settings::KEYS;
 
 /// What these checks read of a unit of work (a job on a profile at one sweep point).

@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::config::diag::{display_path, ConfigErrors, Diagnostic};
+use crate::config::diag::{ConfigErrors, Diagnostic};
 use crate::config::job::{load_job, LoadedJob};
 use crate::config::layers::{self, parse_set, resolve, set_value, LayerInputs, Resolved, SetSweep};
+use crate::config::paths::display_path;
 use crate::config::profile::{load_profile, Profile};
 use crate::config::settings::{point_label, Overrides};
 use crate::placement::{place, Placement};
@@ -192,7 +193,7 @@ fn command_line(sel: &Selection, diags: &mut Vec<Diagnostic>) -> CommandLine {
         match crate::config::load::load::<Overrides>(
             path,
             "overrides",
-            &crate::config::schema::item_schema::<Overrides>(),
+            &crate::config::json_schema::item_schema::<Overrides>(),
         ) {
             Ok((o, src)) => {
                 inputs.overlay = Some((format!("overrides {}", display_path(path)), o.0));

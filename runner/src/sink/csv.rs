@@ -204,8 +204,8 @@ pub fn resolve(path: &Path) -> Result<(Target, Vec<Row>), SinkError> {
             };
             let note = format!(
                 "bmoe: {} {why}; this build writes schema {SCHEMA_VERSION}: appending to {} instead",
-                crate::config::diag::display_path(path),
-                crate::config::diag::display_path(&next)
+                crate::config::paths::display_path(path),
+                crate::config::paths::display_path(&next)
             );
             let mut rows = e.rows;
             rows.extend(n.rows);

@@ -10,7 +10,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use crate::config::diag::display_path;
+use crate::config::paths::display_path;
 
 /// Why a CSV could not be locked.
 #[derive(Debug, thiserror::Error)]

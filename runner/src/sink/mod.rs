@@ -6,7 +6,7 @@ pub mod lock;
 pub mod output;
 pub mod read;
 pub mod row;
-pub mod schema;
+pub mod telemetry_schema;
 
 /// A temporary file for an atomic write (written, then renamed into place), opened with mode 0666
 /// so the kernel narrows it by the umask like any other file the user creates (tempfile's own

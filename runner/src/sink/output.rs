@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
-use crate::config::diag::display_path;
+use crate::config::paths::display_path;
 
 /// What a command writes to an output path, recognised by its content: a file of the command's
 /// own kind (an earlier run's output) is replaced, any other only with `--force`, and an input

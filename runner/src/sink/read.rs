@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::key::RowKey;
 use super::row::Row;
-use crate::config::diag::display_path;
+use crate::config::paths::display_path;
 
 /// The columns that make a CSV a bmoe telemetry file: what identifies a row. Every schema
 /// version has them; a file without one of them is another tool's.
@@ -335,11 +335,11 @@ impl Table {
 fn numeric_columns() -> &'static HashSet<String> {
     static NUMERIC: std::sync::OnceLock<HashSet<String>> = std::sync::OnceLock::new();
     NUMERIC.get_or_init(|| {
-        let schema = super::schema::telemetry_schema();
+        let schema = super::telemetry_schema::telemetry_schema();
         let mut out = HashSet::new();
         if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
             for (name, v) in props {
-                if super::schema::is_numeric(v) {
+                if super::telemetry_schema::is_numeric(v) {
                     out.insert(name.clone());
                 }
             }

@@ -596,7 +596,7 @@ mod tests {
     #[test]
     fn setting_column_rows_are_the_declarations() {
         let doc = include_str!("../../../docs/telemetry.md");
-        let schema = super::super::schema::telemetry_schema();
+        let schema = super::super::telemetry_schema::telemetry_schema();
         let cols = Row::columns();
         let first = cols.iter().position(|c| c == "threads").unwrap();
         let last = cols.iter().position(|c| c == "n_expert_used").unwrap();
@@ -604,7 +604,7 @@ mod tests {
             let p = &schema["properties"][c.as_str()];
             let want = format!(
                 "| `{c}` | {} | {} | {} | {} |",
-                super::super::schema::type_words(p),
+                super::super::telemetry_schema::type_words(p),
                 p["x-unit"].as_str().unwrap_or_default(),
                 p["x-since"].as_u64().unwrap_or(1),
                 p["description"]
@@ -630,9 +630,10 @@ mod tests {
     #[test]
     fn every_columns_documented_type_is_the_schemas() {
         let doc = include_str!("../../../docs/telemetry.md");
-        let schema = super::super::schema::telemetry_schema();
+        let schema = super::super::telemetry_schema::telemetry_schema();
         for c in Row::columns() {
-            let want = super::super::schema::type_words(&schema["properties"][c.as_str()]);
+            let want =
+                super::super::telemetry_schema::type_words(&schema["properties"][c.as_str()]);
             let row = doc
                 .lines()
                 .find(|l| l.starts_with(&format!("| `{c}` |")))

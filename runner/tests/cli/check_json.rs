@@ -3,7 +3,7 @@
 //! a memory budget's fix, an overrides file written for another setup, and sweeps, repeats and
 //! warm-ups from the command line. Through the real binary on the tiny model.
 use crate::common;
-use common::{data_lines, text, Project, DECIDE_JOB};
+use common::{data_lines, json, text, Project, DECIDE_JOB};
 
 /// A decide project over `jobs/decisions.jsonl` (3 good decisions) with `job` as jobs/job.toml.
 fn project(job: &str) -> Project {
@@ -11,12 +11,6 @@ fn project(job: &str) -> Project {
     p.decisions("jobs/decisions.jsonl", 3);
     p.write("jobs/job.toml", job);
     p
-}
-
-/// Stdout as JSON (the output must be one JSON document).
-fn json(o: &std::process::Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(o)))
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! (same seed), the flipped items are listed, and `--fail-on-regression` exits 1 on a lossy
 //! replay (`n_expert_used` halved) and 0 against itself.
 use crate::common;
-use common::{data_lines, repo_root, text, Project};
+use common::{data_lines, json, repo_root, text, Project};
 
 /// A decide job over `n` decisions that carry an expected answer, each with its own four
 /// choices (so halving the experts changes some `best`).
@@ -72,10 +72,6 @@ fn check_against_python(p: &Project, (a, b): (&str, &str), g: &serde_json::Value
     );
     assert_eq!(g["right_to_wrong"], want["right_to_wrong"], "{g}");
     assert_eq!(g["wrong_to_right"], want["wrong_to_right"], "{g}");
-}
-
-fn json(o: &std::process::Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(o)))
 }
 
 #[test]

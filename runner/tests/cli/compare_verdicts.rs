@@ -3,7 +3,7 @@
 //! are warned about, a bad cell is named by line, column and value (compare and merge alike), and a
 //! wrong run id lists the runs the file holds.
 use crate::common;
-use common::{text, Project, DECIDE_JOB};
+use common::{json, text, Project, DECIDE_JOB};
 
 /// A project with one decide run of 6 decisions in `runs/decide.csv` (run id `r1`).
 fn decided() -> Project {
@@ -329,10 +329,6 @@ fn noisy_pair(seed: u64, w: f64, n: usize) -> (Vec<f64>, Vec<f64>) {
     let a = (0..n).map(&mut draw).collect();
     let b = (0..n).map(&mut draw).collect();
     (a, b)
-}
-
-fn json(o: &std::process::Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(o)))
 }
 
 /// The median of the ratios B/A, as an independent check of the draw.

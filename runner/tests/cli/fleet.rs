@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{data_lines, text, Project, DECIDE_JOB};
+use common::{csv_rows, data_lines, text, Project, DECIDE_JOB};
 
 /// The repository's demo job and host-cpu profile, beside the tiny model: what wrote the fixture.
 fn demo_project() -> Project {
@@ -31,16 +31,8 @@ fn fixture(name: &str) -> String {
 
 /// Rows of a CSV by (run, job, point, item), each as column -> value.
 fn rows_by_key(csv: &str) -> BTreeMap<String, BTreeMap<String, String>> {
-    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
-    let header: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
     let mut out = BTreeMap::new();
-    for rec in rdr.records() {
-        let rec = rec.unwrap();
-        let m: BTreeMap<String, String> = header
-            .iter()
-            .cloned()
-            .zip(rec.iter().map(String::from))
-            .collect();
+    for m in csv_rows(csv) {
         let key = format!("{}/{}/{}/{}", m["run_id"], m["job"], m["point"], m["item"]);
         assert!(out.insert(key.clone(), m).is_none(), "duplicate {key}");
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// only; modules on one layer do not name each other. The crate roots (`main.rs`, `lib.rs`) are above all.
 const LAYERS: &[&[&str]] = &[
     &["config"],
-    &["ident", "placement", "probe", "sink"],
+    &["ident", "load_probe", "placement", "sink"],
     &["run", "compare", "merge"],
     &["report", "cli"],
     &["commands", "fuzzing"],

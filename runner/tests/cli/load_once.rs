@@ -3,16 +3,7 @@
 //! loads (the expert cache) load it again. Streamed rows say the model loaded the lean way.
 use crate::common;
 
-use std::collections::HashMap;
-
-use common::{text, Project};
-
-fn rows(csv: &str) -> Vec<HashMap<String, String>> {
-    csv::Reader::from_reader(csv.as_bytes())
-        .deserialize()
-        .map(|r| r.unwrap())
-        .collect()
-}
+use common::{csv_rows, text, Project};
 
 #[test]
 fn session_only_points_share_one_load() {
@@ -40,7 +31,7 @@ cache_mb = [1, 2]
     );
     let o = p.bmoe(&["run", "jobs/sweep.toml", "-q"]);
     assert!(o.status.success(), "{}", text(&o));
-    let rows = rows(&p.read("runs/sweep.csv"));
+    let rows = csv_rows(&p.read("runs/sweep.csv"));
     assert_eq!(rows.len(), 8);
     let mut loads = 0;
     for r in &rows {

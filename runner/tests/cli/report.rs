@@ -4,7 +4,7 @@
 use crate::common;
 use std::collections::BTreeMap;
 
-use common::{text, Project};
+use common::{csv_rows, text, Project};
 
 /// The repository's profiles/ and jobs/ beside the tiny model, the sweep given repeats.
 fn sweep_project(warmup: u32, repeat: u32) -> Project {
@@ -29,18 +29,6 @@ fn sweep_project(warmup: u32, repeat: u32) -> Project {
     p
 }
 
-/// The CSV as maps from column name to cell.
-fn rows(csv: &str) -> Vec<BTreeMap<String, String>> {
-    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
-    let h: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
-    rdr.records()
-        .map(|r| {
-            let r = r.unwrap();
-            h.iter().cloned().zip(r.iter().map(String::from)).collect()
-        })
-        .collect()
-}
-
 /// The median, computed independently of the report's quantile code.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -62,7 +50,7 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
     let o = p.bmoe(&["run", "jobs/sweep-cache.toml", "--quiet", "--run-id", "r1"]);
     assert!(o.status.success(), "{}", text(&o));
     let csv = p.read("runs/sweep-cache.csv");
-    let all = rows(&csv);
+    let all = csv_rows(&csv);
     let items = p.read("jobs/agent-replay.jsonl").lines().count();
     // Every (point, item) twice, repeat 0 and 1; warmup rows are not written.
     assert_eq!(all.len(), 3 * items * 2, "{csv}");
@@ -96,7 +84,7 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("3 rows appended"), "{}", text(&o));
     let csv = p.read("runs/sweep-cache.csv");
-    let after = rows(&csv);
+    let after = csv_rows(&csv);
     assert_eq!(after.len(), all.len());
     let mut again = std::collections::BTreeSet::new();
     for r in &after {

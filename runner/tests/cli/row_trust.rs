@@ -4,22 +4,7 @@
 use crate::common;
 use std::collections::BTreeMap;
 
-use common::{data_lines, text, Project, DECIDE_JOB};
-
-/// The CSV's rows as column -> cell maps.
-fn rows(csv: &str) -> Vec<BTreeMap<String, String>> {
-    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
-    let h = rdr.headers().unwrap().clone();
-    rdr.records()
-        .map(|r| {
-            let r = r.unwrap();
-            h.iter()
-                .zip(r.iter())
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect()
-        })
-        .collect()
-}
+use common::{csv_rows, data_lines, text, Project, DECIDE_JOB};
 
 /// Seen red at be26907: merge keyed rows by (run, job, point, item), so two shards of a job run
 /// with `--repeat 3` (24 rows) merged into 8, the other 16 dropped as "identical duplicates".
@@ -49,7 +34,7 @@ fn merge_keeps_every_repeat_of_every_shard() {
     assert_eq!(n, 24, "8 decisions x 3 repeats over two shards");
     let o = p.bmoe(&["merge", shards[0], shards[1], "-o", "runs/all.csv"]);
     assert!(o.status.success(), "{}", text(&o));
-    let all = rows(&p.read("runs/all.csv"));
+    let all = csv_rows(&p.read("runs/all.csv"));
     assert_eq!(all.len(), 24, "{}", text(&o));
     let mut keys: Vec<(String, String)> = all
         .iter()
@@ -72,7 +57,7 @@ fn merge_keeps_every_repeat_of_every_shard() {
     assert_eq!(data_lines(&p.read("runs/again.csv")).len(), 24);
     // One key measured twice (another time, another speed) is no duplicate: refused.
     let text0 = p.read(shards[0]);
-    let mut remeasured = rows(&text0);
+    let mut remeasured = csv_rows(&text0);
     let first = &mut remeasured[0];
     let old = first["prefill_s"].clone();
     let line = data_lines(&text0)[0];
@@ -130,7 +115,7 @@ fn lossless_and_lossy(p: &Project) {
 fn lossy_settings_are_recorded_compared_and_split() {
     let p = Project::new();
     lossless_and_lossy(&p);
-    for r in rows(&p.read("runs/lossy.csv")) {
+    for r in csv_rows(&p.read("runs/lossy.csv")) {
         let s: serde_json::Value = serde_json::from_str(&r["settings"]).expect("settings is JSON");
         assert_eq!(
             (s["drop_cold"].as_f64(), s["expert_substitute"].as_f64()),
@@ -189,7 +174,7 @@ fn a_points_peak_memory_is_its_own_whatever_ran_before() {
     for name in ["big-first", "small-first"] {
         let o = p.bmoe(&["run", &format!("jobs/{name}.toml"), "-q"]);
         assert!(o.status.success(), "{}", text(&o));
-        for r in rows(&p.read(&format!("runs/{name}.csv"))) {
+        for r in csv_rows(&p.read(&format!("runs/{name}.csv"))) {
             let v: f64 = r["peak_rss_mib"].parse().unwrap();
             let e = peak
                 .entry((name.to_string(), r["point"].clone()))

@@ -2,7 +2,7 @@
 //! so each episode runs whole in one shard, in file order; without it, by item id as before.
 use crate::common;
 
-use common::{text, Project, DECIDE_JOB};
+use common::{csv_rows, text, Project, DECIDE_JOB};
 
 /// Four episodes of three steps, interleaved in the file (e0 e1 e2 e3 e0 ...), ids s1..s12.
 fn episodes(p: &Project, missing_at: Option<usize>) {
@@ -23,14 +23,10 @@ fn episodes(p: &Project, missing_at: Option<usize>) {
 
 /// The item ids of a CSV, in row order.
 fn items(csv: &str) -> Vec<String> {
-    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
-    let col = rdr
-        .headers()
-        .unwrap()
-        .iter()
-        .position(|h| h == "item")
-        .unwrap();
-    rdr.records().map(|r| r.unwrap()[col].to_string()).collect()
+    csv_rows(csv)
+        .into_iter()
+        .map(|r| r["item"].clone())
+        .collect()
 }
 
 fn episode_of(id: &str) -> usize {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use common::{text, Project, DECIDE_JOB};
+use common::{csv_rows, text, Project, DECIDE_JOB};
 
 /// Items in the job: about 30 a shard, so a SIGTERM after a shard's first row lands with rows to
 /// go. With 12 a shard the run under the full suite's load once finished its shard in the 3 s the
@@ -45,16 +45,9 @@ fn missing() -> Option<String> {
 
 /// Rows of a CSV by item id, each row as column -> value (the item's rows in file order).
 fn rows_by_item(path: &Path) -> BTreeMap<String, Vec<BTreeMap<String, String>>> {
-    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
+    let csv = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut by_item: BTreeMap<String, Vec<BTreeMap<String, String>>> = BTreeMap::new();
-    for rec in r.records() {
-        let rec = rec.unwrap();
-        let row: BTreeMap<String, String> = header
-            .iter()
-            .cloned()
-            .zip(rec.iter().map(String::from))
-            .collect();
+    for row in csv_rows(&csv) {
         by_item.entry(row["item"].clone()).or_default().push(row);
     }
     by_item

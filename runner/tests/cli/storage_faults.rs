@@ -15,7 +15,7 @@ use std::path::Path;
 
 use bmoe_engine::gguf::index::GgufIndex;
 use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
-use common::{text, Project};
+use common::{csv_rows, text, Project};
 use faultfs::{Fault, Mounted, Read, Rule};
 
 /// Identical items: each needs the same experts, so an expert that failed in one is needed again
@@ -44,13 +44,6 @@ prefetch = "off"
 "#,
         model.display()
     )
-}
-
-fn rows(csv: &str) -> Vec<HashMap<String, String>> {
-    csv::Reader::from_reader(csv.as_bytes())
-        .deserialize()
-        .map(|r| r.unwrap())
-        .collect()
 }
 
 /// Each routed expert's bytes in the file: (layer, expert) -> its pieces (gate, up, down), cut
@@ -91,10 +84,16 @@ fn expert_of(ranges: &HashMap<(u32, u32), Vec<(u64, u64)>>, r: &Read) -> Option<
 }
 
 /// A run of the job through the mount: its exit code, output and rows.
-fn run(p: &Project) -> (Option<i32>, String, Vec<HashMap<String, String>>) {
+fn run(
+    p: &Project,
+) -> (
+    Option<i32>,
+    String,
+    Vec<std::collections::BTreeMap<String, String>>,
+) {
     let _ = std::fs::remove_file(p.path("runs/eio.csv"));
     let o = p.bmoe(&["run", "jobs/eio.toml", "--no-probe", "-q"]);
-    (o.status.code(), text(&o), rows(&p.read("runs/eio.csv")))
+    (o.status.code(), text(&o), csv_rows(&p.read("runs/eio.csv")))
 }
 
 /// One expert read in the middle of the first item's decode, from a clean run's reads: the
@@ -114,7 +113,7 @@ fn pick_fault(ranges: &HashMap<(u32, u32), Vec<(u64, u64)>>, clean: &[Read]) -> 
 struct Faulted {
     code: Option<i32>,
     out: String,
-    rows: Vec<HashMap<String, String>>,
+    rows: Vec<std::collections::BTreeMap<String, String>>,
     /// The faulted run's reads.
     reads: Vec<Read>,
     ranges: HashMap<(u32, u32), Vec<(u64, u64)>>,
@@ -400,7 +399,7 @@ fn a_resident_load_over_a_failing_page_is_abandoned_at_the_load_timeout() {
         "2",
     ]);
     let out = text(&o);
-    let faulted = rows(&p.read("runs/eio.csv"));
+    let faulted = csv_rows(&p.read("runs/eio.csv"));
     assert_eq!(
         o.status.code(),
         Some(1),
@@ -487,7 +486,7 @@ fn mapped_fault_fails_the_items_that_meet_it(streamed: bool) {
     // The rows written so far (a line being written is not one yet).
     let n_rows = || {
         let c = std::fs::read_to_string(p.path("runs/eio.csv")).unwrap_or_default();
-        rows(&c[..c.rfind('\n').map_or(0, |i| i + 1)])
+        csv_rows(&c[..c.rfind('\n').map_or(0, |i| i + 1)])
     };
     assert!(wait_for(&mut child, || !n_rows().is_empty()), "no row");
     signal(&child, "-STOP");
@@ -508,7 +507,7 @@ fn mapped_fault_fails_the_items_that_meet_it(streamed: bool) {
         Some(1),
         "items were refused, no signal death: {status:?}"
     );
-    let faulted = rows(&p.read("runs/eio.csv"));
+    let faulted = csv_rows(&p.read("runs/eio.csv"));
     assert!(failed, "no item failed: {faulted:?}");
     assert_eq!(faulted.len(), MANY);
     let bad: Vec<usize> = (0..MANY)
@@ -593,7 +592,7 @@ fn a_hung_probe_is_killed_at_the_load_timeout() {
     let (p, fs) = hung_model(false);
     let o = p.bmoe(&["run", "jobs/eio.toml", "-q", "--load-timeout", "2"]);
     let out = text(&o);
-    let rows = rows(&p.read("runs/eio.csv"));
+    let rows = csv_rows(&p.read("runs/eio.csv"));
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert_eq!(rows.len(), ITEMS, "{out}");
     let want = "the load did not finish within 2 s (load_timeout_s); the probe's child was killed";
@@ -631,7 +630,7 @@ fn a_hung_load_in_a_run_is_abandoned() {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    while rows(&p.read("runs/eio.csv")).len() < ITEMS
+    while csv_rows(&p.read("runs/eio.csv")).len() < ITEMS
         && std::time::Instant::now() < deadline
         && child.try_wait().unwrap().is_none()
     {
@@ -640,7 +639,7 @@ fn a_hung_load_in_a_run_is_abandoned() {
     fs.disarm();
     let o = child.wait_with_output().unwrap();
     let out = text(&o);
-    let rows = rows(&p.read("runs/eio.csv"));
+    let rows = csv_rows(&p.read("runs/eio.csv"));
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert_eq!(rows.len(), ITEMS, "{out}");
     for r in &rows {

@@ -6,7 +6,7 @@ use anyhow::Context;
 
 use crate::config::job::job_schema;
 use crate::config::profile::profile_schema;
-use crate::sink::schema::telemetry_schema;
+use crate::sink::telemetry_schema::telemetry_schema;
 
 /// The files `bmoe schema` writes, and what each holds.
 pub const FILES: &[&str] = &[

@@ -17,9 +17,9 @@ pub use summary::{Summary, Written};
 
 use anyhow::Context;
 
-use crate::config::diag::display_path;
 use crate::config::item::Item;
 use crate::config::job::LoadedJob;
+use crate::config::paths::display_path;
 use crate::ident::{self, Machine};
 use crate::run::prepare::{Prepared, Unit};
 use crate::run::progress::Progress;

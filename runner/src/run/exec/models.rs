@@ -6,7 +6,7 @@ use std::time::Instant;
 use bmoe_engine::Model;
 
 use super::RunOptions;
-use crate::config::diag::display_path;
+use crate::config::paths::display_path;
 use crate::ident::{self};
 
 /// The model kept between units, and the probe's verdicts per model.
@@ -39,7 +39,7 @@ impl Models {
             return Ok(None);
         }
         if !self.probed.contains_key(model) {
-            let r = crate::probe::probe(model, limit)?;
+            let r = crate::load_probe::probe(model, limit)?;
             self.probed
                 .insert(model.to_path_buf(), r.error().map(str::to_string));
         }

@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Context};
 use sha2::{Digest, Sha256};
 
 use super::RunOptions;
-use crate::config::diag::display_path;
+use crate::config::paths::display_path;
 use crate::ident::{self};
 use crate::run::prepare::Prepared;
 use crate::run::select::Shard;

@@ -4,9 +4,9 @@ use bmoe_engine::Model;
 
 use super::context::Ctx;
 use super::resume::model_hash;
-use crate::config::diag::display_path;
 use crate::config::item::{Decision, Kind};
 use crate::config::job::LoadedJob;
+use crate::config::paths::display_path;
 use crate::ident::{self};
 use crate::run::prepare::Unit;
 use crate::sink::row::{Row, SCHEMA_VERSION};

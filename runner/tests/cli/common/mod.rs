@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 pub mod cgroup;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -193,4 +194,22 @@ pub fn repo_root() -> PathBuf {
 /// The shared tiny model's path.
 pub fn model_path() -> PathBuf {
     tiny_model()
+}
+
+/// A CSV's rows as maps from column name to cell, in file order.
+pub fn csv_rows(csv: &str) -> Vec<BTreeMap<String, String>> {
+    let mut rdr = csv::Reader::from_reader(csv.as_bytes());
+    let h: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
+    rdr.records()
+        .map(|r| {
+            let r = r.unwrap();
+            h.iter().cloned().zip(r.iter().map(String::from)).collect()
+        })
+        .collect()
+}
+
+/// Stdout as JSON (the output must be one JSON document).
+pub fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(o)))
 }

@@ -206,7 +206,7 @@ fn signal_name(_: &std::process::ExitStatus) -> String {
 }
 
 fn bmoe_display(p: &Path) -> String {
-    crate::config::diag::display_path(p)
+    crate::config::paths::display_path(p)
 }
 
 /// The child side (`bmoe __probe <model>`): load, tokenize, one greedy token; llama.cpp's log on

@@ -2,7 +2,7 @@
 use serde_json::{json, Value};
 
 use super::row::{Row, SCHEMA_VERSION};
-use crate::config::schema::generate_nullable;
+use crate::config::json_schema::generate_nullable;
 
 /// The string columns every row fills (its identity): the only ones that are never empty, so
 /// never `null` in a machine line.
@@ -39,7 +39,7 @@ pub fn telemetry_schema() -> Value {
 /// its type, range or enum), so a reader can check the JSON the cell holds.
 fn with_settings_content(v: &mut Value) {
     let mut inner =
-        crate::config::schema::generate::<crate::config::settings::Settings>("settings");
+        crate::config::json_schema::generate::<crate::config::settings::Settings>("settings");
     if let Value::Object(m) = &mut inner {
         m.remove("$schema");
         m.remove("$id");
