@@ -14,13 +14,16 @@ use super::profile::Profile;
 use super::settings::{Settings, KEYS};
 use super::validate;
 
+/// A key, its value as text, and the layer that gave it.
+pub type Origin = (String, String, String);
+
 /// The resolved values and where each came from.
 #[derive(Debug, Clone)]
 pub struct Resolved {
     /// The values.
     pub settings: Settings,
     /// For each key of [`KEYS`], in order: (key, value as text, origin).
-    pub origins: Vec<(String, String, String)>,
+    pub origins: Vec<Origin>,
 }
 
 impl Resolved {
@@ -281,12 +284,7 @@ fn stack(
 }
 
 /// Each key's value and the name of the layer that gave it.
-fn values_and_origins(
-    figment: &Figment,
-) -> (
-    serde_json::Map<String, Value>,
-    Vec<(String, String, String)>,
-) {
+fn values_and_origins(figment: &Figment) -> (serde_json::Map<String, Value>, Vec<Origin>) {
     let mut resolved = serde_json::Map::new();
     let mut origins = Vec::new();
     for key in KEYS {
@@ -316,7 +314,7 @@ fn values_and_origins(
 /// Checks every value once more against the settings' schema.
 fn check_values(
     resolved: &serde_json::Map<String, Value>,
-    origins: &[(String, String, String)],
+    origins: &[Origin],
     errs: &mut Vec<Diagnostic>,
 ) {
     // Environment and --set values bypassed the file schemas: check every value once more and
