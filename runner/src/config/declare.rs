@@ -875,7 +875,7 @@ mod tests {
                 w,
                 "docs/configuration.md's table row {} differs from its declaration in \
                  runner/src/config/declare.rs: edit the declaration, then run \
-                 `BMOE_BLESS=1 cargo test -p bmoe-runner --bins declare` to rewrite the table",
+                 `BMOE_BLESS=1 cargo test -p bmoe-runner --lib declare` to rewrite the table",
                 i + 1
             );
         }
@@ -883,7 +883,7 @@ mod tests {
             have.len(),
             rows.len(),
             "docs/configuration.md's table vs the declarations: run \
-             `BMOE_BLESS=1 cargo test -p bmoe-runner --bins declare` to rewrite the table"
+             `BMOE_BLESS=1 cargo test -p bmoe-runner --lib declare` to rewrite the table"
         );
         assert_eq!(
             text, want,
