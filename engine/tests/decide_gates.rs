@@ -8,7 +8,7 @@
 //! choice.
 mod common;
 
-use common::{req, trace, PREFIX};
+use common::{logp_bits, req, trace, PREFIX};
 
 use bmoe_engine::{
     CancelToken, DecideRecord, DecideRequest, GenerateOptions, LoadOptions, Model, PrefixReuse,
@@ -23,10 +23,6 @@ fn opts(reuse: PrefixReuse) -> SessionOptions {
         prefix_reuse: reuse,
         ..common::session_opts()
     }
-}
-
-fn bits(r: &DecideRecord) -> Vec<u64> {
-    r.choice_logp.iter().map(|v| v.to_bits()).collect()
 }
 
 fn max_delta(a: &DecideRecord, b: &DecideRecord) -> f64 {
@@ -64,7 +60,11 @@ fn g18a_reuse_equals_the_same_two_pieces_and_keeps_best() {
     y.prime(&tokens[..reused.n_reused as usize]).unwrap();
     let two = y.decide(&b).unwrap();
     assert_eq!(two.n_reused, reused.n_reused);
-    assert_eq!(bits(&reused), bits(&two), "reuse != the same two pieces");
+    assert_eq!(
+        logp_bits(&reused),
+        logp_bits(&two),
+        "reuse != the same two pieces"
+    );
 
     // Against a one-piece fresh prefill: the same best, a small difference.
     let mut z = m.session(&opts(PrefixReuse::Off)).unwrap();
@@ -82,12 +82,12 @@ fn g18a_reuse_equals_the_same_two_pieces_and_keeps_best() {
     let auto = w.decide(&b).unwrap();
     assert_eq!(auto.n_reused % 16, 0, "{auto:?}");
     assert!(auto.n_reused > 0);
-    assert_eq!(bits(&auto), bits(&one), "auto != one piece");
+    assert_eq!(logp_bits(&auto), logp_bits(&one), "auto != one piece");
 
     // The same prompt again: a hit, nothing prefilled, the same numbers.
     let again = w.decide(&b).unwrap();
     assert_eq!((again.reuse, again.n_prefilled), (ReuseOutcome::Hit, 0));
-    assert_eq!(bits(&again), bits(&auto));
+    assert_eq!(logp_bits(&again), logp_bits(&auto));
 }
 
 /// Runs the trace in one session; returns each decision's record.
@@ -118,7 +118,11 @@ fn replay(m: &Model, reuse: PrefixReuse) -> Vec<DecideRecord> {
 fn check_g18b(off: &[DecideRecord], on: &[DecideRecord], auto: &[DecideRecord], what: &str) {
     let mut worst = 0.0f64;
     for (i, ((a, b), c)) in off.iter().zip(on).zip(auto).enumerate() {
-        assert_eq!(bits(a), bits(c), "{what}: decision {i}: auto != off");
+        assert_eq!(
+            logp_bits(a),
+            logp_bits(c),
+            "{what}: decision {i}: auto != off"
+        );
         assert_eq!(
             a.best, b.best,
             "{what}: decision {i}: best differs with reuse on"
@@ -258,8 +262,8 @@ fn g18c(path: std::path::PathBuf) {
         .unwrap();
     assert_eq!(sum.choice_ntok, vec![1, 1, 1]);
     assert_eq!(
-        bits(&first),
-        bits(&sum),
+        logp_bits(&first),
+        logp_bits(&sum),
         "sum of one-token choices != first_token"
     );
 
@@ -311,7 +315,7 @@ fn g18c(path: std::path::PathBuf) {
     on.decide(&multi).unwrap();
     let again = on.decide(&multi).unwrap();
     assert_eq!(again.reuse, ReuseOutcome::Hit);
-    assert_eq!(bits(&again), bits(&r));
+    assert_eq!(logp_bits(&again), logp_bits(&r));
 }
 
 /// G18b on a memory with a recurrent state (hybrid models): it cannot drop the tail of a
@@ -331,8 +335,8 @@ fn g18b_recurrent(arch: bmoe_synth::SynthArch) {
     let mut worst = 0.0f64;
     for (i, ((a, b), c)) in off.iter().zip(&on).zip(&auto).enumerate() {
         assert_eq!(
-            bits(a),
-            bits(c),
+            logp_bits(a),
+            logp_bits(c),
             "{}: decision {i}: auto != off",
             arch.name()
         );

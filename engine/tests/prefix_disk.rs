@@ -3,7 +3,7 @@
 //! damaged or foreign entry is ignored; the folder stays under its size limit.
 mod common;
 
-use common::{req, PREFIX};
+use common::{logp_bits, req, PREFIX};
 
 use bmoe_engine::{
     DecideRecord, LoadOptions, Model, PrefixCache, PrefixReuse, ReuseOutcome, SessionOptions,
@@ -15,10 +15,6 @@ fn opts(cache: Option<PrefixCache>) -> SessionOptions {
         prefix_cache: cache,
         ..common::session_opts()
     }
-}
-
-fn bits(r: &DecideRecord) -> Vec<u64> {
-    r.choice_logp.iter().map(|v| v.to_bits()).collect()
 }
 
 /// One decision in a "new process": a fresh model load and session.
@@ -59,12 +55,16 @@ fn a_new_process_restores_a_saved_prefix_bit_for_bit() {
         restored.n_reused >= 64 && restored.n_reused.is_multiple_of(64),
         "{restored:?}"
     );
-    assert_eq!(bits(&restored), bits(&fresh), "restored != a fresh prefill");
+    assert_eq!(
+        logp_bits(&restored),
+        logp_bits(&fresh),
+        "restored != a fresh prefill"
+    );
 
     // Another key (model, setting or build) finds nothing.
     let foreign = decide_fresh(Some(cache("other model", 1 << 30)), &second);
     assert_eq!(foreign.reuse, ReuseOutcome::Miss);
-    assert_eq!(bits(&foreign), bits(&fresh));
+    assert_eq!(logp_bits(&foreign), logp_bits(&fresh));
 
     // A damaged entry is ignored, never restored.
     let mut b = std::fs::read(&saved[0]).unwrap();
@@ -73,7 +73,7 @@ fn a_new_process_restores_a_saved_prefix_bit_for_bit() {
     std::fs::write(&saved[0], &b).unwrap();
     let damaged = decide_fresh(Some(cache("tiny", 1 << 30)), &second);
     assert_ne!(damaged.reuse, ReuseOutcome::Restore, "{damaged:?}");
-    assert_eq!(bits(&damaged), bits(&fresh));
+    assert_eq!(logp_bits(&damaged), logp_bits(&fresh));
 
     // Over the size limit the least recently used entries go.
     std::fs::remove_file(&saved[0]).unwrap();

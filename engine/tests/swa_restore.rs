@@ -6,11 +6,11 @@
 //! The model is not in the repository: `scripts/get-gemma3` writes `models/gemma3-270m.gguf`
 //! (or set BMOE_GEMMA3 to a copy). Without it the test says so and passes.
 mod common;
+
+use common::logp_bits;
 use std::path::PathBuf;
 
-use bmoe_engine::{
-    DecideRecord, DecideRequest, LoadOptions, Model, PrefixReuse, ReuseOutcome, SessionOptions,
-};
+use bmoe_engine::{DecideRequest, LoadOptions, Model, PrefixReuse, ReuseOutcome, SessionOptions};
 
 fn gemma() -> Option<PathBuf> {
     common::gemma3()
@@ -41,10 +41,6 @@ fn req(prefix: &str, suffix: &str) -> DecideRequest {
         choices: vec!["yes".into(), "no".into(), "maybe".into()],
         ..Default::default()
     }
-}
-
-fn bits(r: &DecideRecord) -> Vec<u64> {
-    r.choice_logp.iter().map(|v| v.to_bits()).collect()
 }
 
 // One test per mode, so the two run at once: each prefills ~1,300 tokens one at a time.
@@ -92,8 +88,8 @@ fn swa_reuse_restores(mode: PrefixReuse) {
     assert_eq!(two.reuse, ReuseOutcome::Extend, "{two:?}");
     assert_eq!(two.n_reused, r.n_reused);
     assert_eq!(
-        bits(&r),
-        bits(&two),
+        logp_bits(&r),
+        logp_bits(&two),
         "{mode:?}: restore == two fresh pieces, bit for bit"
     );
 

@@ -141,3 +141,8 @@ pub fn gemma3() -> Option<PathBuf> {
         None
     }
 }
+
+/// A decision's choice log-probabilities as bits, for bit-for-bit comparisons.
+pub fn logp_bits(r: &bmoe_engine::DecideRecord) -> Vec<u64> {
+    r.choice_logp.iter().map(|v| v.to_bits()).collect()
+}
