@@ -16,7 +16,7 @@ use crate::graph::{Capture, CaptureHook};
 use crate::io::DirectReader;
 use crate::options::{LoadOptions, SessionOptions};
 use crate::stream::lean_load::{self, DenseMaps};
-use crate::stream::Streamer;
+use crate::stream::{Experts, Streamer};
 use crate::telemetry::{LoadMode, LoadStats};
 use crate::weights::table::WeightTable;
 
@@ -390,15 +390,12 @@ impl Loader {
         let budget = so.cache.bytes(crate::stream::memory::available_bytes());
         let anon = so.dense_weights == crate::options::DenseWeights::Anon;
         let mut exec = raw.model.exec().lock();
-        let mut st = Streamer::new(
-            &graph.capture,
-            &graph.table,
-            so,
-            budget,
+        let experts = Experts {
+            capture: &graph.capture,
+            table: &graph.table,
             n_expert_used,
-            reader.clone(),
-            &mut exec.quiet(),
-        )?;
+        };
+        let mut st = Streamer::new(experts, so, budget, reader.clone(), &mut exec.quiet())?;
         if self.opts.repacks_streamed_experts() {
             st.repack_weights(&graph.capture, &mut exec.quiet())?;
         }
@@ -413,7 +410,7 @@ impl Loader {
 
     /// What the user should know about the cache a streamer was given.
     fn cache_warnings(&mut self, st: &Streamer, budget: u64) {
-        let token_bytes = st.token_bytes;
+        let token_bytes = st.token_bytes();
         if budget > 0 && budget < token_bytes {
             let w = LoadWarning::BelowCliff {
                 budget,
@@ -421,7 +418,7 @@ impl Loader {
             };
             self.warnings.push(w);
         }
-        if st.direct.iter().any(|d| !d) {
+        if st.direct().iter().any(|d| !d) {
             self.warnings.push(LoadWarning::NoDirect);
         }
         let reserve_mb = self
@@ -467,14 +464,14 @@ impl Loader {
         let Ok(st) = st.lock() else {
             return;
         };
-        if st.budget_bytes > 0 {
+        if st.budget_bytes() > 0 {
             return;
         }
         self.warnings.push(LoadWarning::AutoNoCache {
             available_mib: a.available_mib,
             floor_mb: a.floor_mb,
             fixed_mib: a.fixed_mib,
-            token_bytes: st.token_bytes,
+            token_bytes: st.token_bytes(),
         });
     }
 

@@ -188,7 +188,7 @@ impl Model {
     pub fn stream_budget_bytes(&self) -> Option<u64> {
         self.stream
             .as_ref()
-            .and_then(|s| s.lock().ok().map(|s| s.budget_bytes))
+            .and_then(|s| s.lock().ok().map(|s| s.budget_bytes()))
     }
 
     /// Tokenizes `text` (BOS added where the model asks for it).
