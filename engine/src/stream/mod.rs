@@ -341,7 +341,12 @@ impl Streamer {
             .layers
             .get(&il)
             .is_some_and(|l| l.repacks.iter().all(Option::is_none));
-        let r = lossy::rewrite(ids, n_used, probs, n_expert, self.knobs(), cached, twice_ok);
+        let rows = lossy::Rows {
+            n_used,
+            probs,
+            n_expert,
+        };
+        let r = lossy::rewrite(ids, rows, self.knobs(), cached, twice_ok);
         self.counters.substituted += r.substituted;
         self.counters.dropped += r.n_dropped;
         let changed = r.substituted > 0 || r.n_dropped > 0;
