@@ -144,16 +144,9 @@ fn tensor_bytes(spec: &SynthSpec, t: &TensorPlan) -> Vec<u8> {
     }
 }
 
-/// Writes the model `spec` describes to `path` (or its shards); the files appear complete or not
-/// at all (written under a temporary name, then renamed).
-pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
-    spec.validate()?;
-    bmoe_engine::gguf::write::backend_init();
-    let mut plans = spec.arch.tensors(spec, vocab::N_VOCAB);
-    if spec.tied_output {
-        plans.retain(|t| t.name != "output.weight");
-    }
-    for t in &plans {
+/// The tensor types pack whole rows: each row's width a multiple of its type's block.
+fn check_blocks(spec: &SynthSpec, plans: &[TensorPlan]) -> Result<()> {
+    for t in plans {
         let ty = tensor_type(spec, t.role);
         let b = quant::block_size(ty) as i64;
         if t.ne[0] % b != 0 {
@@ -165,57 +158,70 @@ pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
             )));
         }
     }
-    let paths = shard_paths(path, spec.split);
-    let per_shard = spec.n_layer.div_ceil(spec.split);
-    let shard_of = |t: &TensorPlan| t.layer.map(|l| l / per_shard).unwrap_or(0) as usize;
-    let mut bytes = 0;
-    for (si, p) in paths.iter().enumerate() {
-        let mine: Vec<&TensorPlan> = plans.iter().filter(|t| shard_of(t) == si).collect();
-        let mut g = GgufBuilder::new(mine.len());
-        if si == 0 {
-            spec.arch.write_metadata(spec, &mut g);
-            vocab::write(&mut g);
-        }
-        if spec.split > 1 {
-            g.set_u16("split.no", si as u16);
-            g.set_u16("split.count", spec.split as u16);
-            g.set_i32("split.tensors.count", plans.len() as i32);
-        }
-        for t in &mine {
-            g.add_tensor(&t.name, tensor_type(spec, t.role), &t.ne);
-        }
-        let meta = g.meta_bytes();
-        let table = g.tensors();
-        let tmp = p.with_extension("gguf.partial");
-        if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-        }
-        let f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-        f.write_all_at(&meta, 0).map_err(|e| io_err(&tmp, e))?;
-        let base = meta.len() as u64;
-        let mut end = base;
-        for (t, (name, off, size)) in mine.iter().zip(&table) {
-            debug_assert_eq!(&t.name, name);
-            let data = tensor_bytes(spec, t);
-            if data.len() as u64 != *size {
-                return Err(SynthError::Invalid(format!(
-                    "tensor {name}: produced {} bytes, the header expects {size}",
-                    data.len()
-                )));
-            }
-            f.write_all_at(&data, base + off)
-                .map_err(|e| io_err(&tmp, e))?;
-            end = end.max(base + off + size);
-        }
-        let padded = end.div_ceil(ggml_sys::GGUF_DEFAULT_ALIGNMENT as u64)
-            * ggml_sys::GGUF_DEFAULT_ALIGNMENT as u64;
-        f.set_len(padded).map_err(|e| io_err(&tmp, e))?;
-        f.sync_all().map_err(|e| io_err(&tmp, e))?;
-        std::fs::rename(&tmp, p).map_err(|e| io_err(p, e))?;
-        bytes += padded;
+    Ok(())
+}
+
+/// One file of a (possibly split) model.
+struct Shard<'a> {
+    /// Its number, from 0 (the first holds the metadata).
+    index: usize,
+    path: &'a Path,
+    /// The tensors it holds.
+    tensors: &'a [&'a TensorPlan],
+    /// Tensors of the whole model.
+    n_tensors: usize,
+}
+
+/// Writes one shard under a temporary name, then renames it; its bytes, padded.
+fn write_shard(spec: &SynthSpec, shard: &Shard<'_>) -> Result<u64> {
+    let mut g = GgufBuilder::new(shard.tensors.len());
+    if shard.index == 0 {
+        spec.arch.write_metadata(spec, &mut g);
+        vocab::write(&mut g);
     }
-    // One expert of one MoE layer: its slice of every expert tensor of that layer (whatever the
-    // architecture's matrices and widths are).
+    if spec.split > 1 {
+        g.set_u16("split.no", shard.index as u16);
+        g.set_u16("split.count", spec.split as u16);
+        g.set_i32("split.tensors.count", shard.n_tensors as i32);
+    }
+    for t in shard.tensors {
+        g.add_tensor(&t.name, tensor_type(spec, t.role), &t.ne);
+    }
+    let meta = g.meta_bytes();
+    let table = g.tensors();
+    let p = shard.path;
+    let tmp = p.with_extension("gguf.partial");
+    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+    }
+    let f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    f.write_all_at(&meta, 0).map_err(|e| io_err(&tmp, e))?;
+    let base = meta.len() as u64;
+    let mut end = base;
+    for (t, (name, off, size)) in shard.tensors.iter().zip(&table) {
+        debug_assert_eq!(&t.name, name);
+        let data = tensor_bytes(spec, t);
+        if data.len() as u64 != *size {
+            return Err(SynthError::Invalid(format!(
+                "tensor {name}: produced {} bytes, the header expects {size}",
+                data.len()
+            )));
+        }
+        f.write_all_at(&data, base + off)
+            .map_err(|e| io_err(&tmp, e))?;
+        end = end.max(base + off + size);
+    }
+    let padded = end.div_ceil(ggml_sys::GGUF_DEFAULT_ALIGNMENT as u64)
+        * ggml_sys::GGUF_DEFAULT_ALIGNMENT as u64;
+    f.set_len(padded).map_err(|e| io_err(&tmp, e))?;
+    f.sync_all().map_err(|e| io_err(&tmp, e))?;
+    std::fs::rename(&tmp, p).map_err(|e| io_err(p, e))?;
+    Ok(padded)
+}
+
+/// One expert of one MoE layer in bytes (its slice of every expert tensor of that layer, whatever
+/// the architecture's matrices and widths are), and the MoE layers.
+fn expert_sizes(spec: &SynthSpec, plans: &[TensorPlan]) -> (u64, u64) {
     let ety = spec.expert_type.ggml();
     let first_moe = plans
         .iter()
@@ -232,6 +238,34 @@ pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
         .filter_map(|t| t.layer)
         .collect::<std::collections::BTreeSet<_>>()
         .len() as u64;
+    (expert_bytes, n_moe_layers)
+}
+
+/// Writes the model `spec` describes to `path` (or its shards); the files appear complete or not
+/// at all (written under a temporary name, then renamed).
+pub fn write_model(spec: &SynthSpec, path: &Path) -> Result<SynthReport> {
+    spec.validate()?;
+    bmoe_engine::gguf::write::backend_init();
+    let mut plans = spec.arch.tensors(spec, vocab::N_VOCAB);
+    if spec.tied_output {
+        plans.retain(|t| t.name != "output.weight");
+    }
+    check_blocks(spec, &plans)?;
+    let paths = shard_paths(path, spec.split);
+    let per_shard = spec.n_layer.div_ceil(spec.split);
+    let shard_of = |t: &TensorPlan| t.layer.map(|l| l / per_shard).unwrap_or(0) as usize;
+    let mut bytes = 0;
+    for (si, p) in paths.iter().enumerate() {
+        let mine: Vec<&TensorPlan> = plans.iter().filter(|t| shard_of(t) == si).collect();
+        let shard = Shard {
+            index: si,
+            path: p,
+            tensors: &mine,
+            n_tensors: plans.len(),
+        };
+        bytes += write_shard(spec, &shard)?;
+    }
+    let (expert_bytes, n_moe_layers) = expert_sizes(spec, &plans);
     Ok(SynthReport {
         files: paths,
         bytes,

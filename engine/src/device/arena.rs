@@ -11,47 +11,16 @@ use std::time::{Duration, Instant};
 
 use crate::device::explain::{Explain, ExplainReport, NodeSeen, Side};
 use crate::device::loader::{Job, Loaders, Source, Target, Ticket};
+use crate::device::slots::{Layer, Placing, SlotPlan};
 use crate::device::DeviceError;
 use crate::ffi::buffer::{BufferType, WeightsBuffer};
-use crate::ffi::probe::device_takes_matmul_of;
-use crate::ffi::quant;
 use crate::ffi::registry::Device;
-use crate::ffi::tensor::{self, Binding, Layout, TensorPtr};
-use crate::graph::{layer_of, routed_mask, Capture};
+use crate::ffi::tensor;
+use crate::graph::{routed_mask, Capture};
 use crate::options::{PacingFault, PrefillOptions};
 use crate::telemetry::PrefillDevCounters;
 use crate::weights::table::{ExpertMatrix, WeightTable};
 use crate::weights::{residency, Quiet};
-
-/// A non-expert weight of a layer: copied from its host binding.
-struct DenseWeight {
-    t: TensorPtr,
-    off: usize,
-    host: Binding,
-    /// In the plain slot pair (some op other than a matmul reads it).
-    plain: bool,
-    /// When the device's matmul refuses the weight's type: (device layout, host layout, the
-    /// weight converted once at load to the device layout).
-    converted: Option<(Layout, Layout, Arc<Vec<u8>>)>,
-}
-
-/// An expert matrix of a layer: each expert is one upload.
-struct ExpertWeight {
-    t: TensorPtr,
-    off: usize,
-    host: Binding,
-    expert_bytes: usize,
-    /// Each expert's pieces in the GGUF when experts are streamed: read from the file, not the
-    /// host (one piece unless the tensor is a fused one the file stores as its parts).
-    file: Option<Vec<crate::gguf::index::ExpertPart>>,
-}
-
-struct Layer {
-    dense: Vec<DenseWeight>,
-    experts: Vec<ExpertWeight>,
-    /// Whether the graph has a routing node for this layer (else its experts load with the rest).
-    routed: bool,
-}
 
 /// What one wide graph has done so far.
 #[derive(Default)]
@@ -110,146 +79,6 @@ pub struct Arena {
     explain: Option<Explain>,
 }
 
-/// The type the device copy of a refused matrix takes: the nearest the device's matmul accepts
-/// (Q8_0 for a quantized grid, F16 then F32 for a float one), asked with probe ops.
-fn device_type(device: Device, t: TensorPtr, refuse: &[String]) -> Option<Layout> {
-    let from = t.layout().ty();
-    let candidates: &[ggml_sys::ggml_type] = if quant::is_quantized(from) {
-        &[
-            ggml_sys::GGML_TYPE_Q8_0,
-            ggml_sys::GGML_TYPE_F16,
-            ggml_sys::GGML_TYPE_F32,
-        ]
-    } else {
-        &[ggml_sys::GGML_TYPE_F16, ggml_sys::GGML_TYPE_F32]
-    };
-    let ne = t.ne();
-    candidates
-        .iter()
-        .copied()
-        .filter(|&ty| ty != from && !refuse.contains(&quant::type_name(ty)))
-        .filter(|&ty| (ne[0] as usize).is_multiple_of(quant::block_size(ty)))
-        .find(|&ty| device_takes_matmul_of(device, ty, ne, false))
-        .map(|ty| Layout::contiguous(ty, ne))
-}
-
-/// `t`'s host bytes in `to` (dequantized with ggml, then quantized with ggml).
-fn convert(t: TensorPtr, host: Binding, to: Layout) -> Result<Vec<u8>, DeviceError> {
-    let n: usize = t.ne().iter().map(|&d| d as usize).product();
-    let bytes = host
-        .host_bytes()
-        .ok_or_else(|| DeviceError::NotOnHost(t.name().to_string()))?;
-    let from = t.layout().ty();
-    let f = quant::to_f32(from, bytes, n).ok_or_else(|| DeviceError::NoDequantizer {
-        tensor: t.name().to_string(),
-        ty: quant::type_name(from).to_string(),
-    })?;
-    Ok(quant::quantize(to.ty(), &f, t.ne()[0] as usize))
-}
-
-/// Where each layer weight goes in the device's slots, built weight by weight.
-#[derive(Default)]
-struct SlotPlan {
-    layers: BTreeMap<u32, Layer>,
-    /// Bytes of each layer's weights pair slot.
-    sizes: BTreeMap<u32, usize>,
-    /// Bytes of each layer's plain slot (weights a non-matmul op reads).
-    plain_sizes: BTreeMap<u32, usize>,
-    /// Types the device's matmul refuses: how many weights, and the first one's name.
-    refused: BTreeMap<String, (usize, String)>,
-    /// (from, to) type conversions made for the device, counted.
-    converted_types: BTreeMap<(String, String), usize>,
-}
-
-impl SlotPlan {
-    /// Places one weight of the graph (a layer's: others stay on the host): its slot, offset,
-    /// and the type the device takes it in.
-    #[allow(clippy::too_many_arguments)]
-    fn add(
-        &mut self,
-        capture: &Capture,
-        table: &WeightTable,
-        device: Device,
-        buft: BufferType,
-        opts: &PrefillOptions,
-        streamed: bool,
-        name: &String,
-        t: TensorPtr,
-    ) -> Result<(), DeviceError> {
-        let Some((il, _)) = layer_of(name) else {
-            return Ok(());
-        };
-        let host = t.binding();
-        if !host.is_host() {
-            return Err(DeviceError::NotOnHost(format!("weight {name}")));
-        }
-        let expert = table.expert(il, t);
-        let is_expert = expert.is_some();
-        // Expert matrices stay in the weights pair: MUL_MAT_ID follows them to the device.
-        let plain = !is_expert && capture.non_matmul.contains(name);
-        let off = if plain {
-            self.plain_sizes.entry(il).or_default()
-        } else {
-            self.sizes.entry(il).or_default()
-        };
-        // Matrices the device's matmul refuses (asked with a probe op, not a list): a dense
-        // one is carried to the device in the nearest type it takes; an expert matrix stays
-        // refused and is reported.
-        let mut converted = None;
-        if !plain {
-            let type_name = crate::ffi::probe::type_name(t);
-            let takes = !opts.gate().refuse_types.contains(&type_name)
-                && crate::ffi::probe::device_takes_matmul(device, t, is_expert);
-            let to = (!takes && !is_expert)
-                .then(|| device_type(device, t, &opts.gate().refuse_types))
-                .flatten();
-            match to {
-                Some(to) => {
-                    let bytes = convert(t, host, to)?;
-                    *self
-                        .converted_types
-                        .entry((type_name, quant::type_name(to.ty())))
-                        .or_default() += 1;
-                    converted = Some((to, t.layout(), Arc::new(bytes)));
-                }
-                None if !takes => {
-                    self.refused.entry(type_name).or_insert((0, name.clone())).0 += 1;
-                }
-                None => {}
-            }
-        }
-        let layer = self.layers.entry(il).or_insert(Layer {
-            dense: Vec::new(),
-            experts: Vec::new(),
-            routed: capture.routing.contains(&il),
-        });
-        if let Some(m) = expert {
-            let file = match streamed {
-                true => Some(m.parts()?.to_vec()),
-                false => None,
-            };
-            layer.experts.push(ExpertWeight {
-                t,
-                off: *off,
-                host,
-                expert_bytes: m.expert_bytes,
-                file,
-            });
-        } else {
-            layer.dense.push(DenseWeight {
-                t,
-                off: *off,
-                host,
-                plain,
-                converted: converted.clone(),
-            });
-        }
-        // The slot holds the device copy: sized in its layout.
-        *off += residency::device_bytes(t, buft, converted.as_ref().map(|c| c.0))?;
-        Ok(())
-    }
-}
-
 /// Each layer's last node, by name: where the next layer's non-expert weights wait.
 fn pacing_nodes(
     capture: &Capture,
@@ -295,17 +124,21 @@ impl Arena {
         let lanes = streamer.map(|s| s.later_lanes());
         let streamed = lanes.is_some();
         let buft = BufferType::of_device(device);
-        let mut lay = SlotPlan::default();
-        for (name, &t) in &capture.weights {
-            lay.add(capture, table, device, buft, opts, streamed, name, t)?;
-        }
+        let at = Placing {
+            capture,
+            table,
+            device,
+            buft,
+            opts,
+            streamed,
+        };
         let SlotPlan {
             layers,
             sizes,
             plain_sizes,
             refused,
             converted_types,
-        } = lay;
+        } = SlotPlan::of(&at)?;
         let n_expert = table.n_expert();
         let max_read = table.max_expert_bytes();
         let slot_size = sizes.values().copied().max().unwrap_or(0);

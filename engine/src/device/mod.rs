@@ -3,6 +3,7 @@
 pub mod arena;
 pub mod explain;
 pub mod loader;
+mod slots;
 
 pub use crate::error::DeviceError;
 use crate::ffi::registry::{devices, Device, DeviceKind};

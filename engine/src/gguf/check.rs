@@ -442,6 +442,17 @@ fn check_vocab(path: &Path, g: &GgufFile) -> Result<Option<usize>> {
             ),
         ));
     }
+    check_token_arrays(path, g, n)?;
+    let seen = unique_tokens(path, &tokens)?;
+    if model == "llama" {
+        check_byte_tokens(path, &seen)?;
+    }
+    Ok(Some(n))
+}
+
+/// The per-token arrays beside the token list (scores, token types): the right type, and one
+/// entry per token of the `n`.
+fn check_token_arrays(path: &Path, g: &GgufFile, n: usize) -> Result<()> {
     for (key, ok_types) in [
         (
             "tokenizer.ggml.scores",
@@ -473,9 +484,14 @@ fn check_vocab(path: &Path, g: &GgufFile) -> Result<Option<usize>> {
             }
         }
     }
+    Ok(())
+}
+
+/// Every token string unique, as llama.cpp asserts; each name with its id.
+fn unique_tokens(path: &Path, tokens: &[Vec<u8>]) -> Result<HashMap<Vec<u8>, usize>> {
     // llama.cpp maps each string to its id and asserts that no two ids share one (an empty token
     // is renamed "[EMPTY_<id>]" first, so the check is made on the names it uses).
-    let mut seen: HashMap<Vec<u8>, usize> = HashMap::with_capacity(n);
+    let mut seen: HashMap<Vec<u8>, usize> = HashMap::with_capacity(tokens.len());
     for (i, t) in tokens.iter().enumerate() {
         let name = if t.is_empty() {
             format!("[EMPTY_{i}]").into_bytes()
@@ -492,27 +508,29 @@ fn check_vocab(path: &Path, g: &GgufFile) -> Result<Option<usize>> {
             ));
         }
     }
-    // The SentencePiece tokenizer spells a piece it has no token for as bytes, looking up
-    // "<0xXX>" (or the byte itself) for each; a missing one throws in the middle of tokenizing.
-    if model == "llama" {
-        let missing: Vec<String> = (0..=255u8)
-            .filter(|&b| {
-                !seen.contains_key(format!("<0x{b:02X}>").as_bytes())
-                    && !seen.contains_key(&vec![b])
-            })
-            .map(|b| format!("<0x{b:02X}>"))
-            .collect();
-        if let Some(first) = missing.first() {
-            return Err(invalid(
-                path,
-                format!(
-                    "tokenizer.ggml.tokens: the SentencePiece (\"llama\") tokenizer falls back to byte tokens, but {first} is missing ({} of 256 byte tokens missing)",
-                    missing.len()
-                ),
-            ));
-        }
+    Ok(seen)
+}
+
+/// The SentencePiece ("llama") tokenizer's byte tokens, every byte's by name or as itself: it
+/// spells a piece it has no token for as bytes, looking up "<0xXX>" (or the byte itself) for
+/// each, and a missing one throws in the middle of tokenizing.
+fn check_byte_tokens(path: &Path, seen: &HashMap<Vec<u8>, usize>) -> Result<()> {
+    let missing: Vec<String> = (0..=255u8)
+        .filter(|&b| {
+            !seen.contains_key(format!("<0x{b:02X}>").as_bytes()) && !seen.contains_key(&vec![b])
+        })
+        .map(|b| format!("<0x{b:02X}>"))
+        .collect();
+    if let Some(first) = missing.first() {
+        return Err(invalid(
+            path,
+            format!(
+                "tokenizer.ggml.tokens: the SentencePiece (\"llama\") tokenizer falls back to byte tokens, but {first} is missing ({} of 256 byte tokens missing)",
+                missing.len()
+            ),
+        ));
     }
-    Ok(Some(n))
+    Ok(())
 }
 
 /// A tensor's type is one ggml's CPU kernels take in its place: a weight in a float or quantized

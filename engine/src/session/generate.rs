@@ -23,31 +23,8 @@ impl Session<'_> {
     ) -> Result<GenerateRecord> {
         opts.validate()?;
         let called = Instant::now();
-        let text = if opts.chat {
-            self.model.render_user_message(prompt)?
-        } else {
-            prompt.to_string()
-        };
-        let tokens = self.model.tokenize(&text, true)?;
-        if tokens.is_empty() || prompt.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        if tokens.len() > self.n_ctx {
-            return Err(EngineError::PromptTooLong {
-                n_prompt: tokens.len(),
-                n_ctx: self.n_ctx,
-                extra: String::new(),
-            });
-        }
-        let mut sampler = match opts.sampling {
-            Sampling::Greedy => Sampler::greedy()?,
-            Sampling::Seeded {
-                seed,
-                temperature,
-                top_k,
-                top_p,
-            } => Sampler::seeded(seed, temperature, top_k, top_p)?,
-        };
+        let tokens = self.prompt_tokens(prompt, opts.chat)?;
+        let mut sampler = sampler_for(&opts.sampling)?;
         let (mut exec, before) = self.begin();
         self.forget()?;
         self.model.set_stream_phase(Phase::Prompt)?;
@@ -104,4 +81,39 @@ impl Session<'_> {
         (rec.stream, rec.prefill_dev) = before.since(self.model);
         Ok(rec)
     }
+
+    /// The prompt's tokens (as a user message in the model's template with `chat`), refused
+    /// when empty or longer than the context.
+    fn prompt_tokens(&self, prompt: &str, chat: bool) -> Result<Vec<i32>> {
+        let text = if chat {
+            self.model.render_user_message(prompt)?
+        } else {
+            prompt.to_string()
+        };
+        let tokens = self.model.tokenize(&text, true)?;
+        if tokens.is_empty() || prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if tokens.len() > self.n_ctx {
+            return Err(EngineError::PromptTooLong {
+                n_prompt: tokens.len(),
+                n_ctx: self.n_ctx,
+                extra: String::new(),
+            });
+        }
+        Ok(tokens)
+    }
+}
+
+/// The sampler `sampling` asks for.
+fn sampler_for(sampling: &Sampling) -> Result<Sampler> {
+    Ok(match *sampling {
+        Sampling::Greedy => Sampler::greedy()?,
+        Sampling::Seeded {
+            seed,
+            temperature,
+            top_k,
+            top_p,
+        } => Sampler::seeded(seed, temperature, top_k, top_p)?,
+    })
 }

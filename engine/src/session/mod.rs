@@ -161,22 +161,57 @@ fn engine_hook(
     })))
 }
 
+/// The context a session enforces: the one asked for (the model's training context for 0).
+/// llama.cpp clamps its batch to that request and then pads the allocation up to a multiple of
+/// 256; every piece stays within the clamped batch, so none can reach llama.cpp's
+/// `n_tokens_all <= n_batch` assert, and every length check uses the request.
+fn requested_ctx(model: &Model, opts: &SessionOptions) -> u32 {
+    if opts.n_ctx == 0 {
+        model.info.n_ctx_train.max(1)
+    } else {
+        opts.n_ctx
+    }
+}
+
+impl Widths {
+    /// The widths `opts` asks for, within the `batch` llama.cpp took.
+    fn within(opts: &SessionOptions, batch: u32) -> Self {
+        Widths {
+            cpu: opts.n_ubatch.min(batch),
+            device: opts.n_ubatch_device.min(batch),
+            outputs: opts.n_outputs_max.min(batch),
+            grid: opts.n_ubatch.min(batch).min(prefill::PROMPT_GRID),
+        }
+    }
+}
+
+/// Where the prefix state goes on disk, and its key for these widths; none where the model keeps
+/// snapshots (sliding windows, recurrent state) or prefix reuse is off.
+fn prefix_disk(
+    opts: &SessionOptions,
+    widths: &Widths,
+    snapshots: bool,
+) -> Option<(crate::options::PrefixCache, String)> {
+    opts.prefix_cache
+        .clone()
+        .filter(|_| !snapshots && opts.prefix_reuse != crate::options::PrefixReuse::Off)
+        .map(|c| {
+            let w = format!("grid {} device {}", widths.grid, widths.device);
+            let key = disk::full_key(&c, &w);
+            (c, key)
+        })
+}
+
 impl<'m> Session<'m> {
+    /// Opens a session on `model`: its context, its KV cache moved where the prefill device
+    /// computes on it, and the widths its pieces run at.
     pub(crate) fn new(model: &'m Model, opts: &SessionOptions) -> Result<Self> {
         opts.validate(model.prefill.as_ref())?;
         // ggml's compute threads spin at barriers: more of them than the cores this process may
         // use make every graph crawl, so the count is capped here whatever the front end did.
         let threads =
             crate::limits::ThreadChoice::resolve(Some(opts.threads), crate::limits::usable_cores());
-        // The context this session enforces is the one asked for (the model's training context
-        // for 0). llama.cpp clamps its batch to that request and then pads the allocation up to
-        // a multiple of 256; every piece below stays within the clamped batch, so none can reach
-        // llama.cpp's `n_tokens_all <= n_batch` assert, and every length check uses the request.
-        let n_ctx = if opts.n_ctx == 0 {
-            model.info.n_ctx_train.max(1)
-        } else {
-            opts.n_ctx
-        };
+        let n_ctx = requested_ctx(model, opts);
         // At least 2: llama.cpp sizes its sequences by the batch (`n_seq` below), and the
         // whole-choice scorings need sequence 1 beside the prompt's; with `cpu_ubatch = 1` the
         // pieces stay one row wide (`widths.cpu`), so no graph changes shape.
@@ -225,22 +260,9 @@ impl<'m> Session<'m> {
         // What llama.cpp really took: pieces never exceed its batch, whatever it clamped.
         let batch = ctx.n_batch().min(ctx.n_ubatch()).max(1);
         let n_ctx = (n_ctx as usize).min(ctx.n_ctx() as usize);
-        let widths = Widths {
-            cpu: opts.n_ubatch.min(batch),
-            device: opts.n_ubatch_device.min(batch),
-            outputs: opts.n_outputs_max.min(batch),
-            grid: opts.n_ubatch.min(batch).min(prefill::PROMPT_GRID),
-        };
+        let widths = Widths::within(opts, batch);
         let snapshots = model.raw.n_swa() > 0 || model.raw.has_recurrent_state();
-        let disk = opts
-            .prefix_cache
-            .clone()
-            .filter(|_| !snapshots && opts.prefix_reuse != crate::options::PrefixReuse::Off)
-            .map(|c| {
-                let w = format!("grid {} device {}", widths.grid, widths.device);
-                let key = disk::full_key(&c, &w);
-                (c, key)
-            });
+        let disk = prefix_disk(opts, &widths, snapshots);
         Ok(Self {
             model,
             ctx,

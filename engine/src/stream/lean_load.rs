@@ -119,57 +119,12 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
     };
     let (raw, created) = LlamaModel::load_unfilled(meta, params)
         .map_err(|reason| load_err(index, reason.to_string()))?;
-    let infos: HashMap<String, TensorInfo> = index
-        .tensor_infos()
-        .iter()
-        .map(|t| (t.name.clone(), t.clone()))
-        .collect();
-    let mut tensors = Vec::with_capacity(created.len());
-    let mut largest = 0;
-    let mut absent = Vec::new();
-    let mut assembled = Vec::new();
-    for t in created {
-        let name = t.name();
-        let found = match (index.get(&name), infos.get(&name)) {
-            (Some(loc), Some(info)) => Some((loc, info)),
-            // Tied embeddings: a file without an output matrix uses the token embeddings
-            // (llama.cpp's file load creates the output as their duplicate; built from a header
-            // it creates a separate tensor the file does not hold). Same shape and type only.
-            _ => TIED
-                .iter()
-                .find(|(absent, _)| *absent == name)
-                .and_then(|(_, from)| index.get(from).zip(infos.get(*from)))
-                .filter(|(_, info)| info.ne == t.ne() && info.ty == t.layout().ty()),
-        };
-        let Some((loc, info)) = found else {
-            largest = largest.max(t.nbytes());
-            let (ne, nb) = (t.ne(), t.nb());
-            let parts = index.expert_parts(&name, t.layout().ty(), ne[0], ne[2] as u64, nb[2]);
-            if parts.is_some_and(|p| p.len() > 1) {
-                assembled.push(t);
-            } else {
-                absent.push(t);
-            }
-            continue;
-        };
-        // What llama.cpp's own load checks (shape and type from the header, size in the file).
-        if info.ne != t.ne() || info.ty != t.layout().ty() || loc.size != t.nbytes() as u64 {
-            return Err(load_err(
-                index,
-                format!(
-                    "tensor {name}: the file holds type {} shape {:?} ({} bytes); the architecture expects type {} shape {:?} ({} bytes)",
-                    crate::ffi::quant::type_name(info.ty),
-                    info.ne,
-                    loc.size,
-                    crate::ffi::quant::type_name(t.layout().ty()),
-                    t.ne(),
-                    t.nbytes()
-                ),
-            ));
-        }
-        largest = largest.max(t.nbytes());
-        tensors.push((t, loc.clone()));
-    }
+    let Matched {
+        tensors,
+        largest,
+        absent,
+        assembled,
+    } = match_created(index, created)?;
     let zeros = Region::reserve(largest)
         .map_err(|e| load_err(index, format!("reserving address space: {e}")))?;
     {
@@ -191,6 +146,77 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
         assembled,
         zeros,
     })
+}
+
+/// The tensors llama.cpp created from the header, matched with the file's.
+struct Matched {
+    /// Each tensor the file holds (or a tied stand-in), with where it lies.
+    tensors: Vec<(TensorPtr, crate::gguf::index::TensorLocation)>,
+    /// The largest tensor's bytes.
+    largest: usize,
+    /// Tensors the file does not hold.
+    absent: Vec<TensorPtr>,
+    /// Fused expert tensors the file holds as parts.
+    assembled: Vec<TensorPtr>,
+}
+
+/// Finds each tensor llama.cpp `created` in the file (or its tied stand-in), checked as
+/// llama.cpp's own load checks it; the rest absent or assembled from parts.
+fn match_created(index: &GgufIndex, created: Vec<TensorPtr>) -> Result<Matched> {
+    let infos: HashMap<String, TensorInfo> = index
+        .tensor_infos()
+        .iter()
+        .map(|t| (t.name.clone(), t.clone()))
+        .collect();
+    let mut m = Matched {
+        tensors: Vec::with_capacity(created.len()),
+        largest: 0,
+        absent: Vec::new(),
+        assembled: Vec::new(),
+    };
+    for t in created {
+        let name = t.name();
+        let found = match (index.get(&name), infos.get(&name)) {
+            (Some(loc), Some(info)) => Some((loc, info)),
+            // Tied embeddings: a file without an output matrix uses the token embeddings
+            // (llama.cpp's file load creates the output as their duplicate; built from a header
+            // it creates a separate tensor the file does not hold). Same shape and type only.
+            _ => TIED
+                .iter()
+                .find(|(absent, _)| *absent == name)
+                .and_then(|(_, from)| index.get(from).zip(infos.get(*from)))
+                .filter(|(_, info)| info.ne == t.ne() && info.ty == t.layout().ty()),
+        };
+        let Some((loc, info)) = found else {
+            m.largest = m.largest.max(t.nbytes());
+            let (ne, nb) = (t.ne(), t.nb());
+            let parts = index.expert_parts(&name, t.layout().ty(), ne[0], ne[2] as u64, nb[2]);
+            if parts.is_some_and(|p| p.len() > 1) {
+                m.assembled.push(t);
+            } else {
+                m.absent.push(t);
+            }
+            continue;
+        };
+        // What llama.cpp's own load checks (shape and type from the header, size in the file).
+        if info.ne != t.ne() || info.ty != t.layout().ty() || loc.size != t.nbytes() as u64 {
+            return Err(load_err(
+                index,
+                format!(
+                    "tensor {name}: the file holds type {} shape {:?} ({} bytes); the architecture expects type {} shape {:?} ({} bytes)",
+                    crate::ffi::quant::type_name(info.ty),
+                    info.ne,
+                    loc.size,
+                    crate::ffi::quant::type_name(t.layout().ty()),
+                    t.ne(),
+                    t.nbytes()
+                ),
+            ));
+        }
+        m.largest = m.largest.max(t.nbytes());
+        m.tensors.push((t, loc.clone()));
+    }
+    Ok(m)
 }
 
 /// The value an absent optional tensor must hold so that the ops reading it change nothing.
@@ -323,27 +349,10 @@ impl Unfilled {
         index: &GgufIndex,
         capture: &Capture,
     ) -> Result<std::result::Result<(LlamaModel, DenseMaps), Fallback>> {
-        let mut ones_needed = Vec::new();
-        let mut n_neutral = 0;
-        for &t in &self.absent {
-            let value = neutral_value(capture, t);
-            n_neutral += usize::from(matches!(value, Ok(Some(_))));
-            match value {
-                Ok(None | Some(Neutral::Zero)) => {}
-                Ok(Some(Neutral::One)) if t.layout().ty() == ggml_sys::GGML_TYPE_F32 => {
-                    ones_needed.push(t)
-                }
-                Ok(Some(Neutral::One)) => {
-                    return Ok(Err(Fallback::NonF32Scale(t.name().to_string())))
-                }
-                Err(why) => {
-                    return Ok(Err(Fallback::NoNeutral {
-                        tensor: t.name().to_string(),
-                        why,
-                    }))
-                }
-            }
-        }
+        let (ones_needed, n_neutral) = match self.neutral_values(capture) {
+            Ok(found) => found,
+            Err(why) => return Ok(Err(why)),
+        };
         let ones_len = ones_needed.iter().map(|t| t.nbytes()).max().unwrap_or(0);
         let mut ones = Region::reserve(ones_len)
             .map_err(|e| load_err(index, format!("reserving address space: {e}")))?;
@@ -364,17 +373,7 @@ impl Unfilled {
         if let Some(t) = self.assembled.iter().find(|t| !experts.contains(t)) {
             return Ok(Err(Fallback::AssembledNotStreamed(t.name().to_string())));
         }
-        let mut maps = Vec::new();
-        for (path, _) in index.files() {
-            let f = File::open(path).map_err(|e| {
-                load_err(index, format!("opening {} to map it: {e}", path.display()))
-            })?;
-            // Its dense weights are mapped: a page the storage fails to give is then an error.
-            crate::ffi::mapped_fault::register(path);
-            let m = FileMap::map(&f)
-                .map_err(|e| load_err(index, format!("mapping {}: {e}", path.display())))?;
-            maps.push(m);
-        }
+        let maps = map_files(index)?;
         let mut dense_bytes = 0u64;
         for (t, loc) in &self.tensors {
             if experts.contains(t) {
@@ -406,6 +405,48 @@ impl Unfilled {
             },
         )))
     }
+    /// The absent tensors that need ones (f32 scales), and how many absent ones have a neutral
+    /// value; the reason to load the llama.cpp way when one has none.
+    fn neutral_values(
+        &self,
+        capture: &Capture,
+    ) -> std::result::Result<(Vec<TensorPtr>, usize), Fallback> {
+        let mut ones_needed = Vec::new();
+        let mut n_neutral = 0;
+        for &t in &self.absent {
+            let value = neutral_value(capture, t);
+            n_neutral += usize::from(matches!(value, Ok(Some(_))));
+            match value {
+                Ok(None | Some(Neutral::Zero)) => {}
+                Ok(Some(Neutral::One)) if t.layout().ty() == ggml_sys::GGML_TYPE_F32 => {
+                    ones_needed.push(t)
+                }
+                Ok(Some(Neutral::One)) => return Err(Fallback::NonF32Scale(t.name().to_string())),
+                Err(why) => {
+                    return Err(Fallback::NoNeutral {
+                        tensor: t.name().to_string(),
+                        why,
+                    })
+                }
+            }
+        }
+        Ok((ones_needed, n_neutral))
+    }
+}
+
+/// A read-only mapping of each of the model's files.
+fn map_files(index: &GgufIndex) -> Result<Vec<FileMap>> {
+    let mut maps = Vec::new();
+    for (path, _) in index.files() {
+        let f = File::open(path)
+            .map_err(|e| load_err(index, format!("opening {} to map it: {e}", path.display())))?;
+        // Its dense weights are mapped: a page the storage fails to give is then an error.
+        crate::ffi::mapped_fault::register(path);
+        let m = FileMap::map(&f)
+            .map_err(|e| load_err(index, format!("mapping {}: {e}", path.display())))?;
+        maps.push(m);
+    }
+    Ok(maps)
 }
 
 impl DenseMaps {

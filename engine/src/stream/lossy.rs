@@ -33,20 +33,35 @@ pub struct Rewrite {
     pub n_dropped: u64,
 }
 
-/// Rewrites `ids` (rows of `n_used` expert ids, one row per token, best first) in place:
+/// How a routing node's ids and the router's probabilities are laid out: `n_used` ids a token,
+/// and `probs` in rows of `n_expert`, one row per token.
+#[derive(Debug, Clone, Copy)]
+pub struct Rows<'a> {
+    /// Expert ids a token.
+    pub n_used: usize,
+    /// The router's probabilities, rows of `n_expert`.
+    pub probs: &'a [f32],
+    /// Experts a row of `probs`.
+    pub n_expert: usize,
+}
+
+/// Rewrites `ids` (rows of `rows.n_used` expert ids, one row per token, best first) in place:
 /// drops the cold misses, then substitutes the remaining misses where a cached expert's
-/// probability in `probs` (rows of `n_expert`) is within `knobs.substitute` of theirs. A row
-/// whose probabilities do not give a share (negative or zero total, as with logits) drops none.
+/// probability in `rows.probs` is within `knobs.substitute` of theirs. A row whose
+/// probabilities do not give a share (negative or zero total, as with logits) drops none.
 /// `twice_ok`: the layer's expert kernel takes one expert twice in a row (see `repoint_dropped`).
 pub fn rewrite(
     ids: &mut [i32],
-    n_used: usize,
-    probs: &[f32],
-    n_expert: usize,
+    rows: Rows<'_>,
     knobs: Knobs,
     cached: impl Fn(u32) -> bool,
     twice_ok: bool,
 ) -> Rewrite {
+    let Rows {
+        n_used,
+        probs,
+        n_expert,
+    } = rows;
     let mut out = Rewrite {
         dropped: vec![false; ids.len()],
         ..Rewrite::default()
@@ -188,6 +203,14 @@ mod tests {
 
     const P: [f32; 6] = [0.40, 0.30, 0.15, 0.10, 0.04, 0.01];
 
+    fn rows(n_used: usize, probs: &[f32], n_expert: usize) -> Rows<'_> {
+        Rows {
+            n_used,
+            probs,
+            n_expert,
+        }
+    }
+
     fn knobs(substitute: f64, drop_cold: f64) -> Knobs {
         Knobs {
             substitute,
@@ -198,7 +221,7 @@ mod tests {
     #[test]
     fn all_cached_leaves_the_routing_alone() {
         let mut ids = vec![0, 1, 2, 3];
-        let r = rewrite(&mut ids, 4, &P, 6, knobs(1.0, 1.0), |_| true, true);
+        let r = rewrite(&mut ids, rows(4, &P, 6), knobs(1.0, 1.0), |_| true, true);
         assert_eq!(ids, vec![0, 1, 2, 3]);
         assert_eq!((r.substituted, r.n_dropped), (0, 0));
     }
@@ -207,17 +230,17 @@ mod tests {
     fn a_miss_takes_the_closest_cached_expert_within_the_distance() {
         // Expert 2 (0.15) missed; 3 (0.10) and 4 (0.04) cached: 3 is within 0.06, 4 is not.
         let mut ids = vec![0, 2];
-        let r = rewrite(&mut ids, 2, &P, 6, knobs(0.06, 0.0), |e| e != 2, true);
+        let r = rewrite(&mut ids, rows(2, &P, 6), knobs(0.06, 0.0), |e| e != 2, true);
         assert_eq!(ids, vec![0, 3]);
         assert_eq!(r.substituted, 1);
         // Too far: left to be read.
         let mut ids = vec![0, 2];
-        let r = rewrite(&mut ids, 2, &P, 6, knobs(0.01, 0.0), |e| e != 2, true);
+        let r = rewrite(&mut ids, rows(2, &P, 6), knobs(0.01, 0.0), |e| e != 2, true);
         assert_eq!(ids, vec![0, 2]);
         assert_eq!(r.substituted, 0);
         // A cached expert already in the row is never taken twice.
         let mut ids = vec![3, 2];
-        rewrite(&mut ids, 2, &P, 6, knobs(0.2, 0.0), |e| e != 2, true);
+        rewrite(&mut ids, rows(2, &P, 6), knobs(0.2, 0.0), |e| e != 2, true);
         assert_eq!(ids, vec![3, 4]);
     }
 
@@ -225,7 +248,7 @@ mod tests {
     fn cold_misses_are_dropped_and_pointed_at_a_kept_expert() {
         // Row 0,1,4: shares 0.54, 0.41, 0.054; floor at s = 0.5 is 0.5/3 = 0.167.
         let mut ids = vec![0, 1, 4];
-        let r = rewrite(&mut ids, 3, &P, 6, knobs(0.0, 0.5), |_| false, true);
+        let r = rewrite(&mut ids, rows(3, &P, 6), knobs(0.0, 0.5), |_| false, true);
         assert_eq!(r.dropped, vec![false, false, true]);
         assert_eq!(r.n_dropped, 1);
         assert_eq!(ids, vec![0, 1, 0]);
@@ -233,9 +256,7 @@ mod tests {
         let mut ids = vec![0, 1, 4];
         let r = rewrite(
             &mut ids,
-            3,
-            &P,
-            6,
+            rows(3, &P, 6),
             knobs(0.0, 0.5),
             |e| e >= 3 && e != 4,
             false,
@@ -243,15 +264,15 @@ mod tests {
         assert_eq!((r.n_dropped, ids), (1, vec![0, 1, 3]));
         // ... one per dropped slot, else the slot is kept and read.
         let mut ids = vec![0, 4, 5];
-        let r = rewrite(&mut ids, 3, &P, 6, knobs(0.0, 1.0), |e| e == 3, false);
+        let r = rewrite(&mut ids, rows(3, &P, 6), knobs(0.0, 1.0), |e| e == 3, false);
         assert_eq!(r.dropped, vec![false, true, false]);
         assert_eq!((r.n_dropped, ids), (1, vec![0, 3, 5]));
         let mut ids = vec![0, 4];
-        let r = rewrite(&mut ids, 2, &P, 6, knobs(0.0, 1.0), |_| false, false);
+        let r = rewrite(&mut ids, rows(2, &P, 6), knobs(0.0, 1.0), |_| false, false);
         assert_eq!((r.n_dropped, ids), (0, vec![0, 4]));
         // A cached cold expert costs no read: kept.
         let mut ids = vec![0, 1, 4];
-        let r = rewrite(&mut ids, 3, &P, 6, knobs(0.0, 0.5), |e| e == 4, true);
+        let r = rewrite(&mut ids, rows(3, &P, 6), knobs(0.0, 0.5), |e| e == 4, true);
         assert_eq!(r.n_dropped, 0);
         assert_eq!(ids, vec![0, 1, 4]);
     }
@@ -260,7 +281,13 @@ mod tests {
     fn rows_are_decided_one_token_at_a_time() {
         let probs: Vec<f32> = P.iter().chain(P.iter().rev()).copied().collect();
         let mut ids = vec![0, 5, 5, 0];
-        let r = rewrite(&mut ids, 2, &probs, 6, knobs(0.0, 0.5), |_| false, true);
+        let r = rewrite(
+            &mut ids,
+            rows(2, &probs, 6),
+            knobs(0.0, 0.5),
+            |_| false,
+            true,
+        );
         assert_eq!(r.dropped, vec![false, true, false, true]);
         assert_eq!(ids, vec![0, 0, 5, 5]);
     }
@@ -269,7 +296,13 @@ mod tests {
     fn logits_give_no_share_and_drop_nothing() {
         let logits = [2.0, -1.0, 0.5, -3.0, 0.0, 0.1];
         let mut ids = vec![0, 1];
-        let r = rewrite(&mut ids, 2, &logits, 6, knobs(0.0, 1.0), |_| false, true);
+        let r = rewrite(
+            &mut ids,
+            rows(2, &logits, 6),
+            knobs(0.0, 1.0),
+            |_| false,
+            true,
+        );
         assert_eq!(r.n_dropped, 0);
     }
 }

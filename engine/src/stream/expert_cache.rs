@@ -1,0 +1,179 @@
+//! The streamer's expert cache: which experts stay resident between routing nodes, within a
+//! budget that memory pressure may move (`cache_reserve_mb`). Without a cache (`cache_mb = 0`)
+//! nothing stays: every layer's experts are read into shared slots.
+use std::time::Instant;
+
+use crate::options::StreamOptions;
+
+use super::cache::{ExpertLru, Wide};
+use super::pressure;
+
+/// The expert cache and its budget.
+pub(super) struct ExpertCache {
+    /// Resident experts (`None`: no cache, shared slots).
+    lru: Option<ExpertLru>,
+    /// The cache budget in bytes (0 = shared slots).
+    budget_bytes: u64,
+    /// Bytes of routed experts one token reads when nothing is cached.
+    token_bytes: u64,
+    /// The budget as memory pressure moves it (`cache_reserve_mb`; `None`: it stays
+    /// `budget_bytes`).
+    pressure: Option<pressure::Watch>,
+}
+
+impl ExpertCache {
+    /// A cache of `budget_bytes` (none for 0) where one token's routed experts take
+    /// `token_bytes`, watched for memory pressure as `opts` says.
+    pub(super) fn new(budget_bytes: u64, token_bytes: u64, opts: &StreamOptions) -> Self {
+        Self {
+            lru: (budget_bytes > 0).then(|| ExpertLru::for_budget(budget_bytes, token_bytes)),
+            budget_bytes,
+            token_bytes,
+            pressure: (budget_bytes > 0 && opts.cache_reserve_mb > 0).then(|| {
+                pressure::Watch::new(
+                    budget_bytes,
+                    opts.cache_min_mb << 20,
+                    opts.cache_reserve_mb << 20,
+                )
+            }),
+        }
+    }
+
+    /// Whether experts stay resident between routing nodes (a budget above 0).
+    pub(super) fn is_on(&self) -> bool {
+        self.lru.is_some()
+    }
+
+    /// The configured budget in bytes (0 = shared slots).
+    pub(super) fn budget_bytes(&self) -> u64 {
+        self.budget_bytes
+    }
+
+    /// Bytes of routed experts one token reads when nothing is cached.
+    pub(super) fn token_bytes(&self) -> u64 {
+        self.token_bytes
+    }
+
+    /// The budget now: its configured size, or less while memory pressure shrank it.
+    pub(super) fn budget(&self) -> u64 {
+        self.pressure
+            .as_ref()
+            .map_or(self.budget_bytes, pressure::Watch::budget)
+    }
+
+    /// Whether expert `e` of layer `il` is resident (never without a cache).
+    pub(super) fn contains(&self, il: u32, e: u32) -> bool {
+        self.lru.as_ref().is_some_and(|l| l.contains(il, e))
+    }
+
+    /// Bytes resident (0 without a cache).
+    pub(super) fn resident_bytes(&self) -> u64 {
+        self.lru.as_ref().map_or(0, ExpertLru::resident_bytes)
+    }
+
+    /// Samples memory pressure (at most every `pressure::POLL`) and moves the budget, evicting
+    /// by use counts from then on where it fell below one token's routed experts; the resize,
+    /// when there was one.
+    pub(super) fn watch(&mut self, now: Instant) -> Option<pressure::Resize> {
+        let (Some(w), Some(lru)) = (self.pressure.as_mut(), self.lru.as_mut()) else {
+            return None;
+        };
+        let r = w.poll(now, lru.resident_bytes())?;
+        lru.set_by_use(w.budget() < self.token_bytes);
+        Some(r)
+    }
+
+    /// Whether the cache takes every expert `ids` misses in layer `il` (experts of
+    /// `layer_bytes`) without evicting. Without a cache every miss is a read that is not kept:
+    /// never.
+    pub(super) fn absorbs(&self, il: u32, ids: &[i32], layer_bytes: u64) -> bool {
+        let Some(lru) = &self.lru else {
+            return false;
+        };
+        let mut missed: Vec<u32> = ids
+            .iter()
+            .filter_map(|&e| u32::try_from(e).ok())
+            .filter(|&e| !lru.contains(il, e))
+            .collect();
+        missed.sort_unstable();
+        missed.dedup();
+        lru.resident_bytes() + missed.len() as u64 * layer_bytes <= self.budget()
+    }
+
+    /// One routing node of layer `il` against the budget now (see [`ExpertLru::route`]): the
+    /// miss mask and how many were evicted, `release` called for each; `None` without a cache.
+    pub(super) fn route(
+        &mut self,
+        il: u32,
+        wanted: &[bool],
+        layer_bytes: u64,
+        release: impl FnMut((u32, u32)),
+    ) -> Option<(Vec<bool>, u64)> {
+        let budget = self.budget();
+        let lru = self.lru.as_mut()?;
+        Some(lru.route(il, wanted, layer_bytes, budget, release))
+    }
+
+    /// After a routing node's reads: its `read` experts become resident (see
+    /// [`ExpertLru::admit`]); nothing without a cache.
+    pub(super) fn admit(&mut self, il: u32, read: &[bool], layer_bytes: u64, wide: Option<Wide>) {
+        if let Some(lru) = self.lru.as_mut() {
+            lru.admit(il, read, layer_bytes, wide);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(reserve_mb: u64) -> StreamOptions {
+        StreamOptions {
+            cache_reserve_mb: reserve_mb,
+            ..StreamOptions::default()
+        }
+    }
+
+    #[test]
+    fn no_budget_no_cache() {
+        let mut c = ExpertCache::new(0, 100, &opts(64));
+        assert!(!c.is_on());
+        assert_eq!(c.budget(), 0);
+        assert!(!c.absorbs(0, &[1, 2], 10));
+        assert!(c.route(0, &[true], 10, |_| {}).is_none());
+        assert!(!c.contains(0, 0));
+        assert!(c.watch(Instant::now()).is_none());
+    }
+
+    #[test]
+    fn a_node_is_absorbed_while_its_misses_fit_the_budget() {
+        let mut c = ExpertCache::new(30, 20, &opts(0));
+        assert!(c.is_on());
+        // Two distinct misses of 10 bytes each fit 30; three repeated ids count once.
+        assert!(c.absorbs(0, &[1, 2, 2, -1], 10));
+        let (miss, evicted) = c
+            .route(0, &[false, true, true], 10, |_| {})
+            .expect("a cache");
+        assert_eq!((miss, evicted), (vec![false, true, true], 0));
+        c.admit(0, &[false, true, true], 10, None);
+        assert!(c.contains(0, 1) && c.contains(0, 2));
+        assert_eq!(c.resident_bytes(), 20);
+        // Resident experts cost nothing; two new ones would take 40 bytes of 30.
+        assert!(c.absorbs(0, &[1, 2], 10));
+        assert!(c.absorbs(0, &[1, 3], 10));
+        assert!(!c.absorbs(0, &[3, 4], 10));
+    }
+
+    #[test]
+    fn evictions_are_released_to_the_caller() {
+        let mut c = ExpertCache::new(20, 20, &opts(0));
+        c.route(0, &[true, true], 10, |_| {});
+        c.admit(0, &[true, true], 10, None);
+        let mut released = Vec::new();
+        let (miss, evicted) = c
+            .route(1, &[true], 10, |k| released.push(k))
+            .expect("a cache");
+        assert_eq!((miss, evicted), (vec![true], 1));
+        assert_eq!(released.len(), 1);
+    }
+}
