@@ -6,6 +6,8 @@ pub mod lock;
 pub mod output;
 pub mod read;
 pub mod row;
+#[cfg(test)]
+mod telemetry_docs;
 pub mod telemetry_schema;
 
 /// A temporary file for an atomic write (written, then renamed into place), opened with mode 0666
