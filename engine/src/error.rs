@@ -114,7 +114,7 @@ pub enum EngineError {
     /// An invalid option value.
     #[error("invalid option: {0}")]
     InvalidOption(String),
-    /// A setting outside its valid range (see `limits`).
+    /// A setting outside its valid range (see `settings`).
     #[error("{setting} = {value} is out of range: expected {expected}")]
     OutOfRange {
         setting: &'static str,

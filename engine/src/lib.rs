@@ -5,7 +5,7 @@
 //! environment or a config file.
 //!
 //! This file is the whole public API: the re-exports below, and the modules a caller names by
-//! path (`device` for the explain report, `gguf` for writing and checking files, `io`, `limits`
+//! path (`device` for the explain report, `gguf` for writing and checking files, `io`, `settings`
 //! for every setting's range, `plan`, `telemetry`). Every other module is private.
 mod chat;
 pub mod device;
@@ -16,11 +16,11 @@ pub mod fuzzing;
 pub mod gguf;
 mod graph;
 pub mod io;
-pub mod limits;
 mod model;
 mod options;
 pub mod plan;
 mod session;
+pub mod settings;
 mod stream;
 pub mod telemetry;
 mod tokenizer;

@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 
 use crate::error::{EngineError, Result};
-use crate::limits;
+use crate::settings;
 
 /// How the weights that are not routed experts are held while streaming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -101,15 +101,15 @@ pub struct StreamOptions {
 impl Default for StreamOptions {
     fn default() -> Self {
         Self {
-            cache: match limits::CACHE_MB.default_n() {
+            cache: match settings::CACHE_MB.default_n() {
                 Some(n) => CacheBudget::Mib(n),
                 None => CacheBudget::Auto {
-                    floor_mb: u64::from(limits::CACHE_FLOOR_MB.default_u32()),
+                    floor_mb: u64::from(settings::CACHE_FLOOR_MB.default_u32()),
                 },
             },
-            io_threads: limits::IO_THREADS
+            io_threads: settings::IO_THREADS
                 .default_n()
-                .map_or(limits::AUTO_IO_THREADS as usize, |n| n as usize),
+                .map_or(settings::AUTO_IO_THREADS as usize, |n| n as usize),
             dense_weights: DenseWeights::Mmap,
             read_all_experts: false,
             llama_load: false,
@@ -117,8 +117,8 @@ impl Default for StreamOptions {
             cpus: Vec::new(),
             expert_substitute: 0.0,
             drop_cold: 0.0,
-            cache_reserve_mb: limits::CACHE_RESERVE_MB.default_u32().into(),
-            cache_min_mb: limits::CACHE_MIN_MB.default_u32().into(),
+            cache_reserve_mb: settings::CACHE_RESERVE_MB.default_u32().into(),
+            cache_min_mb: settings::CACHE_MIN_MB.default_u32().into(),
             routing_trace: None,
         }
     }
@@ -219,12 +219,12 @@ impl Default for PrefillOptions {
     fn default() -> Self {
         Self {
             device: String::new(),
-            min_tokens: limits::MIN_TOKENS.default_u32(),
-            loaders: limits::LOADERS
+            min_tokens: settings::MIN_TOKENS.default_u32(),
+            loaders: settings::LOADERS
                 .default_n()
-                .map_or(limits::auto_loaders() as usize, |n| n as usize),
+                .map_or(settings::auto_loaders() as usize, |n| n as usize),
             routed: true,
-            routed_full: limits::ROUTED_FULL.default,
+            routed_full: settings::ROUTED_FULL.default,
             explain: false,
             cpus: Vec::new(),
             #[cfg(feature = "test-support")]
@@ -252,20 +252,20 @@ pub struct LoadOptions {
 }
 
 impl LoadOptions {
-    /// Checks every value against its range in [`limits`] (before anything is loaded).
+    /// Checks every value against its range in [`settings`](crate::settings) (before anything is loaded).
     pub fn validate(&self) -> Result<()> {
         if let Some(k) = self.n_expert_used {
-            limits::N_EXPERT_USED.check(u64::from(k))?;
+            settings::N_EXPERT_USED.check(u64::from(k))?;
         }
         if let Some(so) = &self.stream {
-            limits::IO_THREADS.check(so.io_threads as u64)?;
-            limits::EXPERT_SUBSTITUTE.check(so.expert_substitute)?;
-            limits::DROP_COLD.check(so.drop_cold)?;
-            limits::CACHE_RESERVE_MB.check(so.cache_reserve_mb)?;
-            limits::CACHE_MIN_MB.check(so.cache_min_mb)?;
+            settings::IO_THREADS.check(so.io_threads as u64)?;
+            settings::EXPERT_SUBSTITUTE.check(so.expert_substitute)?;
+            settings::DROP_COLD.check(so.drop_cold)?;
+            settings::CACHE_RESERVE_MB.check(so.cache_reserve_mb)?;
+            settings::CACHE_MIN_MB.check(so.cache_min_mb)?;
             match so.cache {
-                CacheBudget::Mib(n) => limits::CACHE_MB.check(n)?,
-                CacheBudget::Auto { floor_mb } => limits::CACHE_FLOOR_MB.check(floor_mb)?,
+                CacheBudget::Mib(n) => settings::CACHE_MB.check(n)?,
+                CacheBudget::Auto { floor_mb } => settings::CACHE_FLOOR_MB.check(floor_mb)?,
             };
         }
         if let Some(dev) = &self.offload {
@@ -276,9 +276,9 @@ impl LoadOptions {
             }
         }
         if let Some(p) = &self.prefill {
-            limits::MIN_TOKENS.check(u64::from(p.min_tokens))?;
-            limits::LOADERS.check(p.loaders as u64)?;
-            limits::ROUTED_FULL.check(p.routed_full)?;
+            settings::MIN_TOKENS.check(u64::from(p.min_tokens))?;
+            settings::LOADERS.check(p.loaders as u64)?;
+            settings::ROUTED_FULL.check(p.routed_full)?;
         }
         Ok(())
     }
@@ -380,12 +380,12 @@ pub struct PrefixCache {
 impl Default for SessionOptions {
     fn default() -> Self {
         Self {
-            threads: limits::THREADS
+            threads: settings::THREADS
                 .default_n()
-                .map_or(limits::usable_cores(), |n| n as u32),
-            n_ctx: limits::CONTEXT.default_u32(),
-            n_ubatch: limits::CPU_UBATCH.default_u32(),
-            n_ubatch_device: limits::DEVICE_UBATCH.default_u32(),
+                .map_or(settings::usable_cores(), |n| n as u32),
+            n_ctx: settings::CONTEXT.default_u32(),
+            n_ubatch: settings::CPU_UBATCH.default_u32(),
+            n_ubatch_device: settings::DEVICE_UBATCH.default_u32(),
             n_outputs_max: 128,
             prefix_reuse: PrefixReuse::Auto,
             cpus: Vec::new(),
@@ -399,9 +399,9 @@ impl SessionOptions {
     /// (`prefill`: the load's, if a device runs wide pieces): a combination that cannot work is
     /// refused with the settings named and a value that would work.
     pub fn validate(&self, prefill: Option<&PrefillOptions>) -> Result<()> {
-        limits::THREADS.check(u64::from(self.threads))?;
-        limits::CONTEXT.check(u64::from(self.n_ctx))?;
-        limits::CPU_UBATCH.check(u64::from(self.n_ubatch))?;
+        settings::THREADS.check(u64::from(self.threads))?;
+        settings::CONTEXT.check(u64::from(self.n_ctx))?;
+        settings::CPU_UBATCH.check(u64::from(self.n_ubatch))?;
         if self.n_outputs_max == 0 {
             return Err(EngineError::OutOfRange {
                 setting: "n_outputs_max",
@@ -410,7 +410,7 @@ impl SessionOptions {
             });
         }
         if let Some(p) = prefill {
-            limits::DEVICE_UBATCH.check(u64::from(self.n_ubatch_device))?;
+            settings::DEVICE_UBATCH.check(u64::from(self.n_ubatch_device))?;
             if p.min_tokens > self.n_ubatch_device {
                 return Err(EngineError::Conflict(format!(
                     "min_tokens = {} is wider than device_ubatch = {}: no prompt piece would ever reach the prefill device; set min_tokens <= {} or device_ubatch >= {}",
@@ -461,7 +461,7 @@ pub struct GenerateOptions {
 impl Default for GenerateOptions {
     fn default() -> Self {
         Self {
-            n_predict: limits::N_PREDICT.default_u32(),
+            n_predict: settings::N_PREDICT.default_u32(),
             sampling: Sampling::Greedy,
             chat: true,
         }
@@ -471,7 +471,7 @@ impl Default for GenerateOptions {
 impl GenerateOptions {
     /// Checks `n_predict` and the sampling values against their ranges.
     pub fn validate(&self) -> Result<()> {
-        limits::N_PREDICT.check(u64::from(self.n_predict))?;
+        settings::N_PREDICT.check(u64::from(self.n_predict))?;
         if let Sampling::Seeded {
             temperature,
             top_k,
@@ -479,16 +479,16 @@ impl GenerateOptions {
             ..
         } = self.sampling
         {
-            limits::TEMPERATURE.check(f64::from(temperature))?;
-            limits::TOP_P.check(f64::from(top_p))?;
+            settings::TEMPERATURE.check(f64::from(temperature))?;
+            settings::TOP_P.check(f64::from(top_p))?;
             if top_k < 0 {
                 return Err(EngineError::OutOfRange {
-                    setting: limits::TOP_K.name,
+                    setting: settings::TOP_K.name,
                     value: top_k.to_string(),
-                    expected: format!("an integer from 0 to {}", limits::TOP_K.max),
+                    expected: format!("an integer from 0 to {}", settings::TOP_K.max),
                 });
             }
-            limits::TOP_K.check(top_k as u64)?;
+            settings::TOP_K.check(top_k as u64)?;
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["ffi"],
     &["error", "telemetry", "io"],
-    &["limits", "chat"],
+    &["settings", "chat"],
     &["options"],
     &["gguf"],
     &["graph"],

@@ -144,8 +144,8 @@ impl Model {
     #[cfg(feature = "test-support")]
     pub fn set_lossy(&self, expert_substitute: f64, drop_cold: f64) -> crate::error::Result<()> {
         let knobs = crate::stream::lossy::Knobs {
-            substitute: crate::limits::EXPERT_SUBSTITUTE.check(expert_substitute)?,
-            drop_cold: crate::limits::DROP_COLD.check(drop_cold)?,
+            substitute: crate::settings::EXPERT_SUBSTITUTE.check(expert_substitute)?,
+            drop_cold: crate::settings::DROP_COLD.check(drop_cold)?,
         };
         if let Some(s) = &self.stream {
             if let Ok(mut s) = s.lock() {

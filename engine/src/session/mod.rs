@@ -95,7 +95,7 @@ pub struct Session<'m> {
     pub(crate) model: &'m Model,
     pub(crate) ctx: LlamaContext<'m>,
     pub(crate) widths: Widths,
-    threads: crate::limits::ThreadChoice,
+    threads: crate::settings::ThreadChoice,
     /// The tokens sequence 0 of the KV cache holds, at positions 0.. (prefix reuse).
     pub(crate) kv: Vec<i32>,
     /// The logits after the last token of `kv`, while no other decode has replaced them.
@@ -209,8 +209,10 @@ impl<'m> Session<'m> {
         opts.validate(model.prefill.as_ref())?;
         // ggml's compute threads spin at barriers: more of them than the cores this process may
         // use make every graph crawl, so the count is capped here whatever the front end did.
-        let threads =
-            crate::limits::ThreadChoice::resolve(Some(opts.threads), crate::limits::usable_cores());
+        let threads = crate::settings::ThreadChoice::resolve(
+            Some(opts.threads),
+            crate::settings::usable_cores(),
+        );
         let n_ctx = requested_ctx(model, opts);
         // At least 2: llama.cpp sizes its sequences by the batch (`n_seq` below), and the
         // whole-choice scorings need sequence 1 beside the prompt's; with `cpu_ubatch = 1` the
@@ -386,7 +388,7 @@ impl<'m> Session<'m> {
     }
 
     /// Compute threads as asked and as used (capped to the usable cores).
-    pub fn threads(&self) -> crate::limits::ThreadChoice {
+    pub fn threads(&self) -> crate::settings::ThreadChoice {
         self.threads
     }
 

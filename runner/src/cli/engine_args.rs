@@ -1,7 +1,7 @@
 //! Command-line arguments of the one-shot commands.
 use std::path::PathBuf;
 
-use bmoe_engine::limits;
+use bmoe_engine::settings;
 use clap::Args;
 
 use super::Format;
@@ -9,16 +9,16 @@ use crate::config::declare::{float_in, int_in};
 use crate::config::settings::SettingFlags;
 
 fn n_predict_arg(s: &str) -> Result<u32, String> {
-    int_in(s, &limits::N_PREDICT)
+    int_in(s, &settings::N_PREDICT)
 }
 fn top_k_arg(s: &str) -> Result<i32, String> {
-    int_in(s, &limits::TOP_K).map(|v| v as i32)
+    int_in(s, &settings::TOP_K).map(|v| v as i32)
 }
 fn temp_arg(s: &str) -> Result<f32, String> {
-    float_in(s, &limits::TEMPERATURE).map(|v| v as f32)
+    float_in(s, &settings::TEMPERATURE).map(|v| v as f32)
 }
 fn top_p_arg(s: &str) -> Result<f32, String> {
-    float_in(s, &limits::TOP_P).map(|v| v as f32)
+    float_in(s, &settings::TOP_P).map(|v| v as f32)
 }
 
 /// `--format text|json` (the one [`Format`] every command shares), with `--json` kept for old
@@ -190,19 +190,19 @@ pub struct GenerateArgs {
     #[arg(short = 'p', long)]
     pub prompt: String,
     /// Tokens to generate at most.
-    #[arg(short = 'n', long, default_value_t = limits::N_PREDICT.default_u32(), value_parser = n_predict_arg)]
+    #[arg(short = 'n', long, default_value_t = settings::N_PREDICT.default_u32(), value_parser = n_predict_arg)]
     pub n_predict: u32,
     /// Sample with this seed instead of greedy decoding.
     #[arg(long)]
     pub seed: Option<u32>,
     /// Sampling temperature (with --seed).
-    #[arg(long, default_value_t = limits::TEMPERATURE.default as f32, value_parser = temp_arg)]
+    #[arg(long, default_value_t = settings::TEMPERATURE.default as f32, value_parser = temp_arg)]
     pub temp: f32,
     /// Top-k (with --seed; 0 = off).
-    #[arg(long, default_value_t = limits::TOP_K.default_u32() as i32, value_parser = top_k_arg)]
+    #[arg(long, default_value_t = settings::TOP_K.default_u32() as i32, value_parser = top_k_arg)]
     pub top_k: i32,
     /// Top-p (with --seed; 1 = off), in (0, 1].
-    #[arg(long, default_value_t = limits::TOP_P.default as f32, value_parser = top_p_arg)]
+    #[arg(long, default_value_t = settings::TOP_P.default as f32, value_parser = top_p_arg)]
     pub top_p: f32,
     /// Feed the prompt as is, without the model's chat template.
     #[arg(long)]

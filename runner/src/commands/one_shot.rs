@@ -1,6 +1,6 @@
 //! What `bmoe generate`, `bmoe decide` and `bmoe ppl` share: the flags resolved into engine options,
 //! the model loaded with its lines, the counters printed.
-use bmoe_engine::limits::ThreadChoice;
+use bmoe_engine::settings::ThreadChoice;
 use bmoe_engine::{LoadOptions, Model, PrefillDevCounters, SessionOptions, StreamCounters, Timing};
 
 use crate::cli::engine_args::EngineArgs;

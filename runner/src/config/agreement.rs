@@ -1,11 +1,11 @@
-//! The settings-agreement test: every setting is defined once (`bmoe_engine::limits` for name,
+//! The settings-agreement test: every setting is defined once (`bmoe_engine::settings` for name,
 //! default, unit and range; `Settings::default()` reads them), and everything that shows or uses
 //! a setting agrees with that definition: the engine's option defaults, the runner's layered
 //! defaults, the job defaults, the CLI flags, the JSON Schemas and the table in
 //! `docs/configuration.md`. Change a default in one place and this fails.
 use std::collections::BTreeMap;
 
-use bmoe_engine::limits::{self, IntDefault, IntRange};
+use bmoe_engine::settings::{self, IntDefault, IntRange};
 use clap::CommandFactory;
 use serde_json::Value;
 
@@ -14,20 +14,20 @@ use super::settings::{Settings, KEYS};
 /// The integer settings by name.
 fn int_ranges() -> BTreeMap<&'static str, IntRange> {
     [
-        limits::THREADS,
-        limits::CONTEXT,
-        limits::CPU_UBATCH,
-        limits::DEVICE_UBATCH,
-        limits::MIN_TOKENS,
-        limits::IO_THREADS,
-        limits::LOADERS,
-        limits::N_EXPERT_USED,
-        limits::CACHE_MB,
-        limits::CACHE_FLOOR_MB,
-        limits::CACHE_RESERVE_MB,
-        limits::CACHE_MIN_MB,
-        limits::N_PREDICT,
-        limits::TOP_K,
+        settings::THREADS,
+        settings::CONTEXT,
+        settings::CPU_UBATCH,
+        settings::DEVICE_UBATCH,
+        settings::MIN_TOKENS,
+        settings::IO_THREADS,
+        settings::LOADERS,
+        settings::N_EXPERT_USED,
+        settings::CACHE_MB,
+        settings::CACHE_FLOOR_MB,
+        settings::CACHE_RESERVE_MB,
+        settings::CACHE_MIN_MB,
+        settings::N_PREDICT,
+        settings::TOP_K,
     ]
     .into_iter()
     .map(|r| (r.name, r))
@@ -68,8 +68,8 @@ fn engine_option_defaults_are_the_definitions() {
     assert_eq!(
         session.threads,
         s.threads
-            .or(limits::usable_cores())
-            .min(limits::usable_cores())
+            .or(settings::usable_cores())
+            .min(settings::usable_cores())
     );
     let generate = bmoe_engine::GenerateOptions::default();
     let job_default: super::job::Job = toml::from_str(
@@ -82,12 +82,12 @@ fn engine_option_defaults_are_the_definitions() {
     );
     assert_eq!(
         job_default.sampling.top_k as u32,
-        limits::TOP_K.default_u32(),
+        settings::TOP_K.default_u32(),
         "job top_k"
     );
     assert_eq!(
         f64::from(job_default.sampling.top_p),
-        limits::TOP_P.default as f32 as f64
+        settings::TOP_P.default as f32 as f64
     );
 }
 
@@ -166,19 +166,19 @@ fn every_setting_is_a_flag_of_its_own_name_without_a_default() {
     }
     assert_eq!(
         flags["n-predict"],
-        vec![limits::N_PREDICT.default_u32().to_string()]
+        vec![settings::N_PREDICT.default_u32().to_string()]
     );
     assert_eq!(
         flags["top-k"],
-        vec![limits::TOP_K.default_u32().to_string()]
+        vec![settings::TOP_K.default_u32().to_string()]
     );
     assert_eq!(
         flags["top-p"],
-        vec![(limits::TOP_P.default as f32).to_string()]
+        vec![(settings::TOP_P.default as f32).to_string()]
     );
     assert_eq!(
         flags["temp"],
-        vec![(limits::TEMPERATURE.default as f32).to_string()]
+        vec![(settings::TEMPERATURE.default as f32).to_string()]
     );
 }
 

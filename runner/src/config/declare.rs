@@ -1,4 +1,4 @@
-//! Every layered setting declared once: its name, type, default (from the engine's `limits`),
+//! Every layered setting declared once: its name, type, default (from the engine's `settings`),
 //! doc line, layer section (`[engine]` or `[prefill]`), schema attributes, one-shot CLI flag,
 //! the engine option it sets and its row in docs/configuration.md. The profile's `[engine]` and
 //! `[prefill]` tables, the resolved [`Settings`], [`KEYS`], the one-shot flags, the mapping into
@@ -7,7 +7,7 @@
 //!
 //! The CSV columns that record settings ([`row_with_settings`], [`with_recorded_settings`],
 //! [`SETTING_COLUMNS`]) live here too, in column order: columns are only ever appended.
-use bmoe_engine::limits::{
+use bmoe_engine::settings::{
     self, FloatRange, IntRange, CACHE_FLOOR_MB, CACHE_MIN_MB, CACHE_RESERVE_MB, CONTEXT,
     CPU_UBATCH, DEVICE_UBATCH, MIN_TOKENS, N_EXPERT_USED, PREFIX_CACHE_MB,
 };
@@ -169,14 +169,14 @@ macro_rules! declare_settings {
 declare_settings! {
     engine {
         /// Compute threads, or "auto".
-        threads: Count = count_default(&limits::THREADS);
+        threads: Count = count_default(&settings::THREADS);
         schema [#[schemars(schema_with = "threads_schema")]];
         flag [
             /// Compute threads, or `auto`: the cores this process may use (affinity, cgroup quota); more is capped to them.
-            #[arg(short = 't', long, value_parser = |s: &str| count_in(s, &limits::THREADS), help_heading = "Threads and memory", display_order = 3)]
+            #[arg(short = 't', long, value_parser = |s: &str| count_in(s, &settings::THREADS), help_heading = "Threads and memory", display_order = 3)]
         ] threads: Option<Count> => |v| v.as_ref().map(to_json);
         engine |s, load, session| ();
-        docs (count_type(&limits::THREADS), int_default_doc(&limits::THREADS), "`SessionOptions.threads`",
+        docs (count_type(&settings::THREADS), int_default_doc(&settings::THREADS), "`SessionOptions.threads`",
             r#"compute threads. `auto` = the cores this process may use (its CPU affinity and its cgroup's CPU quota: a Kubernetes CPU limit, a Slurm allocation). A number above those cores is capped to them with one line (`bmoe plan` shows both; rows record `threads` used and `threads_setting`): ggml's compute threads spin at barriers, and 8 threads on 2 cores run 50-100x slower"#,
         );
     }
@@ -208,7 +208,7 @@ declare_settings! {
     }
     engine {
         /// Expert cache in MiB, or "auto".
-        cache_mb: CacheMb = match limits::CACHE_MB.default_n() {
+        cache_mb: CacheMb = match settings::CACHE_MB.default_n() {
             None => CacheMb::Auto,
             Some(n) => CacheMb::Mib(n),
         };
@@ -226,7 +226,7 @@ declare_settings! {
                 CacheMb::Auto => CacheBudget::Auto { floor_mb: s.cache_floor_mb },
             };
         };
-        docs (count_type(&limits::CACHE_MB), int_default_doc(&limits::CACHE_MB), "`StreamOptions.cache_mb`",
+        docs (count_type(&settings::CACHE_MB), int_default_doc(&settings::CACHE_MB), "`StreamOptions.cache_mb`",
             r#"expert cache in MiB; `auto` = what the memory budget leaves (at most every expert); ignored (0) without `moe_stream`"#,
         );
     }
@@ -277,16 +277,16 @@ declare_settings! {
     }
     engine {
         /// Parallel expert-read lanes, or "auto".
-        io_threads: Count = count_default(&limits::IO_THREADS);
+        io_threads: Count = count_default(&settings::IO_THREADS);
         schema [#[schemars(schema_with = "io_threads_schema")]];
         flag [
             /// Read lanes when streaming, or `auto` (4).
-            #[arg(long, value_parser = |s: &str| count_in(s, &limits::IO_THREADS), help_heading = "Expert streaming", display_order = 11)]
+            #[arg(long, value_parser = |s: &str| count_in(s, &settings::IO_THREADS), help_heading = "Expert streaming", display_order = 11)]
         ] io_threads: Option<Count> => |v| v.as_ref().map(to_json);
         engine |s, load, session| if let Some(st) = load.stream.as_mut() {
             st.io_threads = s.io_threads.or(AUTO_IO_THREADS) as usize;
         };
-        docs (count_type(&limits::IO_THREADS), format!("{} ({AUTO_IO_THREADS})", int_default_doc(&limits::IO_THREADS)), "`StreamOptions.io_threads`",
+        docs (count_type(&settings::IO_THREADS), format!("{} ({AUTO_IO_THREADS})", int_default_doc(&settings::IO_THREADS)), "`StreamOptions.io_threads`",
             r#"parallel expert-read lanes. Not capped to the cores: a lane blocks in the kernel on its read, it does not spin"#,
         );
     }
@@ -340,33 +340,33 @@ declare_settings! {
     }
     engine {
         /// Lossy: at a cache miss, use a cached expert of the same layer whose router probability is within this of the missed one's (0 = off).
-        expert_substitute: f64 = limits::EXPERT_SUBSTITUTE.default;
+        expert_substitute: f64 = settings::EXPERT_SUBSTITUTE.default;
         schema [#[schemars(range(min = 0.0, max = 1.0))]];
         flag [
             /// With --moe-stream, LOSSY: at a cache miss, use the cached expert of the same layer
             /// whose router probability is closest to the missed one's, when within this (0 = off).
-            #[arg(long, value_parser = |s: &str| float_in(s, &limits::EXPERT_SUBSTITUTE), help_heading = "Expert streaming", display_order = 14)]
+            #[arg(long, value_parser = |s: &str| float_in(s, &settings::EXPERT_SUBSTITUTE), help_heading = "Expert streaming", display_order = 14)]
         ] expert_substitute: Option<f64> => |v| v.map(|v| json!(v));
         engine |s, load, session| if let Some(st) = load.stream.as_mut() {
             st.expert_substitute = s.expert_substitute;
         };
-        docs (float_type(&limits::EXPERT_SUBSTITUTE), "`0.0` (off)", "`StreamOptions.expert_substitute`",
+        docs (float_type(&settings::EXPERT_SUBSTITUTE), "`0.0` (off)", "`StreamOptions.expert_substitute`",
             r#"LOSSY speed knob, off at 0: at a routing node, a routed expert the cache lacks is replaced by the cached expert of the same layer (not already chosen for that token) whose router probability (`ffn_moe_probs`, as the graph computes it) is closest to the missed one's, when within this distance; nothing is read for it, and its weight is the router's own probability for the expert used. Only at a miss the cache cannot take without evicting: with every routed expert cached, or while the cache still has room for a routing node's misses, the output is bit for bit that of 0 (gate G35a). Needs a cache (`cache_mb > 0`). Rows count `experts_substituted`; the workflow that prices it is in docs/tuning.md"#,
         );
     }
     engine {
         /// Lossy: skip a missed routed expert whose share of the token's selected router weights is below drop_cold / n_expert_used (0 = off).
-        drop_cold: f64 = limits::DROP_COLD.default;
+        drop_cold: f64 = settings::DROP_COLD.default;
         schema [#[schemars(range(min = 0.0, max = 1.0))]];
         flag [
             /// With --moe-stream, LOSSY: skip a routed expert the cache lacks when its share of the
             /// token's selected router weights is below this times 1/top-k (0 = off).
-            #[arg(long, value_parser = |s: &str| float_in(s, &limits::DROP_COLD), help_heading = "Expert streaming", display_order = 14)]
+            #[arg(long, value_parser = |s: &str| float_in(s, &settings::DROP_COLD), help_heading = "Expert streaming", display_order = 14)]
         ] drop_cold: Option<f64> => |v| v.map(|v| json!(v));
         engine |s, load, session| if let Some(st) = load.stream.as_mut() {
             st.drop_cold = s.drop_cold;
         };
-        docs (float_type(&limits::DROP_COLD), "`0.0` (off)", "`StreamOptions.drop_cold`",
+        docs (float_type(&settings::DROP_COLD), "`0.0` (off)", "`StreamOptions.drop_cold`",
             r#"LOSSY speed knob, off at 0: a routed expert the cache lacks and has no room for without evicting (every one without a cache) is skipped when its router weight's share of the token's selected weights is below `drop_cold / n_expert_used` (the specification's `--drop-cold-experts F`: "skip a routed expert that is a cache MISS and has < F x (1/top-k) of routing weight"); it is not read and its weight is zeroed before the model's own normalisation, which renormalises the rest. A token's best expert is never dropped. Rows count `experts_dropped`; see docs/tuning.md"#,
         );
     }
@@ -417,16 +417,16 @@ declare_settings! {
     }
     prefill {
         /// Arena loader threads, or "auto".
-        loaders: Count = count_default(&limits::LOADERS);
+        loaders: Count = count_default(&settings::LOADERS);
         schema [#[schemars(schema_with = "loaders_schema")]];
         flag [
             /// Threads filling the prefill device's arena (apart from --io-threads), or `auto` (the usable cores, at most 8).
-            #[arg(long, alias = "prefill-loaders", value_parser = |s: &str| count_in(s, &limits::LOADERS), help_heading = "Prefill device", display_order = 18)]
+            #[arg(long, alias = "prefill-loaders", value_parser = |s: &str| count_in(s, &settings::LOADERS), help_heading = "Prefill device", display_order = 18)]
         ] loaders: Option<Count> => |v| v.as_ref().map(to_json);
         engine |s, load, session| if let Some(p) = load.prefill.as_mut() {
             p.loaders = s.loaders.or(auto_loaders()) as usize;
         };
-        docs (count_type(&limits::LOADERS), int_default_doc(&limits::LOADERS), "`PrefillOptions.loaders`",
+        docs (count_type(&settings::LOADERS), int_default_doc(&settings::LOADERS), "`PrefillOptions.loaders`",
             r#"arena loader threads; `auto` = the usable cores, at most 8"#,
         );
     }
@@ -478,16 +478,16 @@ declare_settings! {
     }
     prefill {
         /// A layer routing more than this share of its experts gets the next layer read whole.
-        routed_full: f64 = limits::ROUTED_FULL.default;
+        routed_full: f64 = settings::ROUTED_FULL.default;
         schema [#[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]];
         flag [
             /// A layer routing to more than this share of its experts gets the next layer read whole.
-            #[arg(long, alias = "prefill-routed-full", value_parser = |s: &str| float_in(s, &limits::ROUTED_FULL), help_heading = "Prefill device", display_order = 20)]
+            #[arg(long, alias = "prefill-routed-full", value_parser = |s: &str| float_in(s, &settings::ROUTED_FULL), help_heading = "Prefill device", display_order = 20)]
         ] routed_full: Option<f64> => |v| v.map(|v| json!(v));
         engine |s, load, session| if let Some(p) = load.prefill.as_mut() {
             p.routed_full = s.routed_full;
         };
-        docs (float_type(&limits::ROUTED_FULL), limits::ROUTED_FULL.default, "`PrefillOptions.routed_full`",
+        docs (float_type(&settings::ROUTED_FULL), settings::ROUTED_FULL.default, "`PrefillOptions.routed_full`",
             r#"a layer routing more than this share of its experts gets the next layer read whole"#,
         );
     }
@@ -617,12 +617,12 @@ declare_settings! {
 /// network share) with room to spare; only a load that is stuck gets near it.
 pub const DEFAULT_LOAD_TIMEOUT_S: u64 = 3600;
 
-/// A count setting's default from its definition in `limits`.
+/// A count setting's default from its definition in the engine's `settings`.
 fn count_default(r: &IntRange) -> Count {
     r.default_n().map_or(Count::Auto, |n| Count::N(n as u32))
 }
 
-/// A flag's integer value, checked against the setting's range in `limits`.
+/// A flag's integer value, checked against the setting's range in the engine's `settings`.
 pub fn int_in(s: &str, r: &IntRange) -> Result<u32, String> {
     r.parse(s)
         .map_err(|e| e.to_string())
@@ -638,7 +638,7 @@ fn count_in(s: &str, r: &IntRange) -> Result<Count, String> {
     Ok(c)
 }
 
-/// A flag's real value, checked against the setting's range in `limits`.
+/// A flag's real value, checked against the setting's range in the engine's `settings`.
 pub fn float_in(s: &str, r: &FloatRange) -> Result<f64, String> {
     r.parse(s).map_err(|e| e.to_string())
 }
@@ -670,8 +670,8 @@ fn float_type(r: &FloatRange) -> String {
 #[cfg(test)]
 fn int_default_doc(r: &IntRange) -> String {
     match r.default {
-        limits::IntDefault::Auto => "`\"auto\"`".into(),
-        limits::IntDefault::N(n) => n.to_string(),
+        settings::IntDefault::Auto => "`\"auto\"`".into(),
+        settings::IntDefault::N(n) => n.to_string(),
     }
 }
 

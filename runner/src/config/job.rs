@@ -20,11 +20,11 @@ use super::item::{
 pub struct SamplingSpec {
     /// 0 = greedy (argmax, deterministic); above 0 = seeded sampling at this temperature.
     #[serde(default)]
-    #[schemars(range(min = bmoe_engine::limits::TEMPERATURE.min, max = bmoe_engine::limits::TEMPERATURE.max))]
+    #[schemars(range(min = bmoe_engine::settings::TEMPERATURE.min, max = bmoe_engine::settings::TEMPERATURE.max))]
     pub temperature: f32,
     /// Top-k for seeded sampling (0 = off).
     #[serde(default = "default_top_k")]
-    #[schemars(range(min = bmoe_engine::limits::TOP_K.min, max = bmoe_engine::limits::TOP_K.max))]
+    #[schemars(range(min = bmoe_engine::settings::TOP_K.min, max = bmoe_engine::settings::TOP_K.max))]
     pub top_k: i32,
     /// Top-p for seeded sampling (1 = off).
     #[serde(default = "default_top_p")]
@@ -36,10 +36,10 @@ pub struct SamplingSpec {
 }
 
 fn default_top_k() -> i32 {
-    bmoe_engine::limits::TOP_K.default_u32() as i32
+    bmoe_engine::settings::TOP_K.default_u32() as i32
 }
 fn default_top_p() -> f32 {
-    bmoe_engine::limits::TOP_P.default as f32
+    bmoe_engine::settings::TOP_P.default as f32
 }
 
 impl Default for SamplingSpec {
@@ -76,7 +76,7 @@ pub struct Job {
     pub csv: String,
     /// Tokens to generate at most per prompt (generate).
     #[serde(default = "default_n_predict")]
-    #[schemars(range(min = bmoe_engine::limits::N_PREDICT.min, max = bmoe_engine::limits::N_PREDICT.max))]
+    #[schemars(range(min = bmoe_engine::settings::N_PREDICT.min, max = bmoe_engine::settings::N_PREDICT.max))]
     pub n_predict: u32,
     /// Render prompts (generate) or decisions (decide) with the model's chat template; false feeds
     /// them as is.
@@ -126,7 +126,7 @@ pub struct Job {
 }
 
 fn default_n_predict() -> u32 {
-    bmoe_engine::limits::N_PREDICT.default_u32()
+    bmoe_engine::settings::N_PREDICT.default_u32()
 }
 fn default_repeat() -> u32 {
     1

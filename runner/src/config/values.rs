@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use bmoe_engine::limits;
+use bmoe_engine::settings;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
@@ -88,7 +88,7 @@ impl JsonSchema for CacheMb {
         json_schema!({
             "description": "Expert cache budget in MiB (0 = no cache), or \"auto\": what the memory budget leaves.",
             "anyOf": [
-                {"type": "integer", "minimum": limits::CACHE_MB.min, "maximum": limits::CACHE_MB.max},
+                {"type": "integer", "minimum": settings::CACHE_MB.min, "maximum": settings::CACHE_MB.max},
                 {"const": "auto"}
             ]
         })
@@ -181,7 +181,7 @@ impl<'de> Deserialize<'de> for Count {
 }
 
 /// The schema of a [`Count`] setting with `r`'s range.
-fn count_schema(r: &bmoe_engine::limits::IntRange, doc: &str) -> Schema {
+fn count_schema(r: &bmoe_engine::settings::IntRange, doc: &str) -> Schema {
     json_schema!({
         "description": doc,
         "anyOf": [
@@ -191,31 +191,31 @@ fn count_schema(r: &bmoe_engine::limits::IntRange, doc: &str) -> Schema {
     })
 }
 
-/// The schema of the setting's values (its range from `limits`).
+/// The schema of the setting's values (its range from the engine's `settings`).
 pub fn threads_schema(_: &mut SchemaGenerator) -> Schema {
     count_schema(
-        &bmoe_engine::limits::THREADS,
+        &bmoe_engine::settings::THREADS,
         "Compute threads, or \"auto\" (the cores this process may use: CPU affinity and cgroup quota). A number above those cores is capped to them.",
     )
 }
 
-/// The schema of the setting's values (its range from `limits`).
+/// The schema of the setting's values (its range from the engine's `settings`).
 pub fn io_threads_schema(_: &mut SchemaGenerator) -> Schema {
     count_schema(
-        &bmoe_engine::limits::IO_THREADS,
+        &bmoe_engine::settings::IO_THREADS,
         "Expert-read lanes, or \"auto\" (4). Lanes block in the kernel rather than spin, so they are not capped to the cores.",
     )
 }
 
-/// The schema of the setting's values (its range from `limits`).
+/// The schema of the setting's values (its range from the engine's `settings`).
 pub fn loaders_schema(_: &mut SchemaGenerator) -> Schema {
     count_schema(
-        &bmoe_engine::limits::LOADERS,
+        &bmoe_engine::settings::LOADERS,
         "Arena loader threads, or \"auto\" (the usable cores, at most 8).",
     )
 }
 
-pub use bmoe_engine::limits::{auto_loaders, AUTO_IO_THREADS};
+pub use bmoe_engine::settings::{auto_loaders, AUTO_IO_THREADS};
 
 /// Where dense (non-expert) weights live while streaming.
 #[derive(

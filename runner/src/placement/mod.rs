@@ -101,7 +101,7 @@ pub struct Placement {
     /// The engine's plan: model shape, prefill device, context, budget, expert cache.
     pub plan: Plan,
     /// Compute threads as configured and as they will run on this machine.
-    pub threads: bmoe_engine::limits::ThreadChoice,
+    pub threads: bmoe_engine::settings::ThreadChoice,
     /// The cores compute threads and reader/loader threads run on, and why.
     pub cores: crate::placement::cores::CoreChoice,
     /// The engine options of the load.
@@ -142,13 +142,13 @@ pub fn requested_options(
 /// The cores `s.cpus` chooses on this machine and the compute threads on them.
 pub fn threads_and_cores(
     s: &Settings,
-) -> Result<(bmoe_engine::limits::ThreadChoice, cores::CoreChoice), String> {
+) -> Result<(bmoe_engine::settings::ThreadChoice, cores::CoreChoice), String> {
     let cores = cores::this_machine(&s.cpus)?;
-    let threads = bmoe_engine::limits::ThreadChoice::resolve(
+    let threads = bmoe_engine::settings::ThreadChoice::resolve(
         s.threads.explicit(),
         // Pinned, `auto` is one thread per chosen core, and more than those would share them.
         match cores.compute.len() {
-            0 => bmoe_engine::limits::usable_cores(),
+            0 => bmoe_engine::settings::usable_cores(),
             n => n as u32,
         },
     );
