@@ -52,17 +52,6 @@ pub enum CacheBudget {
     Mib(u64),
 }
 
-impl CacheBudget {
-    /// The budget in bytes, given the memory available now (`auto` here is only the floor's
-    /// share: a load resolves `auto` through its plan first).
-    pub fn bytes(self, available: u64) -> u64 {
-        match self {
-            Self::Auto { floor_mb } => available.saturating_sub(floor_mb << 20),
-            Self::Mib(n) => n << 20,
-        }
-    }
-}
-
 /// Expert streaming settings (`moe_stream`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamOptions {

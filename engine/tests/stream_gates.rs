@@ -302,3 +302,38 @@ fn auto_at_load_is_the_plans_cache() {
     let m = Model::load(&load).unwrap();
     assert_eq!(m.stream_budget_bytes(), Some(plan.cache_mb << 20));
 }
+
+/// A load given a plan takes it as it is (`Model::load_planned`): an `auto` cache is the plan's
+/// `cache_mb` (the one formula, here a value no machine formula gives), and the prefill place is
+/// the plan's verdict, not resolved again: a device the caller's policy refused stays refused,
+/// in the caller's words. Seen red when the load resolved the device itself again.
+#[test]
+fn a_load_takes_the_plan_it_is_given() {
+    let path = common::tiny();
+    let load = LoadOptions {
+        stream: Some(StreamOptions {
+            cache: bmoe_engine::CacheBudget::Auto { floor_mb: 64 },
+            ..stream(0, false).unwrap()
+        }),
+        prefill: Some(bmoe_engine::PrefillOptions {
+            device: "CPU".into(),
+            ..Default::default()
+        }),
+        ..LoadOptions::new(&path)
+    };
+    let mut plan = bmoe_engine::plan::plan(
+        &load,
+        &bmoe_engine::SessionOptions::default(),
+        bmoe_engine::plan::Memory::this_machine(64),
+    )
+    .unwrap();
+    plan.cache_mb = 3;
+    plan.prefill = bmoe_engine::plan::PrefillPlace::on_cpu("refused by the caller's policy".into());
+    let m = Model::load_planned(&load, &plan).unwrap();
+    assert_eq!(m.stream_budget_bytes(), Some(3 << 20));
+    let said = m.warnings().join("\n");
+    assert!(
+        said.contains("prefill device CPU: refused by the caller's policy"),
+        "{said}"
+    );
+}

@@ -14,7 +14,8 @@ use crate::ffi::registry::Device;
 use crate::gguf::index::GgufIndex;
 use crate::graph::{Capture, CaptureHook};
 use crate::io::DirectReader;
-use crate::options::{LoadOptions, SessionOptions};
+use crate::options::{CacheBudget, LoadOptions, SessionOptions};
+use crate::plan::{Plan, PrefillPlace};
 use crate::stream::lean_load::{self, DenseMaps};
 use crate::stream::{Experts, Streamer};
 use crate::telemetry::{LoadMode, LoadStats};
@@ -103,36 +104,42 @@ fn capture_graph(raw: &LlamaModel) -> Result<Capture> {
     Ok(c)
 }
 
-/// `opts` with an `auto` expert cache resolved to MiB by the plan, and how, when it was `auto`.
-fn resolve_auto_cache(
-    opts: &LoadOptions,
-    session: &SessionOptions,
-    index: &GgufIndex,
-    placed: &Placed,
-) -> (LoadOptions, Option<AutoCache>) {
+/// Where a load's plan comes from.
+pub(super) enum PlanSource<'a> {
+    /// Made before the load (a profile's placement): taken as given.
+    Given(&'a Plan),
+    /// Made at the start of the load, against this machine's memory, for sessions of this shape;
+    /// the prefill place as decided by the caller, or resolved then.
+    ThisMachine(&'a SessionOptions, Option<&'a PrefillPlace>),
+}
+
+impl PlanSource<'_> {
+    /// The plan: the given one, or one made now from the file's header (the prefill device
+    /// resolved here, once, and not again by the load).
+    fn plan(&self, opts: &LoadOptions, index: &GgufIndex) -> Plan {
+        match self {
+            PlanSource::Given(p) => (*p).clone(),
+            PlanSource::ThisMachine(session, prefill) => crate::plan::plan_here(
+                crate::plan::ModelDims::of(index),
+                prefill.map_or_else(|| PrefillPlace::of(opts), |p| p.clone()),
+                opts,
+                session,
+            ),
+        }
+    }
+}
+
+/// `opts` with an `auto` expert cache resolved to the plan's `cache_mb`, and how, when it was
+/// `auto`: the one formula ([`crate::plan`]), never a second one at the streamer.
+fn resolve_auto_cache(opts: &LoadOptions, plan: &Plan) -> (LoadOptions, Option<AutoCache>) {
     let mut resolved = opts.clone();
     let Some(st) = resolved.stream.as_mut() else {
         return (resolved, None);
     };
-    let crate::options::CacheBudget::Auto { floor_mb } = st.cache else {
+    let CacheBudget::Auto { floor_mb } = st.cache else {
         return (resolved, None);
     };
-    let prefill = match &placed.prefill_device {
-        Some(d) => crate::plan::PrefillPlace {
-            device: Some(d.clone()),
-            reason: String::new(),
-            cpu_because: None,
-        },
-        None => crate::plan::PrefillPlace::on_cpu(String::new()),
-    };
-    let plan = crate::plan::plan_with(
-        crate::plan::ModelDims::of(index),
-        prefill,
-        opts,
-        session,
-        crate::plan::Memory::this_machine(floor_mb),
-    );
-    st.cache = crate::options::CacheBudget::Mib(plan.cache_mb);
+    st.cache = CacheBudget::Mib(plan.cache_mb);
     let auto = AutoCache {
         floor_mb,
         available_mib: plan.ram_mib,
@@ -193,7 +200,7 @@ impl Loader {
     /// The first phase: the options checked, the file indexed and checked before llama.cpp sees
     /// it, the devices placed, an `auto` expert cache planned for sessions of `session`'s shape,
     /// and what llama.cpp's load will be asked for.
-    pub(super) fn open(opts: &LoadOptions, session: &SessionOptions) -> Result<Self> {
+    pub(super) fn open(opts: &LoadOptions, source: PlanSource) -> Result<Self> {
         let started = Instant::now();
         let read_before = crate::telemetry::storage_read_bytes();
         opts.validate()?;
@@ -208,8 +215,9 @@ impl Loader {
         })?;
         let kv_overrides = expert_override(opts, &index, &arch)?;
         let mut warnings = Vec::new();
-        let placed = place_devices(opts, cpu, &mut warnings)?;
-        let (opts, auto_cache) = resolve_auto_cache(opts, session, &index, &placed);
+        let plan = source.plan(opts, &index);
+        let placed = place_devices(opts, &plan.prefill, cpu, &mut warnings)?;
+        let (opts, auto_cache) = resolve_auto_cache(opts, &plan);
         let params = RawLoadParams {
             devices: placed.devices.clone(),
             mmap: true,
@@ -387,7 +395,12 @@ impl Loader {
             return Ok(None);
         };
         // `auto` was resolved by the plan at the start of the load (`resolve_auto_cache`).
-        let budget = so.cache.bytes(crate::stream::memory::available_bytes());
+        let CacheBudget::Mib(mib) = so.cache else {
+            return Err(EngineError::InvalidOption(
+                "cache_mb = auto reached the streamer without a plan".into(),
+            ));
+        };
+        let budget = mib << 20;
         let anon = so.dense_weights == crate::options::DenseWeights::Anon;
         let mut exec = raw.model.exec().lock();
         let experts = Experts {

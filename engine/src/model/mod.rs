@@ -93,7 +93,25 @@ impl Model {
     /// expert cache is planned for sessions of `session`'s shape (its context, batch and output
     /// rows size the KV cache and compute buffers the cache leaves room for).
     pub fn load_for(opts: &LoadOptions, session: &crate::options::SessionOptions) -> Result<Model> {
-        load::Loader::open(opts, session)?.load()
+        load::Loader::open(opts, load::PlanSource::ThisMachine(session, None))?.load()
+    }
+
+    /// [`Model::load_for`] with the prefill place already decided ([`crate::plan::PrefillPlace`]:
+    /// the device resolved, and opened, by the caller): the load takes it as it is.
+    pub fn load_for_placed(
+        opts: &LoadOptions,
+        session: &crate::options::SessionOptions,
+        prefill: &crate::plan::PrefillPlace,
+    ) -> Result<Model> {
+        load::Loader::open(opts, load::PlanSource::ThisMachine(session, Some(prefill)))?.load()
+    }
+
+    /// Loads a model as `opts` says, on a plan made before ([`crate::plan`], e.g. against a
+    /// profile's RAM): its prefill place is taken as decided (the device it resolved is not
+    /// opened again, and a device its caller's policy refused stays refused) and an `auto`
+    /// expert cache is its `cache_mb`.
+    pub fn load_planned(opts: &LoadOptions, plan: &crate::plan::Plan) -> Result<Model> {
+        load::Loader::open(opts, load::PlanSource::Given(plan))?.load()
     }
 
     /// What was loaded.

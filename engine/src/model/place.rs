@@ -4,6 +4,7 @@ use crate::error::{EngineError, Result};
 use crate::ffi::buffer::BufferType;
 use crate::ffi::registry::Device;
 use crate::options::LoadOptions;
+use crate::plan::PrefillPlace;
 
 use super::warning::{KvHome, LoadWarning};
 
@@ -36,9 +37,24 @@ fn kv_home(d: Device, stand_in: bool) -> (Option<BufferType>, KvHome) {
     }
 }
 
-/// Resolves the prefill and offload devices into llama.cpp's device list.
+/// The device a plan placed prefill on, or why the CPU runs it.
+fn planned_device(prefill: &PrefillPlace) -> std::result::Result<(Device, String), String> {
+    match &prefill.device {
+        Some(name) => Device::by_name(name)
+            .map(|d| (d, name.clone()))
+            .ok_or_else(|| format!("{name} is not in this build's registry")),
+        None => Err(prefill
+            .cpu_because
+            .clone()
+            .unwrap_or_else(|| prefill.reason.clone())),
+    }
+}
+
+/// Places the prefill device the plan resolved and resolves the offload device into
+/// llama.cpp's device list.
 pub(super) fn place_devices(
     opts: &LoadOptions,
+    prefill: &PrefillPlace,
     cpu: Device,
     warnings: &mut Vec<LoadWarning>,
 ) -> Result<Placed> {
@@ -51,9 +67,10 @@ pub(super) fn place_devices(
         arena_device: None,
         kv_to: None,
     };
+    // The plan resolved the prefill device (it opened there, once): the load takes its verdict.
     if let Some(p) = &opts.prefill {
-        match crate::device::resolve(&p.device) {
-            crate::device::Resolution::Device(d, name) => {
+        match planned_device(prefill) {
+            Ok((d, name)) => {
                 let (to, home) = kv_home(d, p.gate().kv_stand_in);
                 warnings.push(LoadWarning::KvHome {
                     device: name.clone(),
@@ -64,7 +81,7 @@ pub(super) fn place_devices(
                 placed.arena_device = Some(d);
                 placed.prefill_device = Some(name);
             }
-            crate::device::Resolution::Cpu(why) => warnings.push(LoadWarning::PrefillOnCpu {
+            Err(why) => warnings.push(LoadWarning::PrefillOnCpu {
                 device: p.device.clone(),
                 why,
             }),

@@ -85,6 +85,14 @@ impl PrefillPlace {
         }
     }
 
+    /// The prefill device `load` names, resolved ([`PrefillPlace::resolve`]), or the CPU.
+    pub fn of(load: &LoadOptions) -> Self {
+        match &load.prefill {
+            Some(p) => PrefillPlace::resolve(&p.device),
+            None => PrefillPlace::on_cpu("no prefill device configured".into()),
+        }
+    }
+
     /// The device named, resolved as [`crate::Model::load`] resolves it: in this build's
     /// registry, not the CPU, and it opens; else the CPU and why.
     pub fn resolve(name: &str) -> Self {
@@ -130,11 +138,28 @@ pub struct Plan {
 /// here; the caller drops it first where its own policy refuses it (a profile without an NPU).
 pub fn plan(load: &LoadOptions, session: &SessionOptions, memory: Memory) -> Result<Plan> {
     let dims = ModelDims::read(&load.path)?;
-    let prefill = match &load.prefill {
-        Some(p) => PrefillPlace::resolve(&p.device),
-        None => PrefillPlace::on_cpu("no prefill device configured".into()),
+    Ok(plan_with(
+        dims,
+        PrefillPlace::of(load),
+        load,
+        session,
+        memory,
+    ))
+}
+
+/// [`plan_with`] against this machine's memory now, with the floor an `auto` expert cache asks
+/// for (`cache_floor_mb`; none for a fixed cache): how a load without a given plan plans.
+pub fn plan_here(
+    dims: ModelDims,
+    prefill: PrefillPlace,
+    load: &LoadOptions,
+    session: &SessionOptions,
+) -> Plan {
+    let floor_mb = match load.stream.as_ref().map(|st| st.cache) {
+        Some(crate::options::CacheBudget::Auto { floor_mb }) => floor_mb,
+        _ => 0,
     };
-    Ok(plan_with(dims, prefill, load, session, memory))
+    plan_with(dims, prefill, load, session, Memory::this_machine(floor_mb))
 }
 
 /// [`plan`] for a model already read and a prefill place already decided.

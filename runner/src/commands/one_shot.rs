@@ -1,5 +1,6 @@
 //! What `bmoe generate`, `bmoe decide` and `bmoe ppl` share: the flags resolved into engine options,
 //! the model loaded with its lines, the counters printed.
+use bmoe_engine::plan::{Plan, PrefillPlace};
 use bmoe_engine::settings::ThreadChoice;
 use bmoe_engine::{LoadOptions, Model, PrefillDevCounters, SessionOptions, StreamCounters, Timing};
 
@@ -18,6 +19,17 @@ pub struct Direct {
     pub session: SessionOptions,
     /// Compute threads as asked and as they run here.
     pub threads: ThreadChoice,
+    /// The plan the load takes, or the prefill place its plan on this machine takes.
+    pub plan: Planned,
+}
+
+/// What a one-shot load is planned on.
+#[derive(Debug)]
+pub enum Planned {
+    /// The profile's placement.
+    Profile(Box<Plan>),
+    /// This machine's memory at load, with the prefill place decided here.
+    Here(PrefillPlace),
 }
 
 /// Says so for each flag given that has no effect with the other settings (the rule of
@@ -36,26 +48,33 @@ fn warn_idle_flags(e: &EngineArgs, s: &Settings) {
     }
 }
 
+/// The prefill place of `s`: the profile's policy over the device, or the device resolved
+/// here (it opens, once: the load takes this verdict and does not open it again).
+fn prefill_place(s: &Settings, profile: Option<&crate::config::profile::Profile>) -> PrefillPlace {
+    match (profile, s.device_name()) {
+        (Some(pr), _) => placement::place_prefill(pr, s),
+        (None, Some(name)) => PrefillPlace::resolve(name),
+        (None, None) => PrefillPlace::on_cpu("no prefill device configured".into()),
+    }
+}
+
 /// Refuses a prefill device named on the command line that will not run here (unless
 /// `--allow-cpu-fallback`), before anything loads; says so for one named by the profile.
 fn check_device(
     e: &EngineArgs,
     s: &Settings,
-    profile: Option<&crate::config::profile::Profile>,
+    place: &PrefillPlace,
+    by_profile: bool,
     origin: &str,
 ) -> anyhow::Result<()> {
     let Some(name) = s.device_name() else {
         return Ok(());
     };
-    let place = match profile {
-        Some(pr) => placement::place_prefill(pr, s),
-        None => bmoe_engine::plan::PrefillPlace::resolve(name),
-    };
-    match placement::device_fallback(Some(name), origin, &place, e.allow_cpu_fallback) {
+    match placement::device_fallback(Some(name), origin, place, e.allow_cpu_fallback) {
         Some(Err(e)) => anyhow::bail!(e),
         // Without a profile the engine's own line at load says it; a profile's policy
         // (a Hexagon generation) is the runner's to say.
-        Some(Ok(w)) if profile.is_some() => eprintln!("bmoe: {w}"),
+        Some(Ok(w)) if by_profile => eprintln!("bmoe: {w}"),
         _ => {}
     }
     Ok(())
@@ -84,7 +103,8 @@ fn resolve(e: &EngineArgs) -> anyhow::Result<Direct> {
     let r = layers::resolve_layers(base, &inputs).map_err(|e| anyhow::anyhow!("{e}"))?;
     let device_origin = r.origin("device").to_string();
     let s = r.settings;
-    check_device(e, &s, profile.as_ref(), &device_origin)?;
+    let place = prefill_place(&s, profile.as_ref());
+    check_device(e, &s, &place, profile.is_some(), &device_origin)?;
     warn_idle_flags(e, &s);
     if e.llama_load && !s.moe_stream {
         anyhow::bail!(
@@ -94,12 +114,20 @@ fn resolve(e: &EngineArgs) -> anyhow::Result<Direct> {
     if s.explain && s.device_name().is_none() {
         anyhow::bail!("--explain profiles device prefill: it needs a prefill device (--device)");
     }
-    let (mut load, session, threads) = match &profile {
+    let (mut load, session, threads, plan) = match &profile {
         Some(pr) => {
-            let p = placement::place(pr, &s, &e.model)?;
-            (p.load, p.session, p.threads)
+            let p = placement::place_with(pr, &s, &e.model, place)?;
+            (
+                p.load,
+                p.session,
+                p.threads,
+                Planned::Profile(Box::new(p.plan)),
+            )
         }
-        None => machine_options(&s, &e.model)?,
+        None => {
+            let (load, session, threads) = machine_options(&s, &e.model)?;
+            (load, session, threads, Planned::Here(place))
+        }
     };
     if let Some(st) = load.stream.as_mut() {
         st.llama_load = e.llama_load;
@@ -113,6 +141,7 @@ fn resolve(e: &EngineArgs) -> anyhow::Result<Direct> {
         load,
         session,
         threads,
+        plan,
     })
 }
 
@@ -136,8 +165,12 @@ pub(super) fn load(e: &EngineArgs) -> anyhow::Result<(Model, SessionOptions)> {
     if let Some(note) = d.threads.capped_note() {
         eprintln!("bmoe: {note}");
     }
-    // `cache_mb = auto` leaves room for this call's own context, not the default one.
-    let m = Model::load_for(&d.load, &d.session)?;
+    // The plan was made for this call's own context (an `auto` cache leaves room for it), and
+    // its prefill place is the one checked above.
+    let m = match &d.plan {
+        Planned::Profile(plan) => Model::load_planned(&d.load, plan)?,
+        Planned::Here(place) => Model::load_for_placed(&d.load, &d.session, place)?,
+    };
     for w in m.warnings() {
         eprintln!("bmoe: {w}");
     }

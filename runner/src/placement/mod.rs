@@ -158,10 +158,20 @@ pub fn threads_and_cores(
 /// Places one (profile, values) on a model: the profile's policy (its NPU generation decides
 /// whether a Hexagon device may prefill), then the engine's plan against the profile's RAM.
 pub fn place(profile: &Profile, s: &Settings, model: &Path) -> Result<Placement, PlacementError> {
+    place_with(profile, s, model, place_prefill(profile, s))
+}
+
+/// [`place`] with the prefill place already decided ([`place_prefill`]): the device is resolved
+/// (opened) once, by whoever decided it.
+pub fn place_with(
+    profile: &Profile,
+    s: &Settings,
+    model: &Path,
+    prefill: PrefillPlace,
+) -> Result<Placement, PlacementError> {
     let dims = ModelDims::read(model)?;
     let (threads, cores) = threads_and_cores(s).map_err(PlacementError::Cpus)?;
     let (mut load, mut session) = requested_options(s, model, threads.used, &cores);
-    let prefill = place_prefill(profile, s);
     if prefill.device.is_none() {
         load.prefill = None;
         session.n_ubatch_device = session.n_ubatch;

@@ -7,7 +7,8 @@ use bmoe_engine::Model;
 
 use super::RunOptions;
 use crate::config::paths::display_path;
-use crate::ident::{self};
+use crate::ident;
+use crate::placement::Placement;
 
 /// The model kept between units, and the probe's verdicts per model.
 pub(super) struct Models {
@@ -66,11 +67,12 @@ impl Models {
     pub(super) fn load(
         &mut self,
         rss: &ident::RssPeaks,
-        load_opts: &bmoe_engine::LoadOptions,
+        placement: &Placement,
         probe_error: Option<String>,
         model: &Path,
         limit: std::time::Duration,
     ) -> LoadOutcome {
+        let load_opts = &placement.load;
         let reused = self.release_unless(load_opts, probe_error.is_none());
         // The point's memory is measured from here: its model load included, the previous
         // point's model (released above unless kept) and peaks not. What the allocator kept of
@@ -83,7 +85,7 @@ impl Models {
         let result: Result<(), String> = match probe_error {
             _ if reused => Ok(()),
             Some(why) => Err(why),
-            None => load_within(load_opts, limit, model)
+            None => load_within(placement, limit, model)
                 .map(|m| self.held = Some((load_opts.clone(), m))),
         };
         let load_s = if reused {
@@ -130,12 +132,16 @@ pub(super) fn within<T: Send + 'static>(
 /// then (a storage read that never returns, a loop in llama.cpp) is abandoned ([`within`]), and
 /// the unit's items fail saying so; the run goes on.
 pub(super) fn load_within(
-    load_opts: &bmoe_engine::LoadOptions,
+    placement: &Placement,
     limit: std::time::Duration,
     model: &Path,
 ) -> Result<Model, String> {
-    let opts = load_opts.clone();
-    let loaded = within(limit, "bmoe-load", move || Model::load(&opts)).map_err(|e| {
+    // The load takes the placement's plan: its prefill device is not resolved (opened) again.
+    let (opts, plan) = (placement.load.clone(), placement.plan.clone());
+    let loaded = within(limit, "bmoe-load", move || {
+        Model::load_planned(&opts, &plan)
+    })
+    .map_err(|e| {
         format!(
             "loading {}: starting the load thread: {e}",
             display_path(model)

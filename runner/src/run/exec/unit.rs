@@ -39,7 +39,7 @@ pub(super) fn run_unit(
         return Ok(());
     }
     out.progress.start_unit(&label, pending.len() as u64);
-    let (load_opts, mut sess_opts) = (unit.placement.load.clone(), unit.placement.session.clone());
+    let mut sess_opts = unit.placement.session.clone();
     let sha = ctx.model_sha.get(&lj.model).map_or("", String::as_str);
     if sha.is_empty() {
         // Without the model's hash (abandoned), entries could not be told from another model's.
@@ -50,7 +50,7 @@ pub(super) fn run_unit(
     }
     let limit = ctx.prep.load_timeout(&lj.model);
     let probe_error = models.probe_error(ctx.opts, &lj.model, limit)?;
-    let outcome = models.load(&ctx.rss, &load_opts, probe_error, &lj.model, limit);
+    let outcome = models.load(&ctx.rss, &unit.placement, probe_error, &lj.model, limit);
     let reused = outcome.reused;
     let loaded = models.loaded(outcome.result);
     let base = unit_base_row(ctx, lj, unit, &loaded, outcome.load_s, reused)?;
