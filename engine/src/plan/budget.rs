@@ -57,10 +57,12 @@ pub(crate) fn compute_lines(
 ) -> Vec<BudgetLine> {
     // llama.cpp picks flash attention on the CPU (flash_attn = auto): no attention-score matrix,
     // only the f16 mask; the MoE intermediates dominate.
+    // In f64: a damaged header's widths would overflow integers, and this is an estimate.
     let compute = |ubatch: u64| -> f64 {
-        let outputs = ubatch.min(128);
-        let act = 8 * dims.n_embd + 3 * dims.n_ff_exp * dims.n_expert_used.max(1);
-        (4 * ubatch * act + 2 * ubatch * n_ctx + 4 * outputs * dims.n_vocab_max) as f64
+        let (ub, outputs) = (ubatch as f64, ubatch.min(128) as f64);
+        let act = 8.0 * dims.n_embd as f64
+            + 3.0 * dims.n_ff_exp as f64 * dims.n_expert_used.max(1) as f64;
+        4.0 * ub * act + 2.0 * ub * n_ctx as f64 + 4.0 * outputs * dims.n_vocab_max as f64
     };
     let mut budget = vec![BudgetLine {
         what: "bmoe itself",
@@ -135,7 +137,7 @@ pub(crate) fn weight_lines(dims: &ModelDims, stream: Option<&StreamOptions>) -> 
         let per_expert = dims.max_layer_expert_bytes / dims.n_expert.max(1);
         budget.push(BudgetLine {
             what: "prefetch staging",
-            mib: (per_expert * dims.n_expert_used.max(1)) as f64 / MIB,
+            mib: per_expert as f64 * dims.n_expert_used.max(1) as f64 / MIB,
             counted: true,
             note: "one layer's predicted experts in flight".into(),
         });

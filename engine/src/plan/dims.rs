@@ -59,16 +59,17 @@ impl ModelDims {
         let mut d = ModelDims {
             n_layer: layers.len() as u64,
             n_embd,
-            kv_bytes_per_token: layers.iter().map(|l| l.kv_bytes_per_token).sum(),
+            // Saturating: a damaged header's per-layer sizes may add up past u64.
+            kv_bytes_per_token: sum(layers.iter().map(|l| l.kv_bytes_per_token)),
             n_kv_layers: layers.iter().filter(|l| l.kv_bytes_per_token > 0).count() as u64,
-            recurrent_bytes: layers.iter().map(|l| l.recurrent_bytes).sum(),
+            recurrent_bytes: sum(layers.iter().map(|l| l.recurrent_bytes)),
             n_recurrent_layers: layers.iter().filter(|l| l.recurrent_bytes > 0).count() as u64,
             n_expert: k("expert_count").unwrap_or(0),
             n_expert_used: k("expert_used_count").unwrap_or(0),
             n_ff_exp: k("expert_feed_forward_length").unwrap_or(0),
             n_ctx_train: k("context_length").unwrap_or(0),
             file_bytes: idx.total_file_bytes(),
-            expert_bytes: layers.iter().map(|l| l.expert_bytes).sum(),
+            expert_bytes: sum(layers.iter().map(|l| l.expert_bytes)),
             max_layer_bytes: layers.iter().map(|l| l.bytes).max().unwrap_or(0),
             max_layer_expert_bytes: layers.iter().map(|l| l.expert_bytes).max().unwrap_or(0),
             arch: arch.clone(),
@@ -87,4 +88,9 @@ impl ModelDims {
             .unwrap_or(0);
         d
     }
+}
+
+/// The saturating sum of `v`.
+fn sum(v: impl Iterator<Item = u64>) -> u64 {
+    v.fold(0, u64::saturating_add)
 }

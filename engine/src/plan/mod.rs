@@ -270,6 +270,30 @@ mod tests {
         }
     }
 
+    /// A damaged header's widths (the fuzzer found one) plan without overflowing: every load
+    /// plans now, before llama.cpp would refuse such a file.
+    #[test]
+    fn a_damaged_headers_widths_do_not_overflow_the_plan() {
+        let huge = ModelDims {
+            n_embd: u64::MAX / 3,
+            n_ff_exp: u64::MAX / 5,
+            n_expert_used: 1 << 40,
+            n_vocab_max: u64::MAX / 7,
+            max_layer_expert_bytes: u64::MAX / 2,
+            ..dims()
+        };
+        let mut load = streamed(CacheBudget::Auto { floor_mb: 0 });
+        load.prefill = None;
+        let p = plan_with(
+            huge,
+            PrefillPlace::on_cpu("test".into()),
+            &load,
+            &SessionOptions::default(),
+            Memory::ram(1024, 0),
+        );
+        assert!(!p.fits(), "{}", p.table());
+    }
+
     fn streamed(cache: CacheBudget) -> LoadOptions {
         LoadOptions {
             stream: Some(StreamOptions {

@@ -157,7 +157,12 @@ impl ReadAhead {
             ),
             None => None,
         };
-        Ok(Self {
+        Ok(Self::fresh(predictor, prefetcher))
+    }
+
+    /// A policy that has seen nothing yet.
+    fn fresh(predictor: Option<Predictor>, prefetcher: Option<Prefetcher>) -> Self {
+        Self {
             predictor,
             prefetcher,
             last_routed: BTreeMap::new(),
@@ -168,7 +173,7 @@ impl ReadAhead {
             issued_seen: 0,
             used_seen: 0,
             read_share: ReadShare::default(),
-        })
+        }
     }
 
     /// The prefetcher, when a predictor runs.
@@ -402,18 +407,7 @@ mod tests {
 
     #[test]
     fn predictions_are_scored_against_the_misses() {
-        let mut a = ReadAhead {
-            predictor: None,
-            prefetcher: None,
-            last_routed: BTreeMap::new(),
-            prediction: None,
-            candidates: Tally::default(),
-            paused_nodes: 0,
-            delivered: Tally::default(),
-            issued_seen: 0,
-            used_seen: 0,
-            read_share: ReadShare::default(),
-        };
+        let mut a = ReadAhead::fresh(None, None);
         let p = Prediction {
             layer: 3,
             experts: vec![0, 1, 2],

@@ -27,10 +27,7 @@ fn fails(p: &Project, extra: &[&str], expect: &[&str]) -> String {
 }
 
 fn decide_project(job: &str) -> Project {
-    let p = Project::new();
-    p.decisions("jobs/decisions.jsonl", 3);
-    p.write("jobs/job.toml", job);
-    p
+    Project::deciding(3, job)
 }
 
 #[test]

@@ -11,10 +11,7 @@ use common::{data_lines, text, Project, DECIDE_JOB};
 
 /// A decide job over `n` decisions (ids d1..dn) into runs/decide.csv.
 fn decide_project(n: usize) -> Project {
-    let p = Project::new();
-    p.decisions("jobs/decisions.jsonl", n);
-    p.write("jobs/job.toml", DECIDE_JOB);
-    p
+    Project::deciding(n, DECIDE_JOB)
 }
 
 /// Waits until the CSV has at least one row (the writer holds its lock by then).

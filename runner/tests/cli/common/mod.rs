@@ -97,6 +97,14 @@ impl Project {
         p
     }
 
+    /// A fresh project with `n` decisions in `jobs/decisions.jsonl` and `job` as `jobs/job.toml`.
+    pub fn deciding(n: usize, job: &str) -> Self {
+        let p = Project::new();
+        p.decisions("jobs/decisions.jsonl", n);
+        p.write("jobs/job.toml", job);
+        p
+    }
+
     /// An absolute path inside the project.
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
