@@ -57,4 +57,5 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 #[cfg(feature = "test-support")]
 pub mod test_support {
     pub use crate::ffi::rpc::start_loopback_server;
+    pub use crate::ffi::stock_reference;
 }

@@ -238,6 +238,12 @@ pub struct LoadOptions {
     pub offload: Option<String>,
     /// Whether weights may be repacked for the CPU's faster kernels.
     pub repack: Repack,
+    /// Stock llama.cpp, the baseline a person would run instead (the runner's `runtime =
+    /// "llama.cpp"`): llama.cpp's default load (mapped file, its CPU repack wherever a kernel
+    /// exists, no check that the copies fit), and sessions that cut a prompt as llama.cpp does
+    /// (pieces of the batch width, no grid, no padding) and keep nothing between calls. Not with
+    /// `stream`, `prefill`, `offload` or `n_expert_used`.
+    pub stock: bool,
 }
 
 impl LoadOptions {
@@ -257,6 +263,19 @@ impl LoadOptions {
                 CacheBudget::Auto { floor_mb } => settings::CACHE_FLOOR_MB.check(floor_mb)?,
             };
         }
+        if self.stock {
+            let bmoe_only = [
+                (self.stream.is_some(), "moe_stream"),
+                (self.prefill.is_some(), "a prefill device"),
+                (self.offload.is_some(), "offload"),
+                (self.n_expert_used.is_some(), "n_expert_used"),
+            ];
+            if let Some((_, what)) = bmoe_only.iter().find(|(on, _)| *on) {
+                return Err(EngineError::InvalidOption(format!(
+                    "stock llama.cpp (runtime = \"llama.cpp\") loads the model as llama.cpp does; it cannot be combined with {what}"
+                )));
+            }
+        }
         if let Some(dev) = &self.offload {
             if self.stream.is_some() || self.prefill.is_some() {
                 return Err(EngineError::InvalidOption(format!(
@@ -273,9 +292,10 @@ impl LoadOptions {
     }
 
     /// Whether the load asks llama.cpp for its repacked layouts (`use_extra_bufts`): `repack =
-    /// auto` on a load whose weights nothing moves afterwards.
+    /// auto` (or stock llama.cpp, whose default it is) on a load whose weights nothing moves
+    /// afterwards.
     pub fn repacks(&self) -> bool {
-        self.repack == Repack::Auto
+        (self.repack == Repack::Auto || self.stock)
             && self.stream.is_none()
             && self.prefill.is_none()
             && self.offload.is_none()

@@ -220,6 +220,7 @@ pub fn run_child(model: &Path) -> anyhow::Result<()> {
         prefill: None,
         offload: None,
         repack: bmoe_engine::Repack::Auto,
+        stock: false,
     })?;
     let mut s = m.session(&SessionOptions {
         threads: 1,

@@ -35,6 +35,8 @@ pub mod repack;
 pub mod routing;
 pub mod rpc;
 pub mod sampler;
+#[cfg(feature = "test-support")]
+pub mod stock_reference;
 pub mod tensor;
 pub mod tokenizer;
 pub mod vocab;

@@ -155,6 +155,10 @@ fn repack_fits(opts: &LoadOptions, index: &GgufIndex, warnings: &mut Vec<LoadWar
     if !opts.repacks() {
         return false;
     }
+    // Stock llama.cpp repacks whatever the memory left: the baseline is what it really does.
+    if opts.stock {
+        return true;
+    }
     let (need, left) = (
         index.total_file_bytes(),
         crate::stream::memory::available_bytes(),
@@ -547,6 +551,7 @@ impl Loader {
                 .map(|p| p.min_tokens.max(1) as usize)
                 .unwrap_or(usize::MAX),
             raw: raw_model,
+            stock: opts.stock,
             dense_maps: raw.dense_maps,
             info,
             template,

@@ -74,6 +74,8 @@ pub struct Model {
     /// Pieces at least this wide run on the prefill device.
     pub(crate) prefill_min_tokens: usize,
     pub(crate) raw: LlamaModel,
+    /// Loaded as stock llama.cpp ([`LoadOptions::stock`]): its sessions run as llama.cpp does.
+    pub(crate) stock: bool,
     // After `raw`: the dense weights of a streamed load point into these mappings.
     dense_maps: Option<DenseMaps>,
     pub(crate) info: ModelInfo,

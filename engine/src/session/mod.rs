@@ -174,13 +174,19 @@ fn requested_ctx(model: &Model, opts: &SessionOptions) -> u32 {
 }
 
 impl Widths {
-    /// The widths `opts` asks for, within the `batch` llama.cpp took.
-    fn within(opts: &SessionOptions, batch: u32) -> Self {
+    /// The widths `opts` asks for, within the `batch` llama.cpp took. Stock llama.cpp has no
+    /// grid: every prompt is cut at the batch width, as llama.cpp cuts it.
+    fn within(opts: &SessionOptions, batch: u32, stock: bool) -> Self {
+        let cpu = opts.n_ubatch.min(batch);
         Widths {
-            cpu: opts.n_ubatch.min(batch),
+            cpu,
             device: opts.n_ubatch_device.min(batch),
             outputs: opts.n_outputs_max.min(batch),
-            grid: opts.n_ubatch.min(batch).min(prefill::PROMPT_GRID),
+            grid: if stock {
+                cpu
+            } else {
+                cpu.min(prefill::PROMPT_GRID)
+            },
         }
     }
 }
@@ -240,7 +246,7 @@ impl<'m> Session<'m> {
                 // joins its workers for every graph, and a streamed decode is cut into one graph
                 // per routing node. Between graphs the workers poll briefly (ggml's default), so
                 // the next graph finds them awake.
-                persistent_threads: true,
+                persistent_threads: !model.stock,
                 cpus: opts.cpus.clone(),
                 n_seq_max: n_seq,
                 hook,
@@ -250,21 +256,16 @@ impl<'m> Session<'m> {
         )
         .map_err(EngineError::Context)?;
         let mut ctx = ctx;
-        let memory = match model.kv_home {
-            Some(buft) => Some(memory_home::move_memory(
-                model,
-                &mut ctx,
-                &memory_capture,
-                buft,
-            )?),
-            None => None,
-        };
+        let memory = model
+            .kv_home
+            .map(|buft| memory_home::move_memory(model, &mut ctx, &memory_capture, buft))
+            .transpose()?;
         // What llama.cpp really took: pieces never exceed its batch, whatever it clamped.
         let batch = ctx.n_batch().min(ctx.n_ubatch()).max(1);
         let n_ctx = (n_ctx as usize).min(ctx.n_ctx() as usize);
-        let widths = Widths::within(opts, batch);
+        let widths = Widths::within(opts, batch, model.stock);
         let snapshots = model.raw.n_swa() > 0 || model.raw.has_recurrent_state();
-        let disk = prefix_disk(opts, &widths, snapshots);
+        let disk = prefix_disk(opts, &widths, snapshots).filter(|_| !model.stock);
         Ok(Self {
             model,
             ctx,
@@ -273,7 +274,11 @@ impl<'m> Session<'m> {
             threads,
             kv: Vec::new(),
             last_logits: Vec::new(),
-            prefix_reuse: opts.prefix_reuse,
+            // Stock llama.cpp keeps nothing between calls: every decision prefills its prompt.
+            prefix_reuse: match model.stock {
+                true => crate::options::PrefixReuse::Off,
+                false => opts.prefix_reuse,
+            },
             saved: None,
             snapshots,
             recurrent: model.raw.has_recurrent_state(),

@@ -134,11 +134,12 @@ impl Session<'_> {
     /// dropped at once. A fresh prefill and a reuse pad the same tail the same way (it depends
     /// on the tail alone), so prefix reuse stays bit for bit. Not where a cell cannot be
     /// dropped (a sliding window, a recurrent state), nor with a prefill device (whose graphs
-    /// must not share a CPU graph's shape), nor past the context.
+    /// must not share a CPU graph's shape), nor past the context, nor in stock llama.cpp.
     pub(crate) fn tail_padding(&self, rows: usize, end_pos: usize, outputs: Outputs) -> usize {
         let pad = FA_TILE.saturating_sub(rows);
         let fits = end_pos + pad <= self.n_ctx && (self.widths.grid as usize) >= FA_TILE;
-        let plain = !self.snapshots && !self.recurrent && self.model.arena.is_none();
+        let plain =
+            !self.snapshots && !self.recurrent && self.model.arena.is_none() && !self.model.stock;
         if outputs == Outputs::All || rows < PAD_FROM || pad == 0 || !fits || !plain {
             return 0;
         }

@@ -420,7 +420,8 @@ pub struct ReportArgs {
     /// Output format (default: from the -o extension, .html, .md or .json; else md on stdout).
     #[arg(long, value_enum)]
     pub format: Option<ReportFormat>,
-    /// Reference point for agreement on `best` (default: each job and profile's first point).
+    /// Reference point for agreement on `best` and speed-up (default: each job and profile's
+    /// stock llama.cpp point, `runtime = "llama.cpp"`, else its first point).
     #[arg(long, value_name = "POINT")]
     pub reference: Option<String>,
     /// Only rows of this job.

@@ -35,7 +35,7 @@ pub enum Planned {
 /// Says so for each flag given that has no effect with the other settings (the rule of
 /// [`crate::config::inert`], shared with check/plan/run).
 fn warn_idle_flags(e: &EngineArgs, s: &Settings) {
-    if s.moe_stream {
+    if s.streams() {
         // A `bmoe:` line where evicted pages cannot be moved (old kernels, qemu-user).
         crate::ident::page_moves_verdict();
     }
@@ -106,7 +106,7 @@ fn resolve(e: &EngineArgs) -> anyhow::Result<Direct> {
     let place = prefill_place(&s, profile.as_ref());
     check_device(e, &s, &place, profile.is_some(), &device_origin)?;
     warn_idle_flags(e, &s);
-    if e.llama_load && !s.moe_stream {
+    if e.llama_load && !s.streams() {
         anyhow::bail!(
             "--llama-load needs moe_stream (--moe-stream): it is how a streamed model loads"
         );

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::values::{
     auto_loaders, io_threads_schema, loaders_schema, threads_schema, CacheMb, Count, Cpus,
-    DenseWeights, Prefetch, PrefixReuse, Repack, AUTO_IO_THREADS,
+    DenseWeights, Prefetch, PrefixReuse, Repack, Runtime, AUTO_IO_THREADS,
 };
 
 /// The table: one entry per setting, in [`KEYS`] order (the order of [`Settings`]' fields and of
@@ -611,6 +611,25 @@ declare_settings! {
             r#"how long a model load may take before it is given up: the probe's child (`check`, `run`) is killed and each load in a run is abandoned on its thread; the check or the model's items then fail with `the load did not finish within N s (load_timeout_s)`. The default fits a 30 GB model read at 20 MB/s (a slow phone's flash, a busy network share) with room to spare, so only a load that is stuck reaches it. The probe of a model takes the largest value of the jobs and points that use it. `--load-timeout SECS` on `check` and `run` is its one-shot form (the highest layer)"#,
         );
     }
+    engine {
+        /// What runs the point: "bmoe" (the engine) or "llama.cpp" (stock llama.cpp as a person
+        /// runs it, the baseline).
+        runtime: Runtime = Runtime::Bmoe;
+        schema [];
+        flag [
+            /// What runs: bmoe, or stock llama.cpp as a person runs it (the baseline).
+            #[arg(long, value_enum, help_heading = "Threads and memory", display_order = 2)]
+        ] runtime: Option<Runtime> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| if s.stock() {
+            load.stock = true;
+            load.n_expert_used = None;
+            session.prefix_reuse = bmoe_engine::PrefixReuse::Off;
+            session.prefix_cache = None;
+        };
+        docs ("`\"bmoe\"` or `\"llama.cpp\"`", "`\"bmoe\"`", "`LoadOptions.stock`",
+            r#"`llama.cpp` = the point runs stock llama.cpp on the same vendored library, as a person running llama.cpp would: its default load (the file mapped, its CPU repack wherever a kernel exists, whatever memory is left), each prompt decoded in pieces of the batch width (`cpu_ubatch`) as llama.cpp cuts it (no 64-token grid, no padding), nothing kept between calls (every decision prefills its whole prompt), no expert streaming, no prefill device, the model's own experts per token. The threads, cores, context and batch are the point's, and its rows are ordinary rows (speed, memory, reads, choice log-probabilities, `best`), so `report` measures every other point against it (the default reference where a job and profile have one: speed-up and agreement on `best`) and `compare` takes it as any point. Settings stock llama.cpp has no use for (`moe_stream` and the streaming keys, `device` and the prefill keys, `repack`, `prefix_reuse`, `prefix_cache`, `n_expert_used`) are inert there, with a warning where a job sets them. Rows record it (`runtime`)"#,
+        );
+    }
 }
 
 /// The default of `load_timeout_s`: a 30 GB model read at 20 MB/s (a slow phone's flash, a busy
@@ -818,7 +837,8 @@ macro_rules! with_recorded_settings {
             threads_setting: s.threads.to_string(),
             settings_hash: $crate::config::declare::settings_hash(&cell),
             settings: cell,
-            moe_stream: s.moe_stream,
+            moe_stream: s.streams(),
+            runtime: s.runtime.to_string(),
             io_threads: s.io_threads.or($crate::config::values::AUTO_IO_THREADS),
             dense_weights: s.dense_weights.to_string(),
             prefetch: s.prefetch.to_string(),

@@ -35,10 +35,30 @@ const DEVICE_KEYS: &[&str] = &[
     "explain",
 ];
 
+/// The keys that act only in bmoe's engine: stock llama.cpp (`runtime = "llama.cpp"`) has no
+/// streaming, no prefill device, no prefix reuse, and loads and repacks as llama.cpp does.
+const BMOE_KEYS: &[&str] = &[
+    "moe_stream",
+    "device",
+    "repack",
+    "prefix_reuse",
+    "prefix_cache",
+    "prefix_cache_mb",
+    "n_expert_used",
+];
+
+/// Whether `key` acts only in bmoe's engine (inert with `runtime = "llama.cpp"`).
+fn bmoe_only(key: &str) -> bool {
+    BMOE_KEYS.contains(&key) || STREAM_KEYS.contains(&key) || DEVICE_KEYS.contains(&key)
+}
+
 /// The keys a key's effect depends on: the settings an overlay must carry for the key's value to
 /// do what it did where it was measured.
 pub fn depends_on(key: &str) -> Vec<&'static str> {
     let mut deps = Vec::new();
+    if bmoe_only(key) {
+        deps.push("runtime");
+    }
     if STREAM_KEYS.contains(&key) {
         deps.push("moe_stream");
     }
@@ -59,6 +79,9 @@ pub fn depends_on(key: &str) -> Vec<&'static str> {
 
 /// Why `key` has no effect with settings `s` (`moe_stream is false`), or `None` when it acts.
 pub fn why_inert(key: &str, s: &Settings) -> Option<&'static str> {
+    if s.stock() && bmoe_only(key) {
+        return Some("runtime is \"llama.cpp\": stock llama.cpp runs as llama.cpp does");
+    }
     if STREAM_KEYS.contains(&key) && !s.moe_stream {
         return Some("moe_stream is false: nothing is streamed");
     }
@@ -139,7 +162,10 @@ mod tests {
             assert!(KEYS.contains(k), "{k} is not a layered key");
             assert!(!depends_on(k).is_empty(), "{k}");
         }
-        assert_eq!(depends_on("expert_substitute"), ["moe_stream", "cache_mb"]);
+        assert_eq!(
+            depends_on("expert_substitute"),
+            ["runtime", "moe_stream", "cache_mb"]
+        );
         assert_eq!(depends_on("threads"), Vec::<&str>::new());
     }
 

@@ -9,15 +9,35 @@ pub use super::declare::{
     to_engine, EngineValues, PrefillValues, SettingFlags, Settings, DEFAULT_LOAD_TIMEOUT_S, KEYS,
 };
 pub use super::values::{
-    auto_loaders, CacheMb, Count, Cpus, DenseWeights, Prefetch, PrefixReuse, Repack,
+    auto_loaders, CacheMb, Count, Cpus, DenseWeights, Prefetch, PrefixReuse, Repack, Runtime,
     AUTO_IO_THREADS,
 };
 
 impl Settings {
-    /// The prefill device named, if any.
+    /// The prefill device named, if any (none for stock llama.cpp, which has no such device).
     pub fn device_name(&self) -> Option<&str> {
-        (!self.device.eq_ignore_ascii_case("none") && !self.device.is_empty())
+        (!self.device.eq_ignore_ascii_case("none") && !self.device.is_empty() && !self.stock())
             .then_some(self.device.as_str())
+    }
+
+    /// Whether routed experts are streamed: `moe_stream`, in bmoe's engine (stock llama.cpp
+    /// never streams).
+    pub fn streams(&self) -> bool {
+        self.moe_stream && !self.stock()
+    }
+
+    /// Whether the point runs stock llama.cpp (`runtime = "llama.cpp"`).
+    pub fn stock(&self) -> bool {
+        self.runtime == Runtime::LlamaCpp
+    }
+
+    /// The repack the point runs with: stock llama.cpp's is its default (`auto`).
+    pub fn repack_run(&self) -> Repack {
+        if self.stock() {
+            Repack::Auto
+        } else {
+            self.repack
+        }
     }
 }
 

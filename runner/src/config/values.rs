@@ -322,6 +322,32 @@ impl fmt::Display for Repack {
     }
 }
 
+/// What runs a point: bmoe's engine, or stock llama.cpp as a person runs it (the baseline).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+pub enum Runtime {
+    /// bmoe's engine: streaming, a prefill device, prefix reuse, as the other settings say.
+    #[default]
+    #[serde(rename = "bmoe")]
+    #[value(name = "bmoe")]
+    Bmoe,
+    /// Stock llama.cpp on the same vendored library: its mapped load with its default CPU repack,
+    /// prompts cut at the batch width, nothing kept between calls, no streaming, no device.
+    #[serde(rename = "llama.cpp")]
+    #[value(name = "llama.cpp")]
+    LlamaCpp,
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Runtime::Bmoe => "bmoe",
+            Runtime::LlamaCpp => "llama.cpp",
+        })
+    }
+}
+
 /// Prefix reuse between consecutive decisions of a session (the engine's `PrefixReuse`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, clap::ValueEnum,

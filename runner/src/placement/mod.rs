@@ -119,7 +119,7 @@ pub fn requested_options(
     cores: &cores::CoreChoice,
 ) -> (LoadOptions, SessionOptions) {
     let mut load = LoadOptions {
-        stream: s.moe_stream.then(|| bmoe_engine::StreamOptions {
+        stream: s.streams().then(|| bmoe_engine::StreamOptions {
             cpus: cores.helpers.clone(),
             ..Default::default()
         }),
@@ -224,7 +224,7 @@ fn over_budget(profile: &Profile, s: &Settings, p: &Plan) -> PlacementError {
 fn budget_help(s: &Settings, fixed: f64, available_mib: f64) -> String {
     let left = (available_mib - fixed).floor();
     match s.cache_mb {
-        CacheMb::Mib(n) if s.moe_stream && n > 0 && left >= 1.0 => {
+        CacheMb::Mib(n) if s.streams() && n > 0 && left >= 1.0 => {
             format!("cache_mb <= {left:.0} fits, or cache_mb = \"auto\"")
         }
         _ => format!(

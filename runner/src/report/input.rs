@@ -86,6 +86,8 @@ pub struct Rec {
     pub correct: Option<bool>,
     /// `moe_stream`, when the file has it (expert reads exist only with streaming).
     pub moe_stream: Option<bool>,
+    /// Whether stock llama.cpp ran the row (`runtime` = `llama.cpp`): the baseline.
+    pub stock: bool,
     /// The engine refused the item (`error` non-empty).
     pub failed: bool,
     /// Every cell that parses as a number, by index into [`Data::columns`].
@@ -260,6 +262,7 @@ struct Positions {
     error: Option<usize>,
     version: Option<usize>,
     stream: Option<usize>,
+    runtime: Option<usize>,
     split: Vec<Option<usize>>,
     prov: Vec<Option<usize>>,
 }
@@ -280,6 +283,7 @@ impl Positions {
             error: at("error"),
             version: at("schema_version"),
             stream: at("moe_stream"),
+            runtime: at("runtime"),
             // A configured value's position is the `settings` cell's; `rec` reads the key in it.
             split: SPLIT
                 .iter()
@@ -341,6 +345,7 @@ impl Positions {
             best,
             correct,
             moe_stream: self.flag(rec, self.stream),
+            stock: self.cell(rec, self.runtime) == "llama.cpp",
             failed: !self.cell(rec, self.error).is_empty(),
             nums,
             split: self.split_cells(rec),

@@ -29,7 +29,8 @@ pub use error::ReportError;
 pub struct Options {
     /// The CSVs.
     pub csvs: Vec<PathBuf>,
-    /// Agreement reference point (default: each (job, profile)'s first).
+    /// Agreement and speed-up reference point (default: each (job, profile)'s stock llama.cpp
+    /// point, else its first).
     pub reference: Option<String>,
     /// Only this job.
     pub job: Option<String>,
@@ -203,7 +204,7 @@ fn metric_notes(groups: &[Group], opts: &Options, notes: &mut Vec<String>) {
             notes.push(format!(
                 "agreement: share of rows whose `best` equals the reference point's for the same item (reference: {}{})",
                 a.reference,
-                if opts.reference.is_some() { "" } else { ", the first point of each job and profile" }
+                if opts.reference.is_some() { "" } else { ", the stock llama.cpp point of each job and profile where there is one (runtime = \"llama.cpp\"), else its first point" }
             ));
         }
     }

@@ -154,6 +154,7 @@ mod tests {
             best: Some(best),
             correct: None,
             moe_stream: None,
+            stock: false,
             failed,
             nums: Vec::new(),
             split: Vec::new(),

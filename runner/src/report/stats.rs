@@ -176,8 +176,8 @@ fn configured_settings(d: &Data, members: &[usize]) -> BTreeMap<String, String> 
 }
 
 /// Groups the rows in first-seen order and summarises each; `reference` picks the reference
-/// point for agreement and speed-up (default: each (job, profile)'s first point, which is the
-/// sweep's first).
+/// point for agreement and speed-up (default: each (job, profile)'s stock llama.cpp point, the
+/// baseline, where it has one; else its first point, which is the sweep's first).
 pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportError> {
     let mut order: Vec<(String, String, String)> = Vec::new();
     let mut by_key: HashMap<(String, String, String), Vec<usize>> = HashMap::new();
@@ -210,7 +210,11 @@ pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportErr
             .filter(|&i| out[i].job == job && out[i].profile == profile)
             .collect();
         let ref_i = match reference {
-            None => idx.first().copied(),
+            None => idx
+                .iter()
+                .copied()
+                .find(|&i| out[i].members.iter().any(|&m| d.recs[m].stock))
+                .or_else(|| idx.first().copied()),
             Some(label) => idx
                 .iter()
                 .copied()

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 10;
+pub const SCHEMA_VERSION: u32 = 11;
 
 pub use crate::config::declare::{RECORDED_SETTINGS, SETTINGS_COLUMN};
 
@@ -321,6 +321,11 @@ pub struct Row {
     /// The first 16 hex digits of the `settings` cell's SHA-256: rows that ran alike share it.
     #[schemars(extend("x-since" = 10))]
     pub settings_hash: String,
+    // ---- schema 11 ----
+    /// What ran the row: `bmoe` (the engine) or `llama.cpp` (stock llama.cpp, the baseline of
+    /// `runtime = "llama.cpp"`). Empty in files before schema 11 (bmoe).
+    #[schemars(extend("x-since" = 11))]
+    pub runtime: String,
 }
 }
 

@@ -39,6 +39,7 @@ mod row_trust;
 mod settings;
 mod shard_by;
 mod slurm;
+mod stock_runtime;
 mod storage_faults;
 mod telemetry_schema;
 mod writers;

@@ -117,7 +117,7 @@ pub(super) fn unit_base_row(
             st.read_bytes.map(mib)
         };
     }
-    base.repack = unit.resolved.settings.repack.to_string();
+    base.repack = unit.resolved.settings.repack_run().to_string();
     base.shard = ctx.opts.filter.shard.map(|s| s.label()).unwrap_or_default();
     base.host = ctx.machine_id.host.clone();
     base.cpu_model = ctx.machine_id.cpu_model.clone();
