@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 10;
+pub const SCHEMA_VERSION: u32 = 11;
 
 pub use crate::config::declare::{RECORDED_SETTINGS, SETTINGS_COLUMN};
 
@@ -321,6 +321,17 @@ pub struct Row {
     /// The first 16 hex digits of the `settings` cell's SHA-256: rows that ran alike share it.
     #[schemars(extend("x-since" = 10))]
     pub settings_hash: String,
+    // ---- schema 11 ----
+    /// The memory cgroup's limit the point ran under (`memory_limit` resolved); empty without one.
+    #[schemars(extend("x-since" = 11, "x-unit" = "MiB"))]
+    pub memory_limit_mib: Option<u64>,
+    /// True only when the cgroup was made and the point's process ran in it.
+    #[schemars(extend("x-since" = 11))]
+    pub memory_enforced: bool,
+    /// The cgroup's peak usage, page cache included, from the point's start to this row (v1
+    /// `memory.max_usage_in_bytes`, v2 `memory.peak`); empty without a limit.
+    #[schemars(extend("x-since" = 11, "x-unit" = "MiB"))]
+    pub memory_peak_mib: Option<f64>,
 }
 }
 
