@@ -3,60 +3,20 @@
 //! memory cgroup), runs that one unit's items, and sends each row, then its end, to the parent as
 //! JSON lines on stdout. It opens no CSV and takes no lock: the parent writes every row.
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
 
 use super::context::{build_label, Ctx, Out};
 use super::models::Models;
 use super::unit::run_unit;
+use super::wire::{send, Order, Report};
 use super::{RunOptions, Summary};
 use crate::ident::{self, Machine};
 use crate::run::prepare::Prepared;
 use crate::run::progress::Progress;
 use crate::run::signals::Stop;
 use crate::sink::key::RowKey;
-use crate::sink::row::Row;
-
-/// The hidden first argument that makes `bmoe` a limited point's child.
-pub const CHILD_ARG: &str = "__unit";
-
-/// What the parent asks of its child: one unit (an index into the prepared units, with its names
-/// to check that both prepared alike) and the (item, repeat) pairs it still has to run.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct Order {
-    pub(crate) unit: usize,
-    pub(crate) job: String,
-    pub(crate) profile: String,
-    pub(crate) point: String,
-    pub(crate) run_id: String,
-    /// The model's hash the parent computed (rows and the prefix cache's key need it).
-    pub(crate) model_sha: String,
-    pub(crate) items: Vec<(String, u32)>,
-}
-
-/// One line from the child to the parent.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum Report {
-    /// A finished row.
-    Row(Box<Row>),
-    /// The unit is done (or was stopped by a signal).
-    End {
-        /// Stopped before every item ran.
-        interrupted: bool,
-    },
-}
-
-/// Sends one report to the parent; flushed, so a row the kernel kills the child after is the
-/// parent's already.
-pub(crate) fn send(r: &Report) -> anyhow::Result<()> {
-    let line = serde_json::to_string(r).context("encoding a row for the parent")?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")
-        .and_then(|()| out.flush())
-        .context("sending a row to the parent")
-}
 
 /// Runs the unit the parent orders on stdin over `prep` (prepared from the parent's arguments).
 pub fn run_child(prep: &Prepared, stop: &Stop) -> anyhow::Result<()> {

@@ -66,7 +66,7 @@ impl Out {
     /// child sends it to its parent instead).
     pub(super) fn emit(&mut self, csv: &Path, row: &Row) -> anyhow::Result<()> {
         if self.to_parent {
-            return super::child::send(&super::child::Report::Row(Box::new(row.clone())));
+            return super::wire::send(&super::wire::Report::Row(Box::new(row.clone())));
         }
         append_row(&mut self.sinks, &mut self.written, csv, row)?;
         if self.machine {

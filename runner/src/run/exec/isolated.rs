@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 
-use super::child::{Order, Report, CHILD_ARG};
 use super::context::{Ctx, Out};
 use super::models::Models;
 use super::pending_items;
 use super::row::mib;
 use super::summary::count_row;
 use super::unit::{refuse_unit, unit_base_row};
+use super::wire::{Order, Report, CHILD_ARG};
 use crate::config::item::Kind;
 use crate::run::cgroup::{Hierarchy, MemoryGroup};
 use crate::run::prepare::{Prepared, Unit};

@@ -3,7 +3,7 @@
 //! run already has (`resume.rs`), what every unit shares (`context.rs`), the model kept between
 //! units (`models.rs`), one unit's items run (`unit.rs`), a row filled (`row.rs`), the totals
 //! (`summary.rs`); a limited point in a child process inside its memory cgroup (`isolated.rs`,
-//! the child's side in `child.rs`).
+//! the child's side in `child.rs`, what they say to each other in `wire.rs`).
 mod child;
 mod context;
 mod isolated;
@@ -12,13 +12,15 @@ mod resume;
 mod row;
 mod summary;
 mod unit;
+mod wire;
 
-pub use child::{run_child, CHILD_ARG};
+pub use child::run_child;
 pub use isolated::{check_limits, limit_mib};
 pub use resume::model_hash;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 pub use summary::{Summary, Written};
+pub use wire::CHILD_ARG;
 
 use anyhow::Context;
 
