@@ -135,6 +135,8 @@ fn a_point_over_its_limit_gets_error_rows_and_the_next_point_runs() {
         );
         assert_eq!(r["memory_enforced"], "true", "{r:?}");
         assert!(mib(r, "memory_peak_mib") <= 96.0, "{r:?}");
+        // The parent's own peak is not the killed point's.
+        assert_eq!(r["peak_rss_mib"], "", "{r:?}");
     }
     for r in &under {
         assert_eq!(r["error"], "", "{r:?}");

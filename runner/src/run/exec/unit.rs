@@ -167,7 +167,13 @@ pub(super) fn refuse_unit(
             repeat: rep,
             error: why.to_string(),
             prefill_device: String::new(),
-            peak_rss_mib: ident::peak_rss_mib(),
+            // A limited point ran in a child: this process's peak is not the point's (its
+            // group's peak, `memory_peak_mib`, is).
+            peak_rss_mib: base
+                .memory_limit_mib
+                .is_none()
+                .then(ident::peak_rss_mib)
+                .flatten(),
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             ..base.clone()
         };
