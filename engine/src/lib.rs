@@ -32,6 +32,7 @@ pub use ffi::cpu_variant::{backend_modules, cpu_variant, BackendModules, CpuVari
 pub use ffi::error::FfiError;
 pub use ffi::heap::trim_free_heap;
 pub use ffi::log::set_verbose as set_log_verbose;
+pub use ffi::page_cache::drop_file_pages;
 pub use ffi::registry::{backend_names, devices, system_info, Device, DeviceInfo, DeviceKind};
 pub use ffi::repack::cpu_repack_available;
 pub use ffi::rpc::add_server as add_rpc_server;

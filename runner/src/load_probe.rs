@@ -57,8 +57,8 @@ fn tail(text: &str, n: usize) -> String {
 /// The command that runs this bmoe again: its executable, or, where it runs through a dynamic
 /// loader named explicitly (dist/aarch64's launcher, docs/phones.md: /proc/self/exe is then the
 /// loader), that loader with the launcher's library folder and program.
-fn self_command() -> anyhow::Result<Command> {
-    let exe = std::env::current_exe().context("finding the bmoe executable for the probe")?;
+pub(crate) fn self_command() -> anyhow::Result<Command> {
+    let exe = std::env::current_exe().context("finding the bmoe executable")?;
     let through_loader = exe
         .file_name()
         .and_then(|n| n.to_str())

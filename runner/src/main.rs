@@ -4,7 +4,7 @@
 //!
 //! Exit status: 0 ok; 1 differences found (`compare`, `schema --check`) or items refused (`run`);
 //! 2 usage, configuration or I/O error (clap's usage errors are 2 as well); 130 stopped by a signal.
-use bmoe_runner::{cli, commands, ident, load_probe};
+use bmoe_runner::{cli, commands, ident, load_probe, run};
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -19,7 +19,8 @@ static BROKEN_PIPE_EXIT: AtomicU8 = AtomicU8::new(0);
 
 fn main() -> ExitCode {
     quiet_on_broken_pipe();
-    // The probe's child is internal: not a clap command, so no completion or man page offers it.
+    // The probe's and a limited point's children are internal: not clap commands, so no
+    // completion or man page offers them.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == load_probe::CHILD_ARG) {
         return match args.get(2) {
@@ -31,6 +32,9 @@ fn main() -> ExitCode {
                 load_probe::CHILD_ARG
             ))),
         };
+    }
+    if args.get(1).is_some_and(|a| a == run::exec::CHILD_ARG) {
+        return finish(commands::unit_child::unit_child(&args[2..]));
     }
     let mut cmd = Cli::command();
     // The backends and CPU features come from ggml's registry: asked for only when printed.

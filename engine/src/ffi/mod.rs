@@ -24,6 +24,7 @@ pub mod model;
 pub mod module_report;
 #[cfg(all(feature = "cpu-variants", target_arch = "x86_64"))]
 pub mod modules;
+pub mod page_cache;
 pub mod probe;
 #[cfg(all(feature = "cpu-variants", target_arch = "x86_64"))]
 mod probe_memo;

@@ -279,6 +279,15 @@ pub struct RunArgs {
     /// load_timeout_s setting (default 3600).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub load_timeout: Option<u64>,
+    /// Run each point in a child process inside a memory cgroup of this size, page cache
+    /// included: `profile` (the profile's ram_mb), MiB, or `none`; the one-shot form of the
+    /// memory_limit setting (needs root or a delegated cgroup; refused where none can be made).
+    #[arg(long, value_name = "MIB|profile|none", value_parser = |s: &str| s.parse::<crate::config::values::MemoryLimit>())]
+    pub memory_limit: Option<crate::config::values::MemoryLimit>,
+    /// Drop each point's model file from the page cache before it loads: the one-shot form of
+    /// the cold_start setting.
+    #[arg(long)]
+    pub cold_start: bool,
 }
 
 /// `bmoe compare`: two CSVs, the runs to take from each, tolerances and gates.

@@ -19,6 +19,7 @@ pub mod report;
 pub mod run;
 pub mod schema;
 pub mod synth;
+pub mod unit_child;
 
 /// Differences found (compare, schema --check) or items refused (run).
 pub const EXIT_DIFF: u8 = 1;

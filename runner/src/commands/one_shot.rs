@@ -46,6 +46,12 @@ fn warn_idle_flags(e: &EngineArgs, s: &Settings) {
             key.replace('_', "-")
         );
     }
+    // The runner's settings: a one-shot command runs in this process, so neither can apply.
+    if s.memory_limit != crate::config::values::MemoryLimit::None || s.cold_start {
+        eprintln!(
+            "bmoe: memory_limit and cold_start apply to `bmoe run` points only (a child process in a memory cgroup); this command runs without them"
+        );
+    }
 }
 
 /// The prefill place of `s`: the profile's policy over the device, or the device resolved

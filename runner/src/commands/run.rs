@@ -16,7 +16,10 @@ use crate::run::prepare::{prepare, Prepared};
 
 /// `--csv PATH`: every job's rows go there, `{shard}` replaced by the shard index. Checked before
 /// anything runs: a template without a shard, or a path not ending `.csv`, is refused.
-fn csv_override(template: &str, shard: Option<run::select::Shard>) -> anyhow::Result<PathBuf> {
+pub(crate) fn csv_override(
+    template: &str,
+    shard: Option<run::select::Shard>,
+) -> anyhow::Result<PathBuf> {
     let path = if template.contains("{shard}") {
         let Some(s) = shard else {
             bail!("--csv {template:?}: the {{shard}} template needs a shard: give --shard K/N (or run in a Kubernetes Indexed Job or Slurm array with --shard N)");
@@ -47,7 +50,7 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         .map(|t| csv_override(t, shard))
         .transpose()?;
     let filter = run::select::Filter::new(shard, a.items.as_deref(), a.limit)?;
-    let mut p = match prepare(&a.target.jobs, &a.target.selection_with(a.load_timeout)) {
+    let mut p = match prepare(&a.target.jobs, &selection(&a)) {
         Ok(p) => p,
         Err(e) => return super::output::fail(e, a.format),
     };
@@ -58,6 +61,9 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     }
     check_selection(&filter, &p, a.allow_empty)?;
     print_warnings(&p);
+    // Test hook: another folder for the memory cgroups (a run refused where none can be made).
+    let cgroup_root = std::env::var_os("BMOE_CGROUP_ROOT").map(PathBuf::from);
+    let cgroups = run::exec::check_limits(&p, cgroup_root.as_deref())?;
     let probed = probe_decide_models(&p, a.no_probe)?;
     let skip = |m: &Path| matches!(probed.get(m), Some(Some(_)));
     if let Err(e) = run::choices::check(&p.jobs, &skip, false) {
@@ -72,6 +78,8 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         quiet,
         filter,
         probe: !a.no_probe,
+        cgroups,
+        child_args: std::env::args_os().skip(1).collect(),
     };
     let s = run::exec::execute(&p, &opts, &stop)?;
     print_summary(&s, a.format, opts.machine)?;
@@ -83,6 +91,19 @@ pub fn run(a: RunArgs, quiet: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_DIFF));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The run's layers: the target's, with `--load-timeout`, `--memory-limit` and `--cold-start` as
+/// the highest layer of their settings.
+pub(crate) fn selection(a: &RunArgs) -> crate::run::prepare::Selection {
+    let mut sel = a.target.selection_with(a.load_timeout);
+    if let Some(m) = a.memory_limit {
+        sel.sets.push(format!("memory_limit={m}"));
+    }
+    if a.cold_start {
+        sel.sets.push("cold_start=true".into());
+    }
+    sel
 }
 
 /// Refuses a selection (shard, `--items`, `--limit`) that takes no item, unless `--allow-empty`

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::values::{
     auto_loaders, io_threads_schema, loaders_schema, threads_schema, CacheMb, Count, Cpus,
-    DenseWeights, Prefetch, PrefixReuse, Repack, Runtime, AUTO_IO_THREADS,
+    DenseWeights, MemoryLimit, Prefetch, PrefixReuse, Repack, Runtime, AUTO_IO_THREADS,
 };
 
 /// The table: one entry per setting, in [`KEYS`] order (the order of [`Settings`]' fields and of
@@ -630,6 +630,29 @@ declare_settings! {
             r#"`llama.cpp` = the point runs stock llama.cpp on the same vendored library, as a person running llama.cpp would: its default load (the file mapped, its CPU repack wherever a kernel exists, whatever memory is left), each prompt decoded in pieces of the batch width (`cpu_ubatch`) as llama.cpp cuts it (no 64-token grid, no padding), nothing kept between calls (every decision prefills its whole prompt), no expert streaming, no prefill device, the model's own experts per token. The threads, cores, context and batch are the point's, and its rows are ordinary rows (speed, memory, reads, choice log-probabilities, `best`), so `report` measures every other point against it (the default reference where a job and profile have one: speed-up and agreement on `best`) and `compare` takes it as any point. Settings stock llama.cpp has no use for (`moe_stream` and the streaming keys, `device` and the prefill keys, `repack`, `prefix_reuse`, `prefix_cache`, `n_expert_used`) are inert there, with a warning where a job sets them. Rows record it (`runtime`)"#,
         );
     }
+    engine {
+        /// A memory cgroup around the point's process, page cache included, as a phone's RAM
+        /// bounds it: "none", "profile" (the profile's ram_mb) or a number of MiB.
+        memory_limit: MemoryLimit = MemoryLimit::None;
+        schema [];
+        // `bmoe run` only (the one-shot commands run in-process): `--memory-limit` there.
+        flag [#[arg(skip)]] memory_limit: Option<MemoryLimit> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| ();
+        docs ("`\"none\"`, `\"profile\"` or integer 64..16777216 (MiB)", "`\"none\"`", "none (the runner's)",
+            r#"`bmoe run` runs the point in a child process inside a memory cgroup of this size (v1 `memory.limit_in_bytes` with `memory.memsw.limit_in_bytes` the same and swappiness 0; v2 `memory.max` with `memory.swap.max = 0`), page cache included, as a phone's RAM bounds it; `profile` = the profile's `ram_mb`. Implies `cold_start` (pages already cached were charged to whoever read them first). A point over it is killed by the kernel's OOM killer and its items get error rows saying so; where the cgroup cannot be made (not root, no memory controller, no delegation) the run is refused before anything runs. Rows record `memory_limit_mib`, `memory_enforced` and `memory_peak_mib`; `--memory-limit` on `bmoe run`. See "Memory limit" below"#,
+        );
+    }
+    engine {
+        /// Drop the model file's pages from the page cache before the point loads (an honest
+        /// first token).
+        cold_start: bool = false;
+        schema [];
+        flag [#[arg(skip)]] cold_start: bool => |v| v.then_some(json!(true));
+        engine |s, load, session| ();
+        docs ("bool", "false", "none (the runner's)",
+            r#"before the point's model loads, its file's pages are dropped from the page cache (`posix_fadvise(DONTNEED)`; a model the runner still holds from the previous point is released first), so the load and the first token read from storage: a phone's cold start. Pages another process maps stay. On with any `memory_limit`; `--cold-start` on `bmoe run`"#,
+        );
+    }
 }
 
 /// The default of `load_timeout_s`: a 30 GB model read at 20 MB/s (a slow phone's flash, a busy
@@ -723,6 +746,7 @@ pub const SETTING_COLUMNS: &[&str] = &[
     "n_predict",
     "chat",
     "repack",
+    "memory_limit_mib",
 ];
 
 /// The column that records every layered value a row ran with ([`settings_cell`]): the one

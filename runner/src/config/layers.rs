@@ -137,8 +137,9 @@ impl SetSweep {
     }
 }
 
-/// `BMOE_*` variables that are not settings (read elsewhere: the probe's self-test).
-const OTHER_VARS: &[&str] = &["BMOE_PROBE_SELFTEST"];
+/// `BMOE_*` variables that are not settings (read elsewhere: the probe's self-test, the memory
+/// limit's cgroup folder).
+const OTHER_VARS: &[&str] = &["BMOE_PROBE_SELFTEST", "BMOE_CGROUP_ROOT"];
 
 /// The `BMOE_*` variables of `vars` that name no layered key (a typo is otherwise silently
 /// ignored), each as a warning: the nearest key's variable when one is close, else the list.

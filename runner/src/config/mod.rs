@@ -12,6 +12,7 @@ pub mod json_schema;
 pub mod jsonl;
 pub mod layers;
 pub mod load;
+pub mod memory_limit;
 pub mod paths;
 pub mod profile;
 pub mod settings;

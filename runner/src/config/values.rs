@@ -8,6 +8,7 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 pub use super::cpus::Cpus;
+pub use super::memory_limit::MemoryLimit;
 
 /// Expert cache size: a number of MiB, or `auto` (what the memory budget leaves).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,6 @@
-//! Running jobs: preparation (check, layer, place), execution, progress, interrupts, machine lines.
+//! Running jobs: preparation (check, layer, place), execution, progress, interrupts, machine lines,
+//! the memory cgroups of limited points.
+pub mod cgroup;
 pub mod choices;
 pub mod exec;
 pub mod machine;

@@ -39,4 +39,10 @@ impl Stop {
     pub fn requested(&self) -> bool {
         self.requested.load(Ordering::SeqCst)
     }
+
+    /// Asks to stop as a first signal does: a limited point's child is told so by its parent
+    /// (its stdin closed), since a signal sent to the parent alone never reaches it.
+    pub fn request(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+    }
 }

@@ -326,6 +326,16 @@ pub struct Row {
     /// `runtime = "llama.cpp"`). Empty in files before schema 11 (bmoe).
     #[schemars(extend("x-since" = 11))]
     pub runtime: String,
+    /// The memory cgroup's limit the point ran under (`memory_limit` resolved); empty without one.
+    #[schemars(extend("x-since" = 11, "x-unit" = "MiB"))]
+    pub memory_limit_mib: Option<u64>,
+    /// True only when the cgroup was made and the point's process ran in it.
+    #[schemars(extend("x-since" = 11))]
+    pub memory_enforced: bool,
+    /// The cgroup's peak usage, page cache included, from the point's start to this row (v1
+    /// `memory.max_usage_in_bytes`, v2 `memory.peak`); empty without a limit.
+    #[schemars(extend("x-since" = 11, "x-unit" = "MiB"))]
+    pub memory_peak_mib: Option<f64>,
 }
 }
 

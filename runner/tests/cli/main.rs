@@ -27,6 +27,7 @@ mod layering;
 mod load_once;
 mod lossy;
 mod memory_budget;
+mod memory_limit;
 mod memory_pressure;
 mod no_effect;
 mod probe;

@@ -30,6 +30,15 @@ pub(super) struct Ctx<'a> {
     pub(super) rss: ident::RssPeaks,
 }
 
+/// The `build` every row names: this runner's version and the engine's.
+pub(super) fn build_label() -> String {
+    format!(
+        "bmoe {} (engine {})",
+        env!("CARGO_PKG_VERSION"),
+        bmoe_engine::VERSION
+    )
+}
+
 impl Ctx<'_> {
     /// The file a CSV's rows are written to (a rotated CSV's next file, or the CSV itself).
     pub(super) fn write_to(&self, csv: &Path) -> PathBuf {
@@ -48,11 +57,17 @@ pub(super) struct Out {
     pub(super) written: HashMap<PathBuf, u64>,
     /// Each row also goes to stdout as a JSON line.
     pub(super) machine: bool,
+    /// A limited point's child: rows go to the parent on stdout, never to a CSV.
+    pub(super) to_parent: bool,
 }
 
 impl Out {
-    /// Writes one row to its CSV, and to stdout when the run is machine-read.
+    /// Writes one row to its CSV, and to stdout when the run is machine-read (a limited point's
+    /// child sends it to its parent instead).
     pub(super) fn emit(&mut self, csv: &Path, row: &Row) -> anyhow::Result<()> {
+        if self.to_parent {
+            return super::wire::send(&super::wire::Report::Row(Box::new(row.clone())));
+        }
         append_row(&mut self.sinks, &mut self.written, csv, row)?;
         if self.machine {
             machine::emit(row)?;

@@ -2,18 +2,25 @@
 //! resumable by run id, stoppable between rows. The run's steps, each in its file: what a resumed
 //! run already has (`resume.rs`), what every unit shares (`context.rs`), the model kept between
 //! units (`models.rs`), one unit's items run (`unit.rs`), a row filled (`row.rs`), the totals
-//! (`summary.rs`).
+//! (`summary.rs`); a limited point in a child process inside its memory cgroup (`isolated.rs`,
+//! the child's side in `child.rs`, what they say to each other in `wire.rs`).
+mod child;
 mod context;
+mod isolated;
 mod models;
 mod resume;
 mod row;
 mod summary;
 mod unit;
+mod wire;
 
+pub use child::run_child;
+pub use isolated::{check_limits, limit_mib};
 pub use resume::model_hash;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 pub use summary::{Summary, Written};
+pub use wire::CHILD_ARG;
 
 use anyhow::Context;
 
@@ -53,6 +60,10 @@ pub struct RunOptions {
     pub probe: bool,
     /// Probe verdicts already known (model -> the probe's error, `None` when it passed).
     pub probed: HashMap<PathBuf, Option<String>>,
+    /// Where limited points' memory cgroups are made ([`check_limits`]); `None` without one.
+    pub cgroups: Option<crate::run::cgroup::Hierarchy>,
+    /// This `bmoe run`'s arguments, which a limited point's child prepares the run from.
+    pub child_args: Vec<std::ffi::OsString>,
 }
 
 /// Runs every unit; returns what was done (an interrupted run is `Ok` with `interrupted`).
@@ -73,6 +84,7 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         sinks: HashMap::new(),
         written: HashMap::new(),
         machine: opts.machine,
+        to_parent: false,
     };
     let ctx = Ctx {
         prep,
@@ -84,11 +96,7 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         targets,
         machine_id,
         model_sha,
-        build: format!(
-            "bmoe {} (engine {})",
-            env!("CARGO_PKG_VERSION"),
-            bmoe_engine::VERSION
-        ),
+        build: context::build_label(),
         rss: ident::RssPeaks::start(),
     };
     let mut models = Models {
@@ -96,7 +104,10 @@ pub fn execute(prep: &Prepared, opts: &RunOptions, stop: &Stop) -> anyhow::Resul
         probed: opts.probed.clone(),
     };
     for unit in &prep.units {
-        run_unit(&ctx, &mut out, &mut models, unit)?;
+        match limit_mib(unit) {
+            Some(limit) => isolated::run_isolated(&ctx, &mut out, &mut models, unit, limit)?,
+            None => run_unit(&ctx, &mut out, &mut models, unit)?,
+        }
         if out.summary.interrupted {
             break;
         }

@@ -50,6 +50,9 @@ pub(super) fn run_unit(
     }
     let limit = ctx.prep.load_timeout(&lj.model);
     let probe_error = models.probe_error(ctx.opts, &lj.model, limit)?;
+    if cold_start(unit) {
+        drop_pages(out, models, &lj.model);
+    }
     let outcome = models.load(&ctx.rss, &unit.placement, probe_error, &lj.model, limit);
     let reused = outcome.reused;
     let loaded = models.loaded(outcome.result);
@@ -84,6 +87,25 @@ pub(super) fn run_unit(
     }
     out.progress.end_unit();
     Ok(())
+}
+
+/// Whether the unit starts cold: `cold_start`, or a memory limit (pages cached before the point
+/// were charged to whoever read them first, so a cap over a warm page cache would not bound them).
+fn cold_start(unit: &Unit) -> bool {
+    let s = &unit.resolved.settings;
+    s.cold_start || s.memory_limit != crate::config::values::MemoryLimit::None
+}
+
+/// Drops the model file's pages from the page cache, the held model released first (pages a
+/// process maps are not dropped); a failure is said, and the rows' `load_read_mib` shows it.
+fn drop_pages(out: &Out, models: &mut Models, model: &Path) {
+    models.held = None;
+    if let Err(e) = bmoe_engine::drop_file_pages(model) {
+        out.progress.println(&format!(
+            "bmoe: cold start: cannot drop {}'s cached pages: {e}",
+            crate::config::paths::display_path(model)
+        ));
+    }
 }
 
 /// The row every item of a unit starts from: the shared columns, the load's, the machine's.
@@ -145,7 +167,13 @@ pub(super) fn refuse_unit(
             repeat: rep,
             error: why.to_string(),
             prefill_device: String::new(),
-            peak_rss_mib: ident::peak_rss_mib(),
+            // A limited point ran in a child: this process's peak is not the point's (its
+            // group's peak, `memory_peak_mib`, is).
+            peak_rss_mib: base
+                .memory_limit_mib
+                .is_none()
+                .then(ident::peak_rss_mib)
+                .flatten(),
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             ..base.clone()
         };
