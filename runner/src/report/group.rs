@@ -184,8 +184,12 @@ pub struct Group {
     /// (item, mean of its repeats' verdicts), in item order (not serialized).
     #[serde(skip)]
     pub item_scores: BTreeMap<String, f64>,
-    /// Speed against the reference point.
+    /// Speed against the reference point: decode's where the point decoded, else prefill's.
     pub speedup: Option<Speedup>,
+    /// Prefill's speed against the reference point, beside decode's in `speedup` (a generate
+    /// job's points); absent where `speedup` is prefill's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_speedup: Option<Speedup>,
     /// Perplexity against the reference point.
     pub ppl_change: Option<PplChange>,
     /// Row indices into [`Data::recs`] (not serialized).

@@ -101,21 +101,43 @@ pub(super) fn ppl_change(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usiz
     }
 }
 
-/// Each group's median speed over the reference group's, with its 95% interval: decode where the
-/// pair decodes, else prefill.
+/// Speed against the reference for each group in `idx`: decode's where a group decoded, else
+/// prefill's (`speedup`); with decode's, prefill's too where the groups prefilled
+/// (`prefill_speedup`: a generate job's two phases, as llama-bench reports both).
 pub(super) fn speedup(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
-    let metric = ["decode_tps", "prefill_tps"]
+    let has = |out: &[Group], m: &str| idx.iter().any(|&i| out[i].metrics.contains_key(m));
+    let Some(metric) = ["decode_tps", "prefill_tps"]
         .into_iter()
-        .find(|m| idx.iter().any(|&i| out[i].metrics.contains_key(*m)));
-    let Some(metric) = metric else { return };
-    let Some(base) = out[ref_i].metrics.get(metric).map(|s| s.median) else {
+        .find(|m| has(out, m))
+    else {
         return;
     };
-    if base <= 0.0 {
-        return;
+    for (gi, s) in speedup_of(d, out, idx, ref_i, metric) {
+        out[gi].speedup = Some(s);
     }
-    let reference = out[ref_i].label.clone();
+    if metric == "decode_tps" && has(out, "prefill_tps") {
+        for (gi, s) in speedup_of(d, out, idx, ref_i, "prefill_tps") {
+            out[gi].prefill_speedup = Some(s);
+        }
+    }
+}
+
+/// `metric`'s median of each group in `idx` over the reference's, with its 95% interval.
+fn speedup_of(
+    d: &Data,
+    out: &[Group],
+    idx: &[usize],
+    ref_i: usize,
+    metric: &str,
+) -> Vec<(usize, Speedup)> {
+    let Some(base) = out[ref_i].metrics.get(metric).map(|s| s.median) else {
+        return Vec::new();
+    };
+    if base <= 0.0 {
+        return Vec::new();
+    }
     let base_rows = metric_values(d, &out[ref_i], metric);
+    let mut found = Vec::new();
     for &gi in idx {
         let Some(s) = out[gi].metrics.get(metric) else {
             continue;
@@ -126,15 +148,17 @@ pub(super) fn speedup(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) 
             let (lo, hi) = median_ratio_95(&metric_values(d, &out[gi], metric), &base_rows);
             (Some(lo), Some(hi))
         };
-        out[gi].speedup = Some(Speedup {
+        let s = Speedup {
             metric: metric.to_string(),
-            reference: reference.clone(),
+            reference: out[ref_i].label.clone(),
             value: s.median / base,
             low,
             high,
             interval_method: SPEEDUP_METHOD,
-        });
+        };
+        found.push((gi, s));
     }
+    found
 }
 
 #[cfg(test)]

@@ -113,12 +113,21 @@ fn table_rows(r: &Report, gs: &[&Group]) -> (Vec<String>, Vec<Vec<String>>) {
     (cols.head(), gs.iter().map(|g| cols.cells(r, g)).collect())
 }
 
+/// A speed-up cell: the ratio with its 95% interval, `-` where the point has none.
+fn speedup_cell(s: Option<&Speedup>) -> String {
+    s.map_or("-".into(), |s| match (s.low, s.high) {
+        (Some(lo), Some(hi)) => format!("{:.2}x [{lo:.2}, {hi:.2}]", s.value),
+        _ => format!("{:.2}x", s.value),
+    })
+}
+
 /// The columns of one (job, profile) table: what at least one of its groups measured.
 struct Columns<'a> {
     metrics: Vec<&'static (&'static str, &'static str, &'static str)>,
     accuracy: bool,
     agreement: Option<&'a Agreement>,
     speedup: Option<&'a Speedup>,
+    prefill_speedup: Option<&'a Speedup>,
     ppl: Option<&'a PplChange>,
     headroom: bool,
 }
@@ -133,6 +142,7 @@ impl<'a> Columns<'a> {
             accuracy: gs.iter().any(|g| g.accuracy.is_some()),
             agreement: gs.iter().find_map(|g| g.agreement.as_ref()),
             speedup: gs.iter().find_map(|g| g.speedup.as_ref()),
+            prefill_speedup: gs.iter().find_map(|g| g.prefill_speedup.as_ref()),
             ppl: gs.iter().find_map(|g| g.ppl_change.as_ref()),
             headroom: gs
                 .iter()
@@ -143,7 +153,7 @@ impl<'a> Columns<'a> {
     fn head(&self) -> Vec<String> {
         let mut head = vec!["point".to_string(), "rows".to_string()];
         head.extend(self.metrics.iter().map(|(_, h, _)| h.to_string()));
-        if let Some(s) = self.speedup {
+        for s in [self.prefill_speedup, self.speedup].into_iter().flatten() {
             let what = s.metric.trim_end_matches("_tps");
             head.push(format!("{what} speed-up vs {}", s.reference));
         }
@@ -174,15 +184,11 @@ impl<'a> Columns<'a> {
                 .iter()
                 .map(|(m, _, _)| stat_cell(g.metrics.get(*m))),
         );
+        if self.prefill_speedup.is_some() {
+            cells.push(speedup_cell(g.prefill_speedup.as_ref()));
+        }
         if self.speedup.is_some() {
-            cells.push(
-                g.speedup
-                    .as_ref()
-                    .map_or("-".into(), |s| match (s.low, s.high) {
-                        (Some(lo), Some(hi)) => format!("{:.2}x [{lo:.2}, {hi:.2}]", s.value),
-                        _ => format!("{:.2}x", s.value),
-                    }),
-            );
+            cells.push(speedup_cell(g.speedup.as_ref()));
         }
         if self.headroom {
             let h = g

@@ -153,6 +153,7 @@ fn summarise(
             .map(|(i, s, n)| (i.to_string(), s / n))
             .collect(),
         speedup: None,
+        prefill_speedup: None,
         ppl_change: None,
         settings: configured_settings(d, &members),
         members,
