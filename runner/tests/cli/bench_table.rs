@@ -57,7 +57,8 @@ fn every_current_result_is_what_its_csv_gives() {
     for c in &rows {
         assert!(root.join(&c.job).is_file(), "{}: no such job", c.job);
         let mut cmd = common::bmoe_command();
-        cmd.current_dir(&root).args(["report", &c.csv, "--format", "json"]);
+        cmd.current_dir(&root)
+            .args(["report", &c.csv, "--format", "json"]);
         let o = cmd.args(["--reference", &c.reference]).output().unwrap();
         assert!(o.status.success(), "{}: {}", c.csv, text(&o));
         let d = json(&o);
@@ -78,7 +79,12 @@ fn every_current_result_is_what_its_csv_gives() {
         assert_eq!(c.ratio, ratio, "{} {} {}", c.csv, c.point, c.phase);
         let p = &d["provenance"];
         let joined = |k: &str| {
-            let v: Vec<&str> = p[k].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+            let v: Vec<&str> = p[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
             v.join("; ")
         };
         assert_eq!(c.cpu, joined("cpus"), "{}", c.csv);

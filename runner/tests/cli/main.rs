@@ -9,6 +9,7 @@ mod hostile;
 
 mod auto_cache;
 mod bad_input;
+mod bench_table;
 mod cache_sim;
 mod check_json;
 mod cli_hygiene;
