@@ -93,11 +93,12 @@ fn human_prefixes() -> BTreeSet<String> {
 /// `test-under-load:`).
 fn has_word(line: &str, word: &str) -> bool {
     let inner = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    // A word ending in a colon (`load:`) may run on into anything; `sed` may not (`sedan`).
+    let open_end = !word.ends_with(|c: char| c.is_alphanumeric());
     line.match_indices(word).any(|(i, _)| {
-        let before = line[..i].chars().next_back();
-        let after = line[i + word.len()..].chars().next();
-        !before.is_some_and(inner)
-            && !(word.ends_with(|c: char| c.is_alphanumeric()) && after.is_some_and(inner))
+        let starts = !line[..i].chars().next_back().is_some_and(inner);
+        let ends = open_end || !line[i + word.len()..].chars().next().is_some_and(inner);
+        starts && ends
     })
 }
 
