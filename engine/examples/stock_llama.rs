@@ -1,9 +1,10 @@
 //! Stock llama.cpp, for side-by-side benchmarks (`scripts/bench-repack`): `llama.h` calls alone on
 //! the same vendored libraries bmoe links, with llama.cpp's default model and context parameters
 //! (mapped file, CPU repack on): load, one prefill, greedy decode. Prints the prefill and decode
-//! rates in the lines `bmoe generate` prints, so one parser reads both.
+//! rates in the lines `bmoe generate` prints; with `--json`, also one JSON object on stdout whose
+//! `timing` has the fields of `bmoe generate --format json`'s, so one reader reads both.
 //!
-//!   stock_llama -m MODEL -p PROMPT [-n 64] [-t THREADS] [--ubatch N] [--no-repack]
+//!   stock_llama -m MODEL -p PROMPT [-n 64] [-t THREADS] [--ubatch N] [--no-repack] [--json]
 //!
 //! `--no-repack` loads with `use_extra_bufts = false` (no CPU_REPACK buffer type), as bmoe did
 //! before issue 32. `--cpu-variant NAME` (a build with the CPU variants): load
@@ -24,6 +25,7 @@ struct Args {
     ubatch: Option<u32>,
     repack: bool,
     cpu_variant: Option<String>,
+    json: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -35,6 +37,7 @@ fn parse() -> Result<Args, String> {
         ubatch: None,
         repack: true,
         cpu_variant: None,
+        json: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -51,12 +54,13 @@ fn parse() -> Result<Args, String> {
             "--ubatch" => a.ubatch = Some(number(value()?)?),
             "--no-repack" => a.repack = false,
             "--cpu-variant" => a.cpu_variant = Some(value()?),
+            "--json" => a.json = true,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
     if a.model.is_empty() || a.prompt.is_empty() {
         return Err(
-            "usage: stock_llama -m MODEL -p PROMPT [-n 64] [-t THREADS] [--ubatch N] [--no-repack] [--cpu-variant NAME]"
+            "usage: stock_llama -m MODEL -p PROMPT [-n 64] [-t THREADS] [--ubatch N] [--no-repack] [--cpu-variant NAME] [--json]"
                 .into(),
         );
     }
@@ -189,6 +193,16 @@ unsafe fn run(a: &Args) -> Result<(), String> {
         "decode: {n_decoded} tokens in {decode_s:.3} s ({:.2} tok/s)",
         n_decoded as f64 / decode_s
     );
+    if a.json {
+        // For scripts: the numbers of the lines above, named as in bmoe's own records.
+        let timing = serde_json::json!({
+            "n_prompt": prompt.len(),
+            "prefill_s": prefill_s,
+            "n_decoded": n_decoded,
+            "decode_s": decode_s,
+        });
+        println!("{}", serde_json::json!({ "timing": timing }));
+    }
     sys::llama_free(ctx);
     sys::llama_model_free(m);
     Ok(())

@@ -1,10 +1,12 @@
 //! A streamed generate with the engine's `repack` option on the command line, for side-by-side
 //! benchmarks of the repacked streamed experts (`scripts/bench-repack --stream`) until the
 //! runner has a setting of its own. Prints the prefill and decode rates in the lines
-//! `bmoe generate` prints, so one parser reads both, and what repacking cost.
+//! `bmoe generate` prints, and what repacking cost; with `--json`, also one JSON object on stdout
+//! with the measured run's `timing`, `stream`, `decode_stream` and `load`, named as in
+//! `bmoe generate --format json`, so one reader reads both.
 //!
 //!   stream_generate -m MODEL -p PROMPT [-n 64] [-t THREADS] [--cache-mb 0] [--repack auto|off]
-//!                   [--warm N]
+//!                   [--warm N] [--json]
 //!
 //! `--warm N` runs the same generate N times first, each in a session of its own on the same model
 //! (so the same expert cache): with a cache that holds every expert, the measured run then routes
@@ -25,6 +27,7 @@ struct Args {
     cache_mb: u64,
     repack: Repack,
     warm: u32,
+    json: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -36,9 +39,14 @@ fn parse() -> Result<Args, String> {
         cache_mb: 0,
         repack: Repack::Auto,
         warm: 0,
+        json: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--json" {
+            a.json = true;
+            continue;
+        }
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
         let number = |v: &str| {
             v.parse::<u64>()
@@ -62,7 +70,7 @@ fn parse() -> Result<Args, String> {
         }
     }
     if a.model.is_empty() || a.prompt.is_empty() {
-        return Err("usage: stream_generate -m MODEL -p PROMPT [-n 64] [-t 2] [--cache-mb 0] [--repack auto|off] [--warm N]".into());
+        return Err("usage: stream_generate -m MODEL -p PROMPT [-n 64] [-t 2] [--cache-mb 0] [--repack auto|off] [--warm N] [--json]".into());
     }
     Ok(a)
 }
@@ -122,6 +130,15 @@ fn run(a: &Args) -> Result<(), String> {
         "measured run: {} expert misses in all, {} in decode",
         g.stream.cache_misses, d.cache_misses
     );
+    if a.json {
+        let doc = serde_json::json!({
+            "timing": t,
+            "stream": g.stream,
+            "decode_stream": d,
+            "load": m.load_stats(),
+        });
+        println!("{doc}");
+    }
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! `bmoe decide`: load, score the choices once, print `best` and each choice's score.
 use bmoe_engine::DecideRequest;
 
-use super::one_shot::{load, print_counters, print_explain};
+use super::one_shot::{load, print_counters, print_explain, Doc};
 use crate::cli::engine_args::DecideArgs;
 
 /// Scores the choices once and prints `best` and each choice's score (and, with `--expected`,
@@ -32,7 +32,7 @@ pub fn decide(a: DecideArgs) -> anyhow::Result<()> {
     })?;
     let correct = expected.map(|e| e == rec.best);
     if a.engine.out.json() {
-        let mut v = serde_json::to_value(&rec)?;
+        let mut v = serde_json::to_value(Doc::new(&rec, &model))?;
         if let (Some(obj), Some(e)) = (v.as_object_mut(), expected) {
             obj.insert("expected".into(), serde_json::json!(e));
             obj.insert("correct".into(), serde_json::json!(correct));

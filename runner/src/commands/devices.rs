@@ -12,6 +12,11 @@ pub fn devices(args: DevicesArgs) -> anyhow::Result<()> {
             "cpu_variant": bmoe_engine::cpu_variant(),
             "backend_modules": bmoe_engine::backend_modules(),
             "page_moves": bmoe_engine::page_moves().label(),
+            // The self-check's reason when pages are released (the text's `page moves:` line).
+            "page_moves_why": match bmoe_engine::page_moves() {
+                bmoe_engine::PageMoves::Release(why) => Some(why),
+                bmoe_engine::PageMoves::Move => None,
+            },
             "cpu_repack": bmoe_engine::cpu_repack_available(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);

@@ -3,7 +3,7 @@ use std::io::Write;
 
 use bmoe_engine::{CancelToken, GenerateOptions, Sampling};
 
-use super::one_shot::{load, print_counters, print_decode_stream, print_explain};
+use super::one_shot::{load, print_counters, print_decode_stream, print_explain, Doc, PeakRss};
 use crate::cli::engine_args::GenerateArgs;
 
 /// Generates once and prints the text on stdout, the counters on stderr.
@@ -33,8 +33,20 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<()> {
     // Ctrl-C stops at the next token; the partial text is still printed.
     let _ = ctrlc::set_handler(move || c.cancel());
     let rec = s.generate(&a.prompt, &opts, &cancel)?;
+    // Measured once, for the document and the `storage:` line alike.
+    let (anon, file) = rss.peaks_mib();
+    let peak_mib = crate::ident::peak_rss_mib();
+    let peak = PeakRss {
+        mib: peak_mib,
+        anon_mib: anon,
+        file_mib: file,
+    };
     if a.engine.out.json() {
-        println!("{}", serde_json::to_string(&rec)?);
+        let doc = Doc {
+            peak_rss: Some(peak),
+            ..Doc::new(&rec, &model)
+        };
+        println!("{}", serde_json::to_string(&doc)?);
     } else {
         let mut out = std::io::stdout().lock();
         out.write_all(&rec.bytes)?;
@@ -43,12 +55,11 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<()> {
     print_counters(&rec.timing, &rec.stream, &rec.prefill_dev);
     print_decode_stream(&rec);
     print_explain(&model);
-    let (anon, file) = rss.peaks_mib();
     let mib = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "?".into());
     eprintln!(
         "storage: {:.2} MiB read per decoded token (all paths), peak RSS {} MiB (anonymous {} MiB, file-backed {} MiB), first token after {:.3} s",
         rec.decode_storage_read_bytes as f64 / 1048576.0 / f64::from(rec.timing.n_decoded.max(1)),
-        mib(crate::ident::peak_rss_mib()),
+        mib(peak_mib),
         mib(anon),
         mib(file),
         rec.timing.first_token_s

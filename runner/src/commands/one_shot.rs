@@ -4,6 +4,8 @@ use bmoe_engine::plan::{Plan, PrefillPlace};
 use bmoe_engine::settings::ThreadChoice;
 use bmoe_engine::{LoadOptions, Model, PrefillDevCounters, SessionOptions, StreamCounters, Timing};
 
+use serde::Serialize;
+
 use crate::cli::engine_args::EngineArgs;
 use crate::config::layers::{self, LayerInputs};
 use crate::config::profile::load_profile;
@@ -211,6 +213,49 @@ pub(super) fn load(e: &EngineArgs) -> anyhow::Result<(Model, SessionOptions)> {
         eprintln!("moe-stream: on, expert cache {} MiB", b >> 20);
     }
     Ok((m, d.session))
+}
+
+/// What `generate`, `decide` and `ppl --format json` print: the engine's record with every number
+/// the lines on stderr show beside it (what the load cost, the expert cache it set, generate's
+/// peak resident set), so a script reads the document and never the lines.
+#[derive(Serialize)]
+pub(super) struct Doc<'a, R: Serialize> {
+    /// The engine's record, its fields at the top level (as before these were added).
+    #[serde(flatten)]
+    pub record: &'a R,
+    /// What the load cost: its mode, seconds, bytes read from storage, weights repacked (the
+    /// `load:` and `repack:` lines).
+    pub load: bmoe_engine::LoadStats,
+    /// The expert cache's budget in bytes as the load set it (`moe-stream: on, expert cache`);
+    /// null when the model is not streamed.
+    pub expert_cache_bytes: Option<u64>,
+    /// generate's peak resident set (the `storage:` line); absent for decide and ppl.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_rss: Option<PeakRss>,
+}
+
+impl<'a, R: Serialize> Doc<'a, R> {
+    /// `record` with what `model`'s load cost and set.
+    pub(super) fn new(record: &'a R, model: &Model) -> Self {
+        Doc {
+            record,
+            load: model.load_stats(),
+            expert_cache_bytes: model.stream_budget_bytes(),
+            peak_rss: None,
+        }
+    }
+}
+
+/// The process's peak resident set in MiB, whole and split as the kernel counts it; each null
+/// where `/proc` does not say.
+#[derive(Serialize)]
+pub(super) struct PeakRss {
+    /// `VmHWM`.
+    pub mib: Option<f64>,
+    /// The largest `RssAnon` seen.
+    pub anon_mib: Option<f64>,
+    /// The largest `RssFile` seen.
+    pub file_mib: Option<f64>,
 }
 
 /// A share for the CLI's lines: one decimal and a percent sign, `n/a` when there was nothing to

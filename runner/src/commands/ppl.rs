@@ -1,7 +1,7 @@
 //! `bmoe ppl`: load, score a text file, print its perplexity.
 use anyhow::Context;
 
-use super::one_shot::{load, print_counters, print_explain};
+use super::one_shot::{load, print_counters, print_explain, Doc};
 use crate::cli::engine_args::PplArgs;
 
 /// Scores a text file and prints its perplexity.
@@ -12,7 +12,7 @@ pub fn ppl(a: PplArgs) -> anyhow::Result<()> {
     let mut s = model.session(&session)?;
     let rec = s.perplexity(&text)?;
     if a.engine.out.json() {
-        println!("{}", serde_json::to_string(&rec)?);
+        println!("{}", serde_json::to_string(&Doc::new(&rec, &model))?);
     } else {
         println!(
             "perplexity: {:.4} +/- {:.4} (mean NLL {:.5} nats over {} tokens)",

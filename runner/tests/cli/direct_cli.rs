@@ -309,6 +309,48 @@ fn decide_and_ppl_print_their_results() {
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("perplexity: "));
 }
 
+/// `generate --format json` carries the numbers its stderr lines show beside the record (the
+/// load's cost, the expert cache, the peak resident set): what the bench scripts read (issue 53).
+#[test]
+fn generate_json_carries_the_numbers_of_its_lines() {
+    let m = tiny();
+    let args = [
+        "generate",
+        "-m",
+        s(&m),
+        "-p",
+        "hi",
+        "-n",
+        "4",
+        "--format",
+        "json",
+    ];
+    let o = bmoe(&[&args[..], &["--moe-stream", "--cache-mb", "1"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["timing"]["n_decoded"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["stream"]["cache_misses"].as_u64().is_some(), "{v}");
+    assert_eq!(v["load"]["mode"], "lean", "{v}");
+    assert!(v["load"]["seconds"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["expert_cache_bytes"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["peak_rss"]["mib"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["peak_rss"]["anon_mib"].as_f64().is_some(), "{v}");
+    // Resident: no expert cache; decide and ppl carry the load too, and no peak.
+    let o = bmoe(&args);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["load"]["mode"], "llama", "{v}");
+    assert!(v["expert_cache_bytes"].is_null(), "{v}");
+    let text = m.with_file_name("json-text.txt");
+    std::fs::write(&text, "one two three four five six seven eight").unwrap();
+    let o = bmoe(&["ppl", "-m", s(&m), s(&text), "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["ppl"].as_f64().is_some() && v["load"]["seconds"].is_number(),
+        "{v}"
+    );
+    assert!(v.get("peak_rss").is_none(), "{v}");
+}
+
 #[test]
 fn bad_inputs_are_clear_errors() {
     let m = tiny();

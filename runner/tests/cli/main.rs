@@ -38,6 +38,7 @@ mod report;
 mod resume;
 mod retry_errors;
 mod row_trust;
+mod script_output;
 mod settings;
 mod shard_by;
 mod slurm;
