@@ -23,21 +23,8 @@ const UBATCH: u32 = 32;
 const N_CTX: u32 = 512;
 const N_PREDICT: usize = 12;
 
-/// The tiny shape, 256 wide, with the bench preset's types: Q4_0 experts, Q8_0 dense matrices
-/// (both have repacked kernels: Q4_0 on AVX2 and ARM, Q8_0 on ARM). At width 128 the repacked
-/// kernels gave the same bits as the plain ones, so the logits alone could not tell them apart;
-/// at 256 they differ.
 fn model() -> std::path::PathBuf {
-    common::model(
-        "w256-q4_0-experts",
-        &SynthSpec {
-            expert_type: WeightType::Q4_0,
-            dense_type: WeightType::Q8_0,
-            n_embd: 256,
-            n_ff_exp: 256,
-            ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
-        },
-    )
+    common::tiny_q4_0()
 }
 
 /// What a run computed: the greedy tokens after the prompt, and the logits of every position

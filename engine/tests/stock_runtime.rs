@@ -5,21 +5,11 @@ mod common;
 
 use bmoe_engine::test_support::stock_reference;
 use bmoe_engine::{log_softmax, LoadOptions, Model, PrefixReuse, Repack, Scoring};
-use bmoe_synth::{Preset, SynthArch, SynthSpec, WeightType};
 
-/// The tiny shape with the bench preset's types (Q4_0 experts, Q8_0 dense): types llama.cpp
-/// repacks on AVX2 and Arm, so its default repack runs on both sides of the comparison.
+/// Q4_0 experts and Q8_0 dense weights: types llama.cpp repacks, so its default repack runs on
+/// both sides of the comparison.
 fn model() -> std::path::PathBuf {
-    common::model(
-        "w256-q4_0-experts",
-        &SynthSpec {
-            expert_type: WeightType::Q4_0,
-            dense_type: WeightType::Q8_0,
-            n_embd: 256,
-            n_ff_exp: 256,
-            ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
-        },
-    )
+    common::tiny_q4_0()
 }
 
 fn stock(path: std::path::PathBuf) -> LoadOptions {

@@ -6,7 +6,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub mod gates;
 
-use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
+use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
 
 static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
 static MODELS: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
@@ -38,6 +38,23 @@ pub fn in_file_layout(path: impl Into<PathBuf>) -> bmoe_engine::LoadOptions {
         repack: bmoe_engine::Repack::Off,
         ..bmoe_engine::LoadOptions::new(path)
     }
+}
+
+/// The tiny shape, 256 wide, with the bench preset's types: Q4_0 experts, Q8_0 dense matrices
+/// (both have repacked kernels: Q4_0 on AVX2 and ARM, Q8_0 on ARM), so llama.cpp's default
+/// repack runs on it. At width 128 the repacked kernels gave the same bits as the plain ones, so
+/// the logits alone could not tell them apart; at 256 they differ.
+pub fn tiny_q4_0() -> PathBuf {
+    model(
+        "w256-q4_0-experts",
+        &SynthSpec {
+            expert_type: WeightType::Q4_0,
+            dense_type: WeightType::Q8_0,
+            n_embd: 256,
+            n_ff_exp: 256,
+            ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
+        },
+    )
 }
 
 /// The tiny qwen3moe model.

@@ -13,8 +13,8 @@ use anyhow::{anyhow, Context};
 
 use super::context::{Ctx, Out};
 use super::models::Models;
-use super::pending_items;
 use super::row::mib;
+use super::start_unit;
 use super::summary::count_row;
 use super::unit::{refuse_unit, unit_base_row};
 use super::wire::{Order, Report, CHILD_ARG};
@@ -68,19 +68,9 @@ pub(super) fn run_isolated(
     unit: &Unit,
     limit: u64,
 ) -> anyhow::Result<()> {
-    let lj = &ctx.prep.jobs[unit.job];
-    let write_to = ctx.write_to(&lj.csv);
-    let pending = pending_items(ctx, lj, unit, &mut out.summary);
-    if pending.is_empty() {
-        out.progress.end_unit();
+    let Some((lj, write_to, pending)) = start_unit(ctx, out, unit) else {
         return Ok(());
-    }
-    if ctx.stop.requested() {
-        out.summary.interrupted = true;
-        return Ok(());
-    }
-    let label = format!("{} on {} [{}]", lj.job.name, unit.profile.name, unit.point);
-    out.progress.start_unit(&label, pending.len() as u64);
+    };
     let probe_error = models.probe_error(ctx.opts, &lj.model, ctx.prep.load_timeout(&lj.model))?;
     // The child loads the model: one this process still holds would keep its pages mapped, out
     // of the cold start's reach and out of the group's account.

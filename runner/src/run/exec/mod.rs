@@ -172,6 +172,28 @@ fn hash_models(prep: &Prepared, quiet: bool) -> anyhow::Result<HashMap<PathBuf, 
     Ok(model_sha)
 }
 
+/// What a started unit works with: its job, the CSV it writes, the items it still has to run.
+type Started<'a> = (&'a LoadedJob, PathBuf, Vec<(&'a Item, u32)>);
+
+/// A unit's start, in-process or in a child alike, with its progress bar started; `None` when it
+/// has nothing to run or the run is stopping (then `summary.interrupted` is set).
+fn start_unit<'a>(ctx: &Ctx<'a>, out: &mut Out, unit: &Unit) -> Option<Started<'a>> {
+    let lj = &ctx.prep.jobs[unit.job];
+    let write_to = ctx.write_to(&lj.csv);
+    let pending = pending_items(ctx, lj, unit, &mut out.summary);
+    if pending.is_empty() {
+        out.progress.end_unit();
+        return None;
+    }
+    if ctx.stop.requested() {
+        out.summary.interrupted = true;
+        return None;
+    }
+    let label = format!("{} on {} [{}]", lj.job.name, unit.profile.name, unit.point);
+    out.progress.start_unit(&label, pending.len() as u64);
+    Some((lj, write_to, pending))
+}
+
 /// The (item, repeat) pairs a unit still has to run, counting the ones the run already has as
 /// skipped.
 fn pending_items<'j>(

@@ -7,8 +7,8 @@ use bmoe_engine::{EngineError, GenerateOptions, Model, Sampling, Session};
 
 use super::context::{Ctx, Out};
 use super::models::Models;
-use super::pending_items;
 use super::row::{base_row, fill_common, fill_decision, finish_row, mib, scoring_name};
+use super::start_unit;
 use super::summary::{count_row, Summary};
 use crate::config::item::{Item, Kind, Payload};
 use crate::config::job::LoadedJob;
@@ -26,19 +26,9 @@ pub(super) fn run_unit(
     models: &mut Models,
     unit: &Unit,
 ) -> anyhow::Result<()> {
-    let lj = &ctx.prep.jobs[unit.job];
-    let write_to = ctx.write_to(&lj.csv);
-    let pending = pending_items(ctx, lj, unit, &mut out.summary);
-    let label = format!("{} on {} [{}]", lj.job.name, unit.profile.name, unit.point);
-    if pending.is_empty() {
-        out.progress.end_unit();
+    let Some((lj, write_to, pending)) = start_unit(ctx, out, unit) else {
         return Ok(());
-    }
-    if ctx.stop.requested() {
-        out.summary.interrupted = true;
-        return Ok(());
-    }
-    out.progress.start_unit(&label, pending.len() as u64);
+    };
     let mut sess_opts = unit.placement.session.clone();
     let sha = ctx.model_sha.get(&lj.model).map_or("", String::as_str);
     if sha.is_empty() {
