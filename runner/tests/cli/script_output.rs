@@ -29,6 +29,7 @@ const MID_LINE: &[&str] = &[
     "file-backed",
     "prediction named",
     "misses served",
+    "continue with",
 ];
 
 /// The files that print bmoe's human lines: the one-shot and listing commands, and the examples.
@@ -102,13 +103,14 @@ fn has_word(line: &str, word: &str) -> bool {
     })
 }
 
-/// Whether `line` pipes `bmoe devices` or `bmoe archs` text (not their JSON) into a text tool.
+/// Whether `line` pipes `bmoe devices` or `bmoe archs` text (not their JSON), or a command's
+/// `--help`, into a text tool.
 fn pipes_listing_text(line: &str) -> bool {
     let Some(bar) = line.find('|') else {
         return false;
     };
     let (cmd, rest) = line.split_at(bar);
-    (has_word(cmd, "devices") || has_word(cmd, "archs"))
+    (has_word(cmd, "devices") || has_word(cmd, "archs") || cmd.contains("--help"))
         && !cmd.contains("--format json")
         && !cmd.contains("--json")
         && TOOLS.iter().any(|t| has_word(rest, t))
@@ -120,7 +122,9 @@ fn parses_human_output(line: &str, prefixes: &BTreeSet<String>) -> Option<String
         return None;
     }
     if pipes_listing_text(line) {
-        return Some("the text of `bmoe devices`/`bmoe archs` (use --format json)".into());
+        return Some(
+            "the text of `bmoe devices`/`bmoe archs` (use --format json) or of `--help`".into(),
+        );
     }
     let hit: Vec<&str> = prefixes
         .iter()
@@ -195,6 +199,8 @@ fn the_check_tells_parsing_from_reading_json() {
         r#"  local tps=$(sed -n 's/^decode: .*(\(.*\) tok\/s)$/\1/p' "$OUT/$name.err")"#,
         r#"compute = float(re.search(r"first token after ([0-9.]+) s", warm).group(1))"#,
         r#"  mapfile -t ARCHS < <("$B" archs | awk 'NF {print $1}')"#,
+        r#"if "$B" generate --help 2>/dev/null | grep -q -- '--repack'; then BMOE_OFF=1; fi"#,
+        r#"grep -q "interrupted; continue with" "$log" || fail "no resume hint""#,
     ];
     for l in bad {
         assert!(
