@@ -11,8 +11,8 @@ const PROMPTS: [&str; 2] = [
     "A second prompt routes elsewhere, and decode follows it.",
 ];
 
-/// Generates after each prompt with a 1 MiB cache (the tiny model's 32 experts take 1.6 MiB, so
-/// the cache evicts) and a trace; returns the trace, the streamer's (all, decode) misses and the
+/// Generates 48 tokens after each prompt (enough for `router`'s reads ahead to start and pause)
+/// with a 1 MiB cache (the tiny model's 32 experts take 1.6 MiB, so the cache evicts) and a trace; returns the trace, the streamer's (all, decode) misses and the
 /// decode graphs run.
 fn traced_run(prefetch: Prefetch) -> (Trace, u64, u64, u64) {
     let dir = tempfile::tempdir().unwrap();
@@ -33,7 +33,7 @@ fn traced_run(prefetch: Prefetch) -> (Trace, u64, u64, u64) {
     let (mut decode, mut graphs) = (0, 0);
     for p in PROMPTS {
         let opts = GenerateOptions {
-            n_predict: 12,
+            n_predict: 48,
             ..Default::default()
         };
         let rec = s.generate(p, &opts, &CancelToken::new()).unwrap();
@@ -48,8 +48,28 @@ fn traced_run(prefetch: Prefetch) -> (Trace, u64, u64, u64) {
 
 #[test]
 fn the_replay_counts_the_misses_the_run_counted() {
-    for prefetch in [Prefetch::Off, Prefetch::Eager] {
+    for prefetch in [Prefetch::Off, Prefetch::Eager, Prefetch::Router] {
         let (t, all, decode, graphs) = traced_run(prefetch);
+        let moves: Vec<u64> = t
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Budget { budget_bytes } => Some(*budget_bytes),
+                Event::Node(_) => None,
+            })
+            .collect();
+        // `router` pauses its reads ahead until they pay, lending the cache their staging (the
+        // tiny model's 2 routed experts, at the largest layer's bytes an expert) and taking it
+        // back when they start: each move is in the trace, or the replay below would not count
+        // the run's misses.
+        let per_expert = t.header.layers.iter().map(|l| l.1).max().unwrap();
+        let lent = 1048576 + u64::from(t.header.n_expert_used) * per_expert;
+        if prefetch == Prefetch::Router {
+            assert_eq!(t.header.budget_bytes, lent);
+            assert!(moves.contains(&1048576) && moves.contains(&lent), "{moves:?}");
+        } else {
+            assert_eq!((t.header.budget_bytes, moves.len()), (1048576, 0));
+        }
         let phases: Vec<Phase> = t
             .events
             .iter()

@@ -139,7 +139,7 @@ pub(crate) fn weight_lines(dims: &ModelDims, stream: Option<&StreamOptions>) -> 
             what: "prefetch staging",
             mib: per_expert as f64 * dims.n_expert_used.max(1) as f64 / MIB,
             counted: true,
-            note: "one layer's predicted experts in flight".into(),
+            note: "one layer's predicted experts in flight; lent to the expert cache while reads ahead pause".into(),
         });
     }
     budget

@@ -19,6 +19,11 @@ pub(super) struct ExpertCache {
     /// The budget as memory pressure moves it (`cache_reserve_mb`; `None`: it stays
     /// `budget_bytes`).
     pressure: Option<pressure::Watch>,
+    /// The reads ahead's staging (planned apart from the cache), lent to the cache while they
+    /// pause: a read-ahead that reads nothing costs the cache nothing.
+    staging: u64,
+    /// Whether `staging` is lent now.
+    lending: bool,
 }
 
 impl ExpertCache {
@@ -36,7 +41,26 @@ impl ExpertCache {
                     opts.cache_reserve_mb << 20,
                 )
             }),
+            staging: 0,
+            lending: false,
         }
+    }
+
+    /// Lends the cache the reads ahead's `staging` bytes while they pause (from `lending`
+    /// on); nothing without a cache, whose shared slots hold no more for it.
+    pub(super) fn with_staging(mut self, staging: u64, lending: bool) -> Self {
+        if self.is_on() {
+            (self.staging, self.lending) = (staging, lending);
+        }
+        self
+    }
+
+    /// Lends the staging to the cache (`on`) or takes it back; whether the budget moved. Taken
+    /// back, it is freed by the next routing node's evictions, before anything is read ahead.
+    pub(super) fn lend(&mut self, on: bool) -> bool {
+        let moved = self.lending != on && self.staging > 0;
+        self.lending = on;
+        moved
     }
 
     /// Whether experts stay resident between routing nodes (a budget above 0).
@@ -54,11 +78,14 @@ impl ExpertCache {
         self.token_bytes
     }
 
-    /// The budget now: its configured size, or less while memory pressure shrank it.
+    /// The budget now: its configured size, or less while memory pressure shrank it, and the
+    /// reads ahead's staging while it is lent.
     pub(super) fn budget(&self) -> u64 {
-        self.pressure
+        let base = self
+            .pressure
             .as_ref()
-            .map_or(self.budget_bytes, pressure::Watch::budget)
+            .map_or(self.budget_bytes, pressure::Watch::budget);
+        base + if self.lending { self.staging } else { 0 }
     }
 
     /// Whether expert `e` of layer `il` is resident (never without a cache).
@@ -162,6 +189,26 @@ mod tests {
         assert!(c.absorbs(0, &[1, 2], 10));
         assert!(c.absorbs(0, &[1, 3], 10));
         assert!(!c.absorbs(0, &[3, 4], 10));
+    }
+
+    #[test]
+    fn the_staging_is_lent_while_reads_ahead_pause() {
+        let mut c = ExpertCache::new(30, 20, &opts(0)).with_staging(20, true);
+        assert_eq!(c.budget(), 50);
+        // Four experts of 10 fit while the staging is lent.
+        c.route(0, &[true, true, true, true], 10, |_| {});
+        c.admit(0, &[true, true, true, true], 10, None);
+        assert_eq!(c.resident_bytes(), 40);
+        // Taken back, the next routing node evicts down to the cache's own 30 (and room for its
+        // miss) before anything is read ahead.
+        assert!(c.lend(false));
+        assert!(!c.lend(false));
+        assert_eq!(c.budget(), 30);
+        let (_, evicted) = c.route(1, &[true], 10, |_| {}).expect("a cache");
+        assert_eq!((evicted, c.resident_bytes()), (2, 20));
+        // Without a cache there is nothing to lend to.
+        let c = ExpertCache::new(0, 20, &opts(0)).with_staging(20, true);
+        assert_eq!(c.budget(), 0);
     }
 
     #[test]

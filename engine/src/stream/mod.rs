@@ -172,7 +172,15 @@ impl Streamer {
             n_expert: found.n_expert,
             n_used: n_expert_used,
         };
-        let trace = Tracing::start(opts, shape, budget_bytes)?;
+        // One layer's predicted experts in flight, as the plan's "prefetch staging" line.
+        let staging = match ahead.prefetched() {
+            Some(_) => layers.values().map(Layer::expert_bytes).max().unwrap_or(0)
+                * u64::from(n_expert_used),
+            None => 0,
+        };
+        let cache = ExpertCache::new(budget_bytes, found.token_bytes, opts)
+            .with_staging(staging, !ahead.reading());
+        let trace = Tracing::start(opts, shape, cache.budget())?;
         Ok(Self {
             layers,
             shared,
@@ -182,7 +190,7 @@ impl Streamer {
             n_expert_used: n_expert_used as usize,
             read_all: opts.read_all_experts,
             counters: StreamCounters::default(),
-            cache: ExpertCache::new(budget_bytes, found.token_bytes, opts),
+            cache,
             pages,
             reads,
             ahead,
@@ -533,6 +541,14 @@ impl Streamer {
         let Some(next) = self.ahead.next_layer(il) else {
             return;
         };
+        // Reads ahead that start again take their staging back from the cache; the next routing
+        // node evicts for it, so the first reads wait one node and never exceed the plan.
+        let reading = self.ahead.reading();
+        let moved = self.cache.lend(!reading);
+        if let (true, Some(t)) = (moved, self.trace.as_mut()) {
+            t.budget(self.cache.budget());
+        }
+        let took_back = moved && reading;
         let Some(layer) = self.layers.get(&next) else {
             return;
         };
@@ -545,6 +561,9 @@ impl Streamer {
         else {
             return;
         };
+        if took_back {
+            return;
+        }
         let sources: Vec<prefetch::Source> = layer
             .tensors
             .iter()

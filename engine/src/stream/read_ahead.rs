@@ -241,6 +241,20 @@ impl ReadAhead {
         }
     }
 
+    /// Whether reads ahead are issued now (a predictor runs and they pay, see
+    /// [`worth_reading_ahead`]); while they are not, their staging is lent to the cache.
+    pub(super) fn reading(&self) -> bool {
+        match (&self.predictor, &self.prefetcher) {
+            (Some(pred), Some(_)) => worth_reading_ahead(
+                self.candidates,
+                self.delivered,
+                self.read_share.bound(),
+                pred.mode(),
+            ),
+            _ => false,
+        }
+    }
+
     /// Predicts layer `next`'s experts from the router input `router_input` gives (`n_embd` and
     /// its rows; asked for only when a prediction is made) and remembers the prediction; the
     /// candidates (`dims`: below `n_expert`, and not `resident`) to read ahead now, when reads
