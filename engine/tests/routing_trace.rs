@@ -66,7 +66,10 @@ fn the_replay_counts_the_misses_the_run_counted() {
         let lent = 1048576 + u64::from(t.header.n_expert_used) * per_expert;
         if prefetch == Prefetch::Router {
             assert_eq!(t.header.budget_bytes, lent);
-            assert!(moves.contains(&1048576) && moves.contains(&lent), "{moves:?}");
+            assert!(
+                moves.contains(&1048576) && moves.contains(&lent),
+                "{moves:?}"
+            );
         } else {
             assert_eq!((t.header.budget_bytes, moves.len()), (1048576, 0));
         }

@@ -174,8 +174,10 @@ impl Streamer {
         };
         // One layer's predicted experts in flight, as the plan's "prefetch staging" line.
         let staging = match ahead.prefetched() {
-            Some(_) => layers.values().map(Layer::expert_bytes).max().unwrap_or(0)
-                * u64::from(n_expert_used),
+            Some(_) => {
+                layers.values().map(Layer::expert_bytes).max().unwrap_or(0)
+                    * u64::from(n_expert_used)
+            }
             None => 0,
         };
         let cache = ExpertCache::new(budget_bytes, found.token_bytes, opts)

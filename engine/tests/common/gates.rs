@@ -140,7 +140,10 @@ pub fn g2(path: &Path, resident: &Outcome) {
     assert!(c2.cache_hits > 0, "G2 must hit sometimes: {c2:?}");
     // The budget now: 1 MiB, and while `router` pauses its reads ahead, their staging (one
     // layer's routed experts, well under 1 MiB on the tiny presets) lent to the cache.
-    assert!(c2.resident_bytes <= c2.budget_bytes && c2.budget_bytes < 2 << 20, "{c2:?}");
+    assert!(
+        c2.resident_bytes <= c2.budget_bytes && c2.budget_bytes < 2 << 20,
+        "{c2:?}"
+    );
     assert!(c2.predicted_routed > 0, "G2 must score predictions: {c2:?}");
     assert!(c2.predict_s > 0.0, "G2's predictions must be timed: {c2:?}");
     for mode in [Prefetch::Eager, Prefetch::Wrong, Prefetch::Off] {

@@ -18,6 +18,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "generated tokens per second (`decode_tps`, else `tok_s`; rows that generated)",
     ),
     (
+        "decisions_per_s",
+        "decisions/s",
+        "decide: decisions per second, 1 / `ttft_s` (the call to its scores; prefix reuse shortens it, where `prefill_tps` counts only the tokens prefilled)",
+    ),
+    (
         "read_mib_per_token",
         "MiB read/token",
         "expert MiB read from flash per processed token: read_mib / (tokens prefilled + tokens) (rows with moe_stream on; a decide row prefilled n_prefilled)",
@@ -71,6 +76,12 @@ pub fn row_metric(d: &Data, r: &Rec, name: &str) -> Option<f64> {
         "decode_tps" => {
             let v = d.num(r, "decode_tps").or_else(|| d.num(r, "tok_s"))?;
             (tokens.unwrap_or(1.0) > 0.0 && v > 0.0).then_some(v)
+        }
+        // Only a decide row has `n_reused`; a generate row's `ttft_s` is its first token's.
+        "decisions_per_s" => {
+            d.num(r, "n_reused")?;
+            let s = d.num(r, "ttft_s")?;
+            (s > 0.0).then(|| 1.0 / s)
         }
         // Without streaming nothing is read from flash: not a measurement of zero.
         "read_mib_per_token" if r.moe_stream == Some(false) => None,

@@ -102,11 +102,12 @@ pub(super) fn ppl_change(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usiz
 }
 
 /// Speed against the reference for each group in `idx`: decode's where a group decoded, else
+/// decisions a second (decide: prefix reuse shortens a decision, not its prefill rate), else
 /// prefill's (`speedup`); with decode's, prefill's too where the groups prefilled
 /// (`prefill_speedup`: a generate job's two phases, as llama-bench reports both).
 pub(super) fn speedup(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
     let has = |out: &[Group], m: &str| idx.iter().any(|&i| out[i].metrics.contains_key(m));
-    let Some(metric) = ["decode_tps", "prefill_tps"]
+    let Some(metric) = ["decode_tps", "decisions_per_s", "prefill_tps"]
         .into_iter()
         .find(|m| has(out, m))
     else {

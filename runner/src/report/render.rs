@@ -154,7 +154,10 @@ impl<'a> Columns<'a> {
         let mut head = vec!["point".to_string(), "rows".to_string()];
         head.extend(self.metrics.iter().map(|(_, h, _)| h.to_string()));
         for s in [self.prefill_speedup, self.speedup].into_iter().flatten() {
-            let what = s.metric.trim_end_matches("_tps");
+            let what = match s.metric.as_str() {
+                "decisions_per_s" => "decisions/s",
+                m => m.trim_end_matches("_tps"),
+            };
             head.push(format!("{what} speed-up vs {}", s.reference));
         }
         if self.headroom {

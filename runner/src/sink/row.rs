@@ -310,7 +310,8 @@ pub struct Row {
     #[schemars(extend("x-since" = 9, "x-unit" = "count"))]
     pub cache_grows: u64,
     /// The expert cache's budget at the end of this item: `cache_mb` unless memory pressure
-    /// shrank it; empty without a cache.
+    /// shrank it, with the reads ahead's staging while they pause (lent to the cache); empty
+    /// without a cache.
     #[schemars(extend("x-since" = 9, "x-unit" = "MiB"))]
     pub cache_budget_mib: Option<f64>,
     /// Every layered setting the row ran with, as configured (`"auto"` kept): one JSON object in

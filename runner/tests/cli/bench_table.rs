@@ -68,7 +68,11 @@ fn every_current_result_is_what_its_csv_gives() {
             .iter()
             .find(|g| g["label"] == c.point.as_str())
             .unwrap_or_else(|| panic!("{}: no point {}", c.csv, c.point));
-        let metric = format!("{}_tps", c.phase);
+        // The phase column names the metric: prefill and decode rates, decide's decisions.
+        let metric = match c.phase.as_str() {
+            "decision" => "decisions_per_s".to_string(),
+            phase => format!("{phase}_tps"),
+        };
         let s = ["speedup", "prefill_speedup"]
             .iter()
             .map(|k| &g[*k])

@@ -214,11 +214,13 @@ fn the_cache_gives_memory_back_under_pressure_and_the_output_stays() {
         grows,
         "one line per growth\n{stderr}"
     );
+    // Back to cache_mb by the last item, with the default read-ahead's staging (4 experts of
+    // 0.84 MiB) lent on top while its reads ahead pause.
     let last = got.last().unwrap();
-    assert_eq!(
-        last["cache_budget_mib"].parse::<f64>().unwrap(),
-        CACHE_MB as f64,
-        "the budget is back to cache_mb by the last item\n{stderr}"
+    let budget = last["cache_budget_mib"].parse::<f64>().unwrap();
+    assert!(
+        (CACHE_MB as f64..=CACHE_MB as f64 + 4.0).contains(&budget),
+        "the budget is back to cache_mb by the last item: {budget}\n{stderr}"
     );
 
     // The control: without the reserve the same app gets bmoe killed.

@@ -104,8 +104,10 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
         "agreement vs cache_mb=0",
         // Rows as items x repeats, so repeats do not read as more rows.
         &format!("| {} ({items} items x 2 repeats)", 2 * items),
-        // Speed against the reference point; the reference itself is 1.00x.
-        "prefill speed-up vs cache_mb=0",
+        // Speed against the reference point (a decide job: decisions a second); the reference
+        // itself is 1.00x.
+        "decisions/s speed-up vs cache_mb=0",
+        "decisions/s",
         "| 1.00x",
         // Accuracy per item, with lm-eval's standard error.
         &format!("(n={items} items)"),
@@ -159,6 +161,13 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
         assert!(
             close(tps, got),
             "{point}: prefill_tps median {got}, CSV says {tps}"
+        );
+        // A decide job's decisions a second: 1 / ttft_s, the call to its scores.
+        let dps = median(mine.iter().map(|r| 1.0 / col(r, "ttft_s")).collect());
+        let got = g["metrics"]["decisions_per_s"]["median"].as_f64().unwrap();
+        assert!(
+            close(dps, got),
+            "{point}: decisions_per_s median {got}, CSV says {dps}"
         );
         // Tokens the row processed: a decision that reused a prefix prefilled `n_prefilled` of
         // its `n_prompt`.
