@@ -61,13 +61,15 @@ fn the_replay_counts_the_misses_the_run_counted() {
         // `router` pauses its reads ahead until they pay, lending the cache their staging (the
         // tiny model's 2 routed experts, at the largest layer's bytes an expert) and taking it
         // back when they start: each move is in the trace, or the replay below would not count
-        // the run's misses.
+        // the run's misses. Whether they start within the run depends on how long decode waits
+        // for reads (the read share, a time), so the moves are checked for what they may be,
+        // not counted.
         let per_expert = t.header.layers.iter().map(|l| l.1).max().unwrap();
         let lent = 1048576 + u64::from(t.header.n_expert_used) * per_expert;
         if prefetch == Prefetch::Router {
             assert_eq!(t.header.budget_bytes, lent);
             assert!(
-                moves.contains(&1048576) && moves.contains(&lent),
+                moves.iter().all(|&m| m == 1048576 || m == lent),
                 "{moves:?}"
             );
         } else {
