@@ -5,6 +5,7 @@
 //! tests write them through the engine's safe GGUF writer (`bmoe_engine::gguf::write`).
 mod arch;
 mod error;
+mod process_folder;
 mod rng;
 mod spec;
 mod vocab;
@@ -12,5 +13,6 @@ mod writer;
 
 pub use arch::SynthArch;
 pub use error::{Result, SynthError};
+pub use process_folder::process_folder;
 pub use spec::{Preset, SynthSpec, WeightType};
 pub use writer::{shard_paths, write_model, SynthReport};

@@ -8,14 +8,15 @@ pub mod gates;
 
 use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec, WeightType};
 
-static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+static DIR: OnceLock<PathBuf> = OnceLock::new();
 static MODELS: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
 
-/// A folder that lives as long as the test binary.
+/// The folder this test process shares its models in (the next run removes it).
 pub fn dir() -> PathBuf {
-    DIR.get_or_init(|| tempfile::tempdir().expect("tempdir"))
-        .path()
-        .to_path_buf()
+    DIR.get_or_init(|| {
+        bmoe_synth::process_folder(&std::env::temp_dir()).expect("the process's fixture folder")
+    })
+    .clone()
 }
 
 /// Writes (once) the model `spec` under `key` and returns its path.

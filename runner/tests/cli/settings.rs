@@ -9,8 +9,6 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 
-static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-
 /// What one run of the binary ended in.
 struct Ran {
     code: Option<i32>,
@@ -96,8 +94,7 @@ fn tiny() -> PathBuf {
 
 /// A text for `ppl`, in this test's own folder.
 fn text_file() -> PathBuf {
-    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap()).path();
-    let p = dir.join("text.txt");
+    let p = common::shared_dir().join("text.txt");
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         std::fs::write(

@@ -14,13 +14,20 @@ pub struct Project {
     pub dir: tempfile::TempDir,
 }
 
-/// The tiny model, written once per test process into a shared folder (it takes well under 1 s,
-/// but every test needs it).
+/// The folder this test process shares its fixtures in (the next run removes it).
+pub fn shared_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        bmoe_synth::process_folder(&std::env::temp_dir()).expect("the process's fixture folder")
+    })
+}
+
+/// The tiny model, written once per test process into the shared folder (it takes well under
+/// 1 s, but every test needs it).
 fn tiny_model() -> PathBuf {
     static ONCE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     ONCE.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("tempdir").keep();
-        let p = dir.join("tiny.gguf");
+        let p = shared_dir().join("tiny.gguf");
         write_model(&SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe), &p)
             .expect("write tiny model");
         p
