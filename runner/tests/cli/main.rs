@@ -32,6 +32,7 @@ mod memory_limit;
 mod memory_pressure;
 mod no_effect;
 mod probe;
+mod prune_builds;
 mod reader;
 mod readme;
 mod report;
