@@ -37,9 +37,9 @@ fn tiny_model() -> PathBuf {
 
 /// The tests' profile. One compute thread: the harness runs two tests at once on a 2-core
 /// machine, and two bmoe processes of two threads each spin in ggml's barriers and its pool's
-/// polling waiting for a core. With 2 threads this test binary took 407 s of wall time and 18.5
-/// CPU-minutes, with 1 thread 160 s and 3.4 (AMD EPYC, 2 cores). The engine's gates check that
-/// results do not depend on the thread count (engine/tests/two_threads.rs, real_model.rs).
+/// polling waiting for a core. With 2 threads this test binary's tests took 336-407 s, with 1
+/// thread 160 s (AMD EPYC, 2 cores; docs/bench-data/cli-suite-threads-2026-12-07.txt). The
+/// engine's gates check that results do not depend on the thread count (two_threads.rs).
 pub const HOST_PROFILE: &str = r#"
 name = "host"
 hexagon = "none"
