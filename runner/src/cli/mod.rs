@@ -449,7 +449,8 @@ pub struct ReportArgs {
     /// --write-overrides).
     #[arg(long)]
     pub best: bool,
-    /// Metric or column to optimise (default: decode_tps where measured, else prefill_tps).
+    /// Metric or column to optimise (default: the first measured of decode_tps, decisions_per_s,
+    /// prefill_tps).
     #[arg(long, value_name = "NAME")]
     pub objective: Option<String>,
     /// A requirement on a metric or column, e.g. "peak_rss_mib<=6000"; repeatable.

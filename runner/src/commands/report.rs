@@ -93,14 +93,16 @@ fn options(a: &ReportArgs) -> anyhow::Result<report::Options> {
     Ok(opts)
 }
 
-/// Without --objective: decode speed where anything decoded, else prefill speed.
+/// Without --objective: decode speed where anything decoded, else decisions a second where a
+/// decide job ran (prefix reuse raises it, not `prefill_tps`), else prefill speed.
 fn default_objective(opts: &report::Options) -> anyhow::Result<String> {
     let probe = report::build(opts)?;
-    let decoded = probe
-        .groups
-        .iter()
-        .any(|g| g.metrics.contains_key("decode_tps"));
-    Ok(if decoded { "decode_tps" } else { "prefill_tps" }.to_string())
+    let measured = |m: &str| probe.groups.iter().any(|g| g.metrics.contains_key(m));
+    let first = ["decode_tps", "decisions_per_s"]
+        .into_iter()
+        .find(|m| measured(m))
+        .unwrap_or("prefill_tps");
+    Ok(first.to_string())
 }
 
 /// `--format`, else the output's extension (`.html`, `.md`, `.json`), else Markdown on stdout;

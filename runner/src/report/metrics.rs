@@ -55,7 +55,7 @@ pub fn lower_is_better(name: &str) -> bool {
             | "nll_mean"
             | "evictions"
             | "errors"
-    ) || name.ends_with("_s")
+    ) || (name.ends_with("_s") && !name.ends_with("_per_s"))
         || name.ends_with("_mib")
         || name.ends_with("_mib_p10")
         || name.ends_with("_mib_p90")
@@ -245,5 +245,8 @@ mod tests {
         assert!(lower_is_better("prefill_s"));
         assert!(!lower_is_better("decode_tps"));
         assert!(!lower_is_better("agreement"));
+        // A rate a second, not a time: `--best` had picked the slowest point by it.
+        assert!(!lower_is_better("decisions_per_s"));
+        assert!(lower_is_better("ttft_s"));
     }
 }

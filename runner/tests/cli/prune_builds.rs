@@ -10,7 +10,12 @@ use crate::common::repo_root;
 fn build(deps: &Path, unit: &str, hash: &str, source: &Path, files: &[&str]) {
     std::fs::create_dir_all(deps).unwrap();
     let out = deps.join(format!("{unit}-{hash}"));
-    let line = format!("{}: {} {}\n", out.display(), source.display(), source.display());
+    let line = format!(
+        "{}: {} {}\n",
+        out.display(),
+        source.display(),
+        source.display()
+    );
     std::fs::write(deps.join(format!("{unit}-{hash}.d")), line).unwrap();
     for f in files {
         std::fs::write(deps.join(f.replace("HASH", hash)), b"x").unwrap();
@@ -26,14 +31,36 @@ fn only_builds_of_gone_clones_of_bmoes_units_are_removed() {
     let fuzz = t.path().join("x86_64-unknown-linux-gnu/release/deps");
     let lib = ["libbmoe_engine-HASH.rlib", "libbmoe_engine-HASH.rmeta"];
     build(&debug, "bmoe_engine", "0123456789abcdef", gone, &lib);
-    build(&debug, "bmoe_engine", "fedcba9876543210", &root.join("engine/src/lib.rs"), &lib);
-    build(&debug, "serde", "1111111111111111", gone, &["libserde-HASH.rlib"]);
-    build(&fuzz, "gguf_check", "2222222222222222", gone, &["gguf_check-HASH"]);
+    build(
+        &debug,
+        "bmoe_engine",
+        "fedcba9876543210",
+        &root.join("engine/src/lib.rs"),
+        &lib,
+    );
+    build(
+        &debug,
+        "serde",
+        "1111111111111111",
+        gone,
+        &["libserde-HASH.rlib"],
+    );
+    build(
+        &fuzz,
+        "gguf_check",
+        "2222222222222222",
+        gone,
+        &["gguf_check-HASH"],
+    );
     let out = Command::new(root.join("scripts/prune-builds"))
         .arg(t.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let left = |d: &Path| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(d)
             .unwrap()
@@ -53,6 +80,9 @@ fn only_builds_of_gone_clones_of_bmoes_units_are_removed() {
         ],
         "a live clone's build or a dependency's was removed, or a gone clone's kept"
     );
-    assert!(left(&fuzz).is_empty(), "a gone clone's fuzz target was kept");
+    assert!(
+        left(&fuzz).is_empty(),
+        "a gone clone's fuzz target was kept"
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("(5 entries)"));
 }

@@ -201,6 +201,28 @@ fn sweep_with_repeats_reports_in_three_formats_and_writes_back_the_best_point() 
         assert_eq!(g["agreement"]["reference"], "cache_mb=0");
         assert_eq!(g["agreement"]["value"].as_f64(), Some(1.0));
     }
+    // --best without an objective, on decide rows: decisions a second, the most of them wins
+    // (a name ending in `_s`, it had been taken for a time, and the slowest point won).
+    let o = p.bmoe(&[
+        "report",
+        "runs/sweep-cache.csv",
+        "--best",
+        "-o",
+        "out/best-default.json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let b: serde_json::Value = serde_json::from_str(&p.read("out/best-default.json")).unwrap();
+    let b = &b["best"][0];
+    assert_eq!(b["objective"], "decisions_per_s", "{b}");
+    assert_eq!(b["direction"], "max", "{b}");
+    let fastest = groups
+        .iter()
+        .max_by(|a, c| {
+            let v = |g: &serde_json::Value| g["metrics"]["decisions_per_s"]["median"].as_f64();
+            v(a).partial_cmp(&v(c)).unwrap()
+        })
+        .unwrap();
+    assert_eq!(b["point"], fastest["point"], "{b}");
     // Rows carry peak_rss_mib (schema 2), but no profile RAM was given: no RSS plot, and a note.
     let notes = j["notes"].to_string();
     assert!(notes.contains("no profile RAM known"), "{notes}");
