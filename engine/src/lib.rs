@@ -38,9 +38,9 @@ pub use ffi::repack::cpu_repack_available;
 pub use ffi::rpc::add_server as add_rpc_server;
 pub use model::{LeanLoadInfo, Model, ModelInfo};
 pub use options::{
-    CacheBudget, DecideRequest, DenseWeights, GateKnobs, GenerateOptions, LoadOptions, PacingFault,
-    Prefetch, PrefillOptions, PrefixCache, PrefixReuse, Repack, Sampling, Scoring, SessionOptions,
-    StreamOptions,
+    CacheBudget, CachePolicy, DecideRequest, DenseWeights, GateKnobs, GenerateOptions, LoadOptions,
+    PacingFault, Prefetch, PrefillOptions, PrefixCache, PrefixReuse, Repack, Sampling, Scoring,
+    SessionOptions, StreamOptions,
 };
 pub use session::{log_softmax, CancelToken, MovedMemoryInfo, Session};
 pub use stream::page_moves::{page_moves, PageMoves};

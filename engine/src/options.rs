@@ -69,6 +69,8 @@ pub struct StreamOptions {
     pub llama_load: bool,
     /// Read ahead the experts the next layer is predicted to route to.
     pub prefetch: Prefetch,
+    /// Which resident expert the cache evicts to make room.
+    pub cache_policy: CachePolicy,
     /// CPUs the read-ahead threads run on (off the compute threads' cores); empty = anywhere.
     pub cpus: Vec<usize>,
     /// Lossy (0 = off): at a cache miss, a cached expert of the same layer whose router
@@ -103,6 +105,7 @@ impl Default for StreamOptions {
             read_all_experts: false,
             llama_load: false,
             prefetch: Prefetch::Router,
+            cache_policy: CachePolicy::NextUse,
             cpus: Vec::new(),
             expert_substitute: 0.0,
             drop_cold: 0.0,
@@ -516,6 +519,36 @@ pub struct DecideRequest {
     pub scoring: Scoring,
     /// Feed `prefix + suffix` as is, without the model's chat template.
     pub raw: bool,
+}
+
+/// Which resident expert the expert cache evicts to make room (`stream::cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// The one whose next use is expected furthest ahead: the layers until its layer's next
+    /// routing node, plus the tokens until its expert is chosen again there, estimated from how
+    /// often that layer chose it lately (`stream::next_use`).
+    #[default]
+    NextUse,
+    /// The least recently used; below one token's routed experts, the least used (the policy
+    /// before `NextUse`, kept to compare against).
+    Recency,
+}
+
+impl CachePolicy {
+    /// The name settings, traces and `cache-sim` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            CachePolicy::NextUse => "next_use",
+            CachePolicy::Recency => "recency",
+        }
+    }
+
+    /// The policy of that [`Self::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        [CachePolicy::NextUse, CachePolicy::Recency]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
 }
 
 /// How experts are predicted for prefetch.

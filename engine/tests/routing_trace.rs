@@ -4,7 +4,9 @@ mod common;
 
 use bmoe_engine::sim;
 use bmoe_engine::trace::{Event, Phase, Trace};
-use bmoe_engine::{CancelToken, GenerateOptions, LoadOptions, Model, Prefetch, StreamOptions};
+use bmoe_engine::{
+    CachePolicy, CancelToken, GenerateOptions, LoadOptions, Model, Prefetch, StreamOptions,
+};
 
 const PROMPTS: [&str; 2] = [
     "A first prompt, long enough to be one wide piece of routing.",
@@ -14,7 +16,7 @@ const PROMPTS: [&str; 2] = [
 /// Generates 48 tokens after each prompt (enough for `router`'s reads ahead to start and pause)
 /// with a 1 MiB cache (the tiny model's 32 experts take 1.6 MiB, so the cache evicts) and a trace; returns the trace, the streamer's (all, decode) misses and the
 /// decode graphs run.
-fn traced_run(prefetch: Prefetch) -> (Trace, u64, u64, u64) {
+fn traced_run(prefetch: Prefetch, cache_policy: CachePolicy) -> (Trace, u64, u64, u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.trace");
     let m = Model::load(&LoadOptions {
@@ -22,6 +24,7 @@ fn traced_run(prefetch: Prefetch) -> (Trace, u64, u64, u64) {
             cache: bmoe_engine::CacheBudget::Mib(1),
             io_threads: 2,
             prefetch,
+            cache_policy,
             cache_reserve_mb: 0,
             routing_trace: Some(path.clone()),
             ..Default::default()
@@ -48,8 +51,15 @@ fn traced_run(prefetch: Prefetch) -> (Trace, u64, u64, u64) {
 
 #[test]
 fn the_replay_counts_the_misses_the_run_counted() {
-    for prefetch in [Prefetch::Off, Prefetch::Eager, Prefetch::Router] {
-        let (t, all, decode, graphs) = traced_run(prefetch);
+    let runs = [
+        (Prefetch::Off, CachePolicy::NextUse),
+        (Prefetch::Eager, CachePolicy::NextUse),
+        (Prefetch::Router, CachePolicy::NextUse),
+        (Prefetch::Off, CachePolicy::Recency),
+    ];
+    for (prefetch, policy) in runs {
+        let (t, all, decode, graphs) = traced_run(prefetch, policy);
+        assert_eq!(t.header.policy(), Some(policy));
         let moves: Vec<u64> = t
             .events
             .iter()
@@ -84,7 +94,7 @@ fn the_replay_counts_the_misses_the_run_counted() {
             })
             .collect();
         assert!(phases.contains(&Phase::Prompt) && phases.contains(&Phase::Decode));
-        let r = sim::replay(&t, t.header.budget_bytes, true);
+        let r = sim::replay(&t, t.header.budget_bytes, true, policy);
         assert_eq!(
             (r.misses(), r.decode.misses),
             (all, decode),
@@ -98,7 +108,7 @@ fn the_replay_counts_the_misses_the_run_counted() {
         assert_eq!(r.decode.tokens, graphs);
         for mb in [0.25, 0.5, 1.0, 1.5] {
             let b = (mb * 1048576.0) as u64;
-            let (lru, opt) = (sim::replay(&t, b, false), sim::belady(&t, b));
+            let (lru, opt) = (sim::replay(&t, b, false, policy), sim::belady(&t, b));
             assert!(opt.misses() <= lru.misses(), "{mb} MiB: {opt:?} vs {lru:?}");
         }
     }

@@ -1,6 +1,10 @@
-//! The expert cache's bookkeeping: resident experts with a byte budget, evicted least recently
-//! used first, or, below the cliff, least used first and the most recent among equals.
+//! The expert cache's bookkeeping: resident experts with a byte budget, and which goes when
+//! room is needed. By default ([`CachePolicy::NextUse`]) the one whose next use is expected
+//! furthest ahead (`next_use`): the rule of the offline optimum with the future estimated from
+//! each layer's recent routing.
 //!
+//! The policy before it ([`CachePolicy::Recency`], kept to compare against) evicts the least
+//! recently used, or below the cliff the least used first and the most recent among equals.
 //! Recency fails where the cache is smaller than one token's routed experts, as it is ten times
 //! larger than memory: decode walks the layers in the same order every token, so by a layer's
 //! turn its experts from the token before are the least recent ones, and they are gone (0% hits
@@ -8,14 +12,15 @@
 //! router keeps choosing, and halving the counts every [`AGE_EVERY`] uses lets a new prompt's
 //! favourites take over. Where the counts are equal (a decode that routes each layer to the same
 //! experts every token), the most recent goes: in a cycle the one used last is the one needed
-//! furthest ahead, the choice the offline optimum makes, so a fixed part of the cycle stays
-//! (62% decode hits on bench10 at 450 MiB; oldest-first among equals still gave 0%). Above the
-//! cliff recency stays: on the bench preset at 2.6x its memory,
-//! a replay of decode's routing gave plain LRU 0.565 misses a token and LFU 0.901
-//! (docs/benchmarks.md).
+//! furthest ahead (62% decode hits on bench10 at 450 MiB; oldest-first among equals still gave
+//! 0%). Above the cliff it keeps recency, which on routing with popular experts and reuse
+//! between tokens misses 2.4-3x the optimum (docs/benchmarks.md).
 use std::collections::HashMap;
 
 use lru::LruCache;
+
+use super::next_use::NextUse;
+use crate::options::CachePolicy;
 
 /// Uses between two halvings of every count.
 const AGE_EVERY: u32 = 8192;
@@ -31,9 +36,9 @@ pub(crate) fn decode_sized(n_ids: usize, n_used: usize) -> bool {
     n_ids <= MAX_PREFETCH_TOKENS * n_used.max(1)
 }
 
-/// A prompt piece's routing at one layer, for [`ExpertLru::admit`].
-pub(crate) struct Wide<'a> {
-    /// Every token's experts.
+/// A routing node's experts, for [`ExpertLru::admit`].
+pub(crate) struct Routed<'a> {
+    /// Every token's experts (rows of `n_used`).
     pub(crate) ids: &'a [i32],
     /// The cache's budget now.
     pub(crate) budget: u64,
@@ -43,24 +48,32 @@ pub(crate) struct Wide<'a> {
     pub(crate) n_used: usize,
 }
 
-/// Resident experts with their bytes, in recency order, and recent use counts.
+/// Resident experts with their bytes, in recency order, and what the policy knows of their use.
 pub(crate) struct ExpertLru {
     map: LruCache<(u32, u32), u64>,
     resident: u64,
+    /// The next-use estimate (`None`: [`CachePolicy::Recency`]).
+    next_use: Option<NextUse>,
+    /// The layer of the routing node being served (what [`NextUse::expected`] counts from).
+    now: u32,
     /// How often each (layer, expert) was routed to lately, resident or not.
     uses: HashMap<(u32, u32), u32>,
     /// Uses since the counts were last halved.
     since_aging: u32,
-    /// Evict the least used first (below the cliff) instead of the least recent.
+    /// With [`CachePolicy::Recency`]: evict the least used first (below the cliff) instead of
+    /// the least recent.
     by_use: bool,
 }
 
 impl ExpertLru {
-    /// An empty cache; `by_use`: evict the least used first (see [`Self::set_by_use`]).
-    pub(crate) fn new(by_use: bool) -> Self {
+    /// An empty cache with `policy` over the MoE `layers`; `by_use`: with recency, evict the
+    /// least used first (see [`Self::set_by_use`]).
+    pub(crate) fn new(policy: CachePolicy, layers: &[u32], by_use: bool) -> Self {
         Self {
             map: LruCache::unbounded(),
             resident: 0,
+            next_use: (policy == CachePolicy::NextUse).then(|| NextUse::new(layers)),
+            now: 0,
             uses: HashMap::new(),
             since_aging: 0,
             by_use,
@@ -68,19 +81,32 @@ impl ExpertLru {
     }
 
     /// The cache the streamer keeps for `budget` bytes where one token's routed experts take
-    /// `token_bytes`: by use counts below that cliff, by recency above it.
-    pub(crate) fn for_budget(budget: u64, token_bytes: u64) -> Self {
-        Self::new(budget < token_bytes)
+    /// `token_bytes`: with recency, by use counts below that cliff and by recency above it.
+    pub(crate) fn for_budget(
+        policy: CachePolicy,
+        layers: &[u32],
+        budget: u64,
+        token_bytes: u64,
+    ) -> Self {
+        Self::new(policy, layers, budget < token_bytes)
     }
 
-    /// Evicts by use counts (`true`: the budget is below one token's routed experts) or by
-    /// recency.
+    /// With recency, evicts by use counts (`true`: the budget is below one token's routed
+    /// experts) or by recency; the next-use policy needs no switch at the cliff.
     pub(crate) fn set_by_use(&mut self, by_use: bool) {
         self.by_use = by_use;
     }
 
     /// Marks (layer, expert) used now and counts the use; true when it is resident.
     pub(crate) fn touch(&mut self, layer: u32, expert: u32) -> bool {
+        if self.next_use.is_none() {
+            self.count_use(layer, expert);
+        }
+        self.map.get(&(layer, expert)).is_some()
+    }
+
+    /// Counts a use for recency's counts, halving them all every [`AGE_EVERY`] uses.
+    fn count_use(&mut self, layer: u32, expert: u32) {
         *self.uses.entry((layer, expert)).or_default() += 1;
         self.since_aging += 1;
         if self.since_aging >= AGE_EVERY {
@@ -90,7 +116,6 @@ impl ExpertLru {
                 *n > 0
             });
         }
-        self.map.get(&(layer, expert)).is_some()
     }
 
     /// Whether (layer, expert) is resident, without marking it used.
@@ -107,8 +132,8 @@ impl ExpertLru {
     }
 
     /// Evicts entries until `need` more bytes fit in `budget`, calling `release` for each: the
-    /// least recently used first, or with `by_use` the least used (the most recent among
-    /// equals). Entries `protect` names (what the current layer routes to, touched last, so at
+    /// one expected to be used furthest ahead ([`NextUse`]), or with recency the least recently
+    /// used first, or with `by_use` the least used (the most recent among equals). Entries `protect` names (what the current layer routes to, touched last, so at
     /// the most recent end) are never evicted. Returns how many were evicted.
     pub(crate) fn make_room(
         &mut self,
@@ -119,7 +144,17 @@ impl ExpertLru {
     ) -> u64 {
         let mut n = 0;
         while self.resident + need > budget {
-            let victim = if self.by_use {
+            let victim = if let Some(nu) = &self.next_use {
+                // Of equal estimates (experts their layers stopped choosing) the least recent.
+                self.map
+                    .iter()
+                    .map(|(k, _)| *k)
+                    .filter(|k| !protect(k))
+                    .max_by(|a, b| {
+                        nu.expected(self.now, *a)
+                            .total_cmp(&nu.expected(self.now, *b))
+                    })
+            } else if self.by_use {
                 // From the most recent end: of equal counts the newest goes (see the module doc).
                 self.map
                     .iter()
@@ -175,6 +210,7 @@ impl ExpertLru {
         budget: u64,
         release: impl FnMut((u32, u32)),
     ) -> (Vec<bool>, u64) {
+        self.now = il;
         let mut miss = vec![false; wanted.len()];
         for (e, _) in wanted.iter().enumerate().filter(|(_, &w)| w) {
             miss[e] = !self.touch(il, e as u32);
@@ -185,17 +221,19 @@ impl ExpertLru {
         (miss, evicted)
     }
 
-    /// After a routing node's reads: its `read` experts (in id order) become resident; after a
-    /// piece wider than decode (`wide`: the node's ids, the budget and the model's MoE layers),
-    /// the layer keeps its share of the budget for the experts most of its tokens chose
-    /// ([`Self::keep_popular`]).
-    pub(crate) fn admit(&mut self, il: u32, read: &[bool], layer_bytes: u64, wide: Option<Wide>) {
+    /// After a routing node's reads: its `read` experts (in id order) become resident, and the
+    /// node's routing (`node`: its ids, the budget and the model's MoE layers) enters the
+    /// next-use estimate; with recency, after a piece wider than decode the layer keeps its share
+    /// of the budget for the experts most of its tokens chose ([`Self::keep_popular`]).
+    pub(crate) fn admit(&mut self, il: u32, read: &[bool], layer_bytes: u64, node: Routed) {
         for (e, _) in read.iter().enumerate().filter(|(_, &r)| r) {
             self.insert(il, e as u32, layer_bytes);
         }
-        if let Some(w) = wide {
-            let share = (w.budget / layer_bytes.max(1)) as usize / w.n_layers.max(1);
-            self.keep_popular(il, w.ids, share.max(w.n_used));
+        if let Some(nu) = self.next_use.as_mut() {
+            nu.observe(il, node.ids, node.n_used);
+        } else if !decode_sized(node.ids.len(), node.n_used) {
+            let share = (node.budget / layer_bytes.max(1)) as usize / node.n_layers.max(1);
+            self.keep_popular(il, node.ids, share.max(node.n_used));
         }
     }
 
@@ -218,7 +256,7 @@ mod tests {
 
     #[test]
     fn the_least_used_go_first_and_the_newest_among_equals() {
-        let mut lru = ExpertLru::new(true);
+        let mut lru = ExpertLru::new(CachePolicy::Recency, &[0], true);
         for e in 0..4 {
             lru.insert(0, e, 1);
         }
@@ -237,7 +275,7 @@ mod tests {
 
     #[test]
     fn counts_halve_so_new_favourites_take_over() {
-        let mut lru = ExpertLru::new(true);
+        let mut lru = ExpertLru::new(CachePolicy::Recency, &[0], true);
         lru.insert(0, 0, 1);
         lru.insert(0, 1, 1);
         for _ in 0..4000 {
@@ -256,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_wide_piece_keeps_its_most_routed_experts_and_offers_the_rest_first() {
-        let mut lru = ExpertLru::new(false);
+        let mut lru = ExpertLru::new(CachePolicy::Recency, &[0, 1], false);
         // Layer 0 was routed by an earlier piece; layer 1 now, by four tokens of two experts each.
         for e in [0, 1] {
             lru.insert(0, e, 1);

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::options::StreamOptions;
 
-use super::cache::{ExpertLru, Wide};
+use super::cache::{ExpertLru, Routed};
 use super::pressure;
 
 /// The expert cache and its budget.
@@ -27,11 +27,19 @@ pub(super) struct ExpertCache {
 }
 
 impl ExpertCache {
-    /// A cache of `budget_bytes` (none for 0) where one token's routed experts take
-    /// `token_bytes`, watched for memory pressure as `opts` says.
-    pub(super) fn new(budget_bytes: u64, token_bytes: u64, opts: &StreamOptions) -> Self {
+    /// A cache of `budget_bytes` (none for 0) over the MoE `layers`, where one token's routed
+    /// experts take `token_bytes`, with `opts`' policy, watched for memory pressure as `opts`
+    /// says.
+    pub(super) fn new(
+        budget_bytes: u64,
+        token_bytes: u64,
+        layers: &[u32],
+        opts: &StreamOptions,
+    ) -> Self {
+        let policy = opts.cache_policy;
         Self {
-            lru: (budget_bytes > 0).then(|| ExpertLru::for_budget(budget_bytes, token_bytes)),
+            lru: (budget_bytes > 0)
+                .then(|| ExpertLru::for_budget(policy, layers, budget_bytes, token_bytes)),
             budget_bytes,
             token_bytes,
             pressure: (budget_bytes > 0 && opts.cache_reserve_mb > 0).then(|| {
@@ -143,9 +151,9 @@ impl ExpertCache {
 
     /// After a routing node's reads: its `read` experts become resident (see
     /// [`ExpertLru::admit`]); nothing without a cache.
-    pub(super) fn admit(&mut self, il: u32, read: &[bool], layer_bytes: u64, wide: Option<Wide>) {
+    pub(super) fn admit(&mut self, il: u32, read: &[bool], layer_bytes: u64, node: Routed) {
         if let Some(lru) = self.lru.as_mut() {
-            lru.admit(il, read, layer_bytes, wide);
+            lru.admit(il, read, layer_bytes, node);
         }
     }
 }
@@ -161,9 +169,19 @@ mod tests {
         }
     }
 
+    /// A decode node of one token routing to `ids`.
+    fn node(ids: &[i32]) -> Routed<'_> {
+        Routed {
+            ids,
+            budget: 30,
+            n_layers: 2,
+            n_used: ids.len(),
+        }
+    }
+
     #[test]
     fn no_budget_no_cache() {
-        let mut c = ExpertCache::new(0, 100, &opts(64));
+        let mut c = ExpertCache::new(0, 100, &[0, 1], &opts(64));
         assert!(!c.is_on());
         assert_eq!(c.budget(), 0);
         assert!(!c.absorbs(0, &[1, 2], 10));
@@ -174,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_node_is_absorbed_while_its_misses_fit_the_budget() {
-        let mut c = ExpertCache::new(30, 20, &opts(0));
+        let mut c = ExpertCache::new(30, 20, &[0, 1], &opts(0));
         assert!(c.is_on());
         // Two distinct misses of 10 bytes each fit 30; three repeated ids count once.
         assert!(c.absorbs(0, &[1, 2, 2, -1], 10));
@@ -182,7 +200,7 @@ mod tests {
             .route(0, &[false, true, true], 10, |_| {})
             .expect("a cache");
         assert_eq!((miss, evicted), (vec![false, true, true], 0));
-        c.admit(0, &[false, true, true], 10, None);
+        c.admit(0, &[false, true, true], 10, node(&[1, 2]));
         assert!(c.contains(0, 1) && c.contains(0, 2));
         assert_eq!(c.resident_bytes(), 20);
         // Resident experts cost nothing; two new ones would take 40 bytes of 30.
@@ -193,11 +211,11 @@ mod tests {
 
     #[test]
     fn the_staging_is_lent_while_reads_ahead_pause() {
-        let mut c = ExpertCache::new(30, 20, &opts(0)).with_staging(20, true);
+        let mut c = ExpertCache::new(30, 20, &[0, 1], &opts(0)).with_staging(20, true);
         assert_eq!(c.budget(), 50);
         // Four experts of 10 fit while the staging is lent.
         c.route(0, &[true, true, true, true], 10, |_| {});
-        c.admit(0, &[true, true, true, true], 10, None);
+        c.admit(0, &[true, true, true, true], 10, node(&[0, 1, 2, 3]));
         assert_eq!(c.resident_bytes(), 40);
         // Taken back, the next routing node evicts down to the cache's own 30 (and room for its
         // miss) before anything is read ahead.
@@ -207,15 +225,15 @@ mod tests {
         let (_, evicted) = c.route(1, &[true], 10, |_| {}).expect("a cache");
         assert_eq!((evicted, c.resident_bytes()), (2, 20));
         // Without a cache there is nothing to lend to.
-        let c = ExpertCache::new(0, 20, &opts(0)).with_staging(20, true);
+        let c = ExpertCache::new(0, 20, &[0, 1], &opts(0)).with_staging(20, true);
         assert_eq!(c.budget(), 0);
     }
 
     #[test]
     fn evictions_are_released_to_the_caller() {
-        let mut c = ExpertCache::new(20, 20, &opts(0));
+        let mut c = ExpertCache::new(20, 20, &[0, 1], &opts(0));
         c.route(0, &[true, true], 10, |_| {});
-        c.admit(0, &[true, true], 10, None);
+        c.admit(0, &[true, true], 10, node(&[0, 1]));
         let mut released = Vec::new();
         let (miss, evicted) = c
             .route(1, &[true], 10, |k| released.push(k))

@@ -13,6 +13,7 @@ mod layers;
 pub(crate) mod lean_load;
 pub mod lossy;
 pub mod memory;
+pub(crate) mod next_use;
 pub mod page_moves;
 mod pages;
 pub mod prefetch;
@@ -180,7 +181,8 @@ impl Streamer {
             }
             None => 0,
         };
-        let cache = ExpertCache::new(budget_bytes, found.token_bytes, opts)
+        let moe_layers: Vec<u32> = layers.keys().copied().collect();
+        let cache = ExpertCache::new(budget_bytes, found.token_bytes, &moe_layers, opts)
             .with_staging(staging, !ahead.reading());
         let trace = Tracing::start(opts, shape, cache.budget())?;
         Ok(Self {
@@ -455,13 +457,13 @@ impl Streamer {
                 Ok(()) => missed,
                 Err(_) => missed.iter().zip(&misses).map(|(&m, &r)| m && !r).collect(),
             };
-            let wide = (!decode_sized).then_some(cache::Wide {
+            let node = cache::Routed {
                 ids,
                 budget: self.budget(),
                 n_layers: self.layers.len(),
                 n_used: self.n_expert_used,
-            });
-            self.cache.admit(il, &admitted, layer_bytes, wide);
+            };
+            self.cache.admit(il, &admitted, layer_bytes, node);
         }
         self.counters.stall_s += t0.elapsed().as_secs_f64();
         self.ahead.time_node(t0, decode_sized);

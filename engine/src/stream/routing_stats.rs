@@ -162,6 +162,7 @@ mod tests {
             token_bytes: 2,
             budget_bytes: 0,
             prefetch: "off".into(),
+            cache_policy: "next_use".into(),
         };
         let mut events = vec![node(Phase::Prompt, &[0, 1, 2, 3])];
         events.extend((0..4).map(|_| node(Phase::Decode, &[0, 5])));

@@ -7,8 +7,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use super::cache::{decode_sized, ExpertLru, Wide};
+use super::cache::{ExpertLru, Routed};
 use super::trace::{Event, Node, Phase, Trace};
+use crate::options::CachePolicy;
 
 /// One phase's counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -46,7 +47,7 @@ fn per(n: u64, tokens: u64) -> f64 {
 /// A replay's counts at one budget.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SimResult {
-    /// `engine` (the streamer's policy) or `belady` (the offline optimum).
+    /// The streamer's policy replayed (`next_use`, `recency`) or `belady` (the offline optimum).
     pub policy: &'static str,
     /// The budget replayed.
     pub cache_bytes: u64,
@@ -102,13 +103,14 @@ fn first_layer(t: &Trace) -> Option<u32> {
     t.header.layers.iter().map(|(l, _)| *l).min()
 }
 
-/// The streamer's policy at `budget` bytes (`follow`: also take the trace's budget changes, as
+/// The streamer's `policy` at `budget` bytes (`follow`: also take the trace's budget changes, as
 /// the run that recorded it did under memory pressure). A budget of 0 is the streamer without a
 /// cache: every routed expert is read.
-pub fn replay(t: &Trace, budget: u64, follow: bool) -> SimResult {
-    let mut out = SimResult::new("engine", budget);
+pub fn replay(t: &Trace, budget: u64, follow: bool, policy: CachePolicy) -> SimResult {
+    let mut out = SimResult::new(policy.name(), budget);
     let (mut budget, token_bytes) = (budget, t.header.token_bytes);
-    let mut lru = ExpertLru::for_budget(budget, token_bytes);
+    let layers: Vec<u32> = t.header.layers.iter().map(|(l, _)| *l).collect();
+    let mut lru = ExpertLru::for_budget(policy, &layers, budget, token_bytes);
     let (first, k) = (first_layer(t), t.header.n_expert_used as usize);
     let n_layers = t.header.layers.len();
     for e in &t.events {
@@ -126,13 +128,13 @@ pub fn replay(t: &Trace, budget: u64, follow: bool) -> SimResult {
             w.clone()
         } else {
             let (miss, _) = lru.route(n.layer, &w, lb, budget, |_| {});
-            let wide = (!decode_sized(n.ids.len(), k)).then_some(Wide {
+            let node = Routed {
                 ids: &n.ids,
                 budget,
                 n_layers,
                 n_used: k,
-            });
-            lru.admit(n.layer, &miss, lb, wide);
+            };
+            lru.admit(n.layer, &miss, lb, node);
             miss
         };
         out.count(n, &w, &miss, lb, if Some(n.layer) == first { k } else { 0 });
@@ -224,6 +226,7 @@ mod tests {
                 token_bytes: 1,
                 budget_bytes: 2,
                 prefetch: "off".into(),
+                cache_policy: "next_use".into(),
             },
             events: ids
                 .iter()
@@ -246,15 +249,15 @@ mod tests {
         // A cycle of three in a cache of two: recency misses every time, the optimum every other
         // time after the first three (it keeps the one needed next).
         let t = trace(&[0, 1, 2, 0, 1, 2, 0, 1, 2], 3);
-        let (lru, opt) = (replay(&t, 2, false), belady(&t, 2));
+        let (lru, opt) = (replay(&t, 2, false, CachePolicy::Recency), belady(&t, 2));
         assert_eq!(lru.decode.misses, 9);
         assert_eq!(opt.decode.misses, 6);
         assert_eq!((opt.decode.tokens, opt.decode.routed), (9, 9));
         // Room for all three: only the first reads.
         assert_eq!(belady(&t, 3).decode.misses, 3);
-        assert_eq!(replay(&t, 3, false).decode.misses, 3);
+        assert_eq!(replay(&t, 3, false, CachePolicy::Recency).decode.misses, 3);
         // No cache: every routed expert is read.
-        assert_eq!(replay(&t, 0, false).decode.misses, 9);
+        assert_eq!(replay(&t, 0, false, CachePolicy::Recency).decode.misses, 9);
     }
 
     #[test]
@@ -272,10 +275,85 @@ mod tests {
             .collect();
         let t = trace(&ids, 16);
         for b in 1..16 {
-            let (lru, opt) = (replay(&t, b, false), belady(&t, b));
+            for p in [CachePolicy::NextUse, CachePolicy::Recency] {
+                let (lru, opt) = (replay(&t, b, false, p), belady(&t, b));
+                assert!(
+                    opt.misses() <= lru.misses(),
+                    "budget {b}: {opt:?} vs {lru:?}"
+                );
+            }
+        }
+    }
+
+    /// A decode trace of `n_layers` layers, `k` experts a token of 1 byte each: `rows[t * n_layers
+    /// + l]` are token t's experts at layer l.
+    fn layered(n_layers: u32, k: u32, n_expert: u32, rows: Vec<Vec<i32>>) -> Trace {
+        let mut t = trace(&[], n_expert);
+        t.header.n_expert_used = k;
+        t.header.layers = (0..n_layers).map(|l| (l, 1)).collect();
+        t.header.token_bytes = u64::from(n_layers * k);
+        t.events = rows
+            .into_iter()
+            .enumerate()
+            .map(|(i, ids)| {
+                Event::Node(Node {
+                    phase: Phase::Decode,
+                    token: (i / n_layers as usize) as u64,
+                    layer: i as u32 % n_layers,
+                    ids,
+                    probs: vec![],
+                })
+            })
+            .collect();
+        t
+    }
+
+    #[test]
+    fn next_use_keeps_what_a_cycle_of_layers_needs_soonest() {
+        // Four layers, each routing to its expert 0 every token, in a cache of three: the
+        // optimum keeps three layers' experts and reads one a node after the first four; once
+        // the rates have settled next_use does the same (the misses the last 50 tokens add).
+        let misses = |tokens: usize, opt: bool| {
+            let t = layered(4, 1, 1, vec![vec![0]; 4 * tokens]);
+            match opt {
+                true => belady(&t, 3).decode.misses,
+                false => replay(&t, 3, false, CachePolicy::NextUse).decode.misses,
+            }
+        };
+        let steady = |opt| misses(100, opt) - misses(50, opt);
+        // 200 nodes, a read every third.
+        assert_eq!(steady(true), 67);
+        assert_eq!(steady(false), steady(true));
+    }
+
+    #[test]
+    fn next_use_keeps_popular_experts_where_recency_drops_them() {
+        // Two layers of 16 experts, two a token, drawn with a strong skew to the low ids, in
+        // caches of 5 to 12 (above one token's 4): recency keeps what came last, next_use what
+        // its layer keeps choosing.
+        let mut x = 7u64;
+        let mut draw = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (x >> 33) as f64 / (1u64 << 31) as f64;
+            (16.0 * u * u * u) as i32
+        };
+        let rows = (0..2 * 500)
+            .map(|_| {
+                let a = draw();
+                let b = std::iter::repeat_with(&mut draw).find(|&b| b != a).unwrap();
+                vec![a, b]
+            })
+            .collect();
+        let t = layered(2, 2, 16, rows);
+        for b in 5..=12 {
+            let nu = replay(&t, b, false, CachePolicy::NextUse).decode.misses;
+            let recency = replay(&t, b, false, CachePolicy::Recency).decode.misses;
+            let opt = belady(&t, b).decode.misses;
             assert!(
-                opt.misses() <= lru.misses(),
-                "budget {b}: {opt:?} vs {lru:?}"
+                opt <= nu && nu < recency,
+                "{b}: next_use {nu}, recency {recency}, optimum {opt}"
             );
         }
     }

@@ -41,6 +41,21 @@ pub struct Header {
     /// The run's read-ahead mode (a replay matches the run's counts with `off`, or where
     /// nothing was read ahead).
     pub prefetch: String,
+    /// The run's cache policy (`next_use`, `recency`); traces written before the setting
+    /// existed ran `recency`.
+    #[serde(default = "recency")]
+    pub cache_policy: String,
+}
+
+impl Header {
+    /// The cache policy the run had (checked when the trace is read).
+    pub fn policy(&self) -> Option<crate::options::CachePolicy> {
+        crate::options::CachePolicy::from_name(&self.cache_policy)
+    }
+}
+
+fn recency() -> String {
+    crate::options::CachePolicy::Recency.name().into()
 }
 
 /// One routing node.
@@ -252,7 +267,14 @@ fn check_header(h: &Header) -> Result<(), String> {
         check_bytes(&format!("layers: layer {layer}"), bytes)?;
     }
     check_bytes("token_bytes", h.token_bytes)?;
-    check_bytes("budget_bytes", h.budget_bytes)
+    check_bytes("budget_bytes", h.budget_bytes)?;
+    if h.policy().is_none() {
+        return Err(format!(
+            "cache_policy: {:?}: expected \"next_use\" or \"recency\"",
+            h.cache_policy
+        ));
+    }
+    Ok(())
 }
 
 /// What is wrong with a node against its header, naming the field.
@@ -297,6 +319,7 @@ mod tests {
             token_bytes: 400,
             budget_bytes: 300,
             prefetch: "off".into(),
+            cache_policy: "next_use".into(),
         }
     }
 

@@ -64,6 +64,7 @@ impl Tracing {
             layers: shape.layers,
             budget_bytes,
             prefetch: format!("{:?}", opts.prefetch).to_lowercase(),
+            cache_policy: opts.cache_policy.name().into(),
         };
         let out = trace::Writer::create(path, &header).map_err(|source| {
             EngineError::Stream(StreamError::Trace {

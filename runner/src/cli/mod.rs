@@ -133,6 +133,9 @@ pub struct CacheSimArgs {
     /// budget's changes under memory pressure).
     #[arg(long, value_delimiter = ',', value_parser = cache_mib)]
     pub cache_mb: Vec<f64>,
+    /// The streamer's cache policies to replay, comma-separated (default: both, next_use first).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub policy: Vec<crate::config::values::CachePolicy>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,

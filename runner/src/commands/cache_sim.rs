@@ -1,5 +1,5 @@
 //! `bmoe cache-sim`: replays a routing trace (`routing_trace`) through the streamer's own cache
-//! policy and through Belady's offline optimum at each cache size asked for, and prints misses
+//! policies and through Belady's offline optimum at each cache size asked for, and prints misses
 //! and bytes per token, prompt and decode apart.
 use std::process::ExitCode;
 
@@ -7,6 +7,7 @@ use anyhow::Context;
 use bmoe_engine::routing_stats::{self, RoutingStats};
 use bmoe_engine::sim::{self, PhaseStats, SimResult};
 use bmoe_engine::trace::Trace;
+use bmoe_engine::CachePolicy;
 use serde::Serialize;
 
 use super::output::print_json;
@@ -16,9 +17,17 @@ use crate::cli::{CacheSimArgs, Format};
 #[derive(Serialize)]
 struct Point {
     cache_mb: f64,
-    engine: SimResult,
+    /// The streamer's policies asked for, in that order.
+    engine: Vec<Replay>,
     belady: SimResult,
-    /// Decode misses of the engine's policy over Belady's (`null` where Belady has none).
+}
+
+/// One policy's replay at one size.
+#[derive(Serialize)]
+struct Replay {
+    #[serde(flatten)]
+    result: SimResult,
+    /// Decode misses over Belady's (`null` where Belady has none).
     decode_ratio: Option<f64>,
 }
 
@@ -28,6 +37,8 @@ struct Answer {
     trace: String,
     recorded_cache_mb: f64,
     prefetch: String,
+    /// The policy the run had.
+    cache_policy: String,
     /// Decode's routing: popularity skew, reuse between tokens, the prompt's share.
     routing: RoutingStats,
     points: Vec<Point>,
@@ -37,6 +48,11 @@ struct Answer {
 pub fn cache_sim(a: CacheSimArgs) -> anyhow::Result<ExitCode> {
     let t = Trace::read(&a.trace)?;
     let recorded = t.header.budget_bytes;
+    let policies: Vec<CachePolicy> = if a.policy.is_empty() {
+        vec![CachePolicy::NextUse, CachePolicy::Recency]
+    } else {
+        a.policy.iter().map(|p| p.engine()).collect()
+    };
     let sizes: Vec<Option<f64>> = if a.cache_mb.is_empty() {
         vec![None]
     } else {
@@ -50,14 +66,23 @@ pub fn cache_sim(a: CacheSimArgs) -> anyhow::Result<ExitCode> {
                 Some(m) => ((m * 1048576.0) as u64, false),
                 None => (recorded, true),
             };
-            let (engine, belady) = (sim::replay(&t, bytes, follow), sim::belady(&t, bytes));
-            let decode_ratio = (belady.decode.misses > 0)
-                .then(|| engine.decode.misses as f64 / belady.decode.misses as f64);
+            let belady = sim::belady(&t, bytes);
+            let engine = policies
+                .iter()
+                .map(|&p| {
+                    let result = sim::replay(&t, bytes, follow, p);
+                    let decode_ratio = (belady.decode.misses > 0)
+                        .then(|| result.decode.misses as f64 / belady.decode.misses as f64);
+                    Replay {
+                        result,
+                        decode_ratio,
+                    }
+                })
+                .collect();
             Point {
                 cache_mb: mib(bytes),
                 engine,
                 belady,
-                decode_ratio,
             }
         })
         .collect();
@@ -65,6 +90,7 @@ pub fn cache_sim(a: CacheSimArgs) -> anyhow::Result<ExitCode> {
         trace: a.trace.display().to_string(),
         recorded_cache_mb: mib(recorded),
         prefetch: t.header.prefetch.clone(),
+        cache_policy: t.header.cache_policy.clone(),
         routing: routing_stats::stats(&t),
         points,
     };
@@ -84,15 +110,16 @@ fn print_text(a: &Answer) -> std::io::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     let first = a.points.first();
-    let tokens = |f: fn(&SimResult) -> PhaseStats| first.map_or(0, |p| f(&p.engine).tokens);
+    let tokens = |f: fn(&SimResult) -> PhaseStats| first.map_or(0, |p| f(&p.belady).tokens);
     writeln!(
         out,
-        "{}: {} prompt tokens, {} decode tokens; recorded with cache {:.0} MiB, prefetch {}",
+        "{}: {} prompt tokens, {} decode tokens; recorded with cache {:.0} MiB, prefetch {}, cache policy {}",
         a.trace,
         tokens(|r| r.prompt),
         tokens(|r| r.decode),
         a.recorded_cache_mb,
-        a.prefetch
+        a.prefetch,
+        a.cache_policy
     )?;
     let r = &a.routing;
     writeln!(
@@ -110,7 +137,7 @@ fn print_text(a: &Answer) -> std::io::Result<()> {
     )?;
     writeln!(
         out,
-        "{:>9}  {:<7} {:>13} {:>14} {:>13} {:>14}  {:>11}",
+        "{:>9}  {:<8} {:>13} {:>14} {:>13} {:>14}  {:>11}",
         "cache MiB",
         "policy",
         "prompt miss/t",
@@ -120,15 +147,16 @@ fn print_text(a: &Answer) -> std::io::Result<()> {
         "vs belady"
     )?;
     for p in &a.points {
-        for r in [&p.engine, &p.belady] {
-            let ratio = match (r.policy, p.decode_ratio) {
-                ("engine", Some(x)) => format!("{x:.2}x"),
-                ("engine", None) => "-".into(),
-                _ => String::new(),
+        let rows = p.engine.iter().map(|e| (&e.result, Some(e.decode_ratio)));
+        for (r, ratio) in rows.chain([(&p.belady, None)]) {
+            let ratio = match ratio {
+                Some(Some(x)) => format!("{x:.2}x"),
+                Some(None) => "-".into(),
+                None => String::new(),
             };
             writeln!(
                 out,
-                "{:>9.1}  {:<7} {:>13.3} {:>14.3} {:>13.3} {:>14.3}  {:>11}",
+                "{:>9.1}  {:<8} {:>13.3} {:>14.3} {:>13.3} {:>14.3}  {:>11}",
                 p.cache_mb,
                 r.policy,
                 r.prompt.misses_per_token(),

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::values::{
-    auto_loaders, io_threads_schema, loaders_schema, threads_schema, CacheMb, Count, Cpus,
-    DenseWeights, MemoryLimit, Prefetch, PrefixReuse, Repack, Runtime, AUTO_IO_THREADS,
+    auto_loaders, io_threads_schema, loaders_schema, threads_schema, CacheMb, CachePolicy, Count,
+    Cpus, DenseWeights, MemoryLimit, Prefetch, PrefixReuse, Repack, Runtime, AUTO_IO_THREADS,
 };
 
 /// The table: one entry per setting, in [`KEYS`] order (the order of [`Settings`]' fields and of
@@ -320,6 +320,22 @@ declare_settings! {
         };
         docs ("`\"router\"`, `\"eager\"`, `\"repeat\"` or `\"off\"`", "`\"router\"`", "`StreamOptions.prefetch`",
             r#"expert reads ahead while streaming: at each routing node of a decode step, the next MoE layer's router applied to this layer's router input predicts its experts (`repeat`: the experts the next layer routed to on the previous token), and those not in the cache are read on two lanes of their own while this layer computes; the next routing node copies what arrived, waits for what is in flight and reads the rest. A wrong prediction costs only bandwidth and a copy (gate G19); prefill pieces wider than 4 tokens are not predicted. `router` and `repeat` read only once 64 candidates were scored and at least half of the recent ones turned out to be misses, and more of them than the share of decode spent waiting for reads (where decode is read-bound, a wrong read ahead costs more than a right one hides) (predictions go on being scored, on one routing node in seven while paused); `eager` reads the router's prediction from the first token on, never paused. Rows record `prefetched` and `overlap_pct`. The one-shot flag is `--prefetch`"#,
+        );
+    }
+    engine {
+        /// Which resident expert the expert cache evicts to make room: next_use or recency.
+        cache_policy: CachePolicy = CachePolicy::NextUse;
+        schema [];
+        flag [
+            /// With --moe-stream: which cached expert goes to make room (`next_use`: the one
+            /// expected to be used furthest ahead; `recency`: the least recently used).
+            #[arg(long, value_enum, help_heading = "Expert streaming", display_order = 14)]
+        ] cache_policy: Option<CachePolicy> => |v| v.as_ref().map(to_json);
+        engine |s, load, session| if let Some(st) = load.stream.as_mut() {
+            st.cache_policy = s.cache_policy.engine();
+        };
+        docs ("`\"next_use\"` or `\"recency\"`", "`\"next_use\"`", "`StreamOptions.cache_policy`",
+            r#"which resident expert the expert cache evicts when a miss needs room. `next_use`: the one whose next use is expected furthest ahead, counted in routing nodes: the MoE layers until its layer's next node, plus the tokens until its layer chooses it again, from how often the layer chose it over about its last ten tokens (the offline optimum's rule with the future estimated; docs/streaming.md). `recency`: the least recently used, and below one token's routed experts the least used (the policy before `next_use`, kept to compare against). Output is the same under either; only the reads differ. The one-shot flag is `--cache-policy`"#,
         );
     }
     engine {

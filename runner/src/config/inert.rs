@@ -16,6 +16,7 @@ const STREAM_KEYS: &[&str] = &[
     "io_threads",
     "dense_weights",
     "prefetch",
+    "cache_policy",
     "read_all_experts",
     "expert_substitute",
     "drop_cold",
@@ -23,7 +24,12 @@ const STREAM_KEYS: &[&str] = &[
 ];
 
 /// The keys that act only with an expert cache (`cache_mb` above 0).
-const CACHE_KEYS: &[&str] = &["cache_reserve_mb", "cache_min_mb", "expert_substitute"];
+const CACHE_KEYS: &[&str] = &[
+    "cache_reserve_mb",
+    "cache_min_mb",
+    "cache_policy",
+    "expert_substitute",
+];
 
 /// The keys that act only with a prefill device.
 const DEVICE_KEYS: &[&str] = &[

@@ -291,6 +291,37 @@ impl fmt::Display for Prefetch {
     }
 }
 
+/// Which resident expert the cache evicts to make room (the engine's `CachePolicy`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum CachePolicy {
+    /// The one whose next use is expected furthest ahead, from its layer's recent routing.
+    #[default]
+    #[value(name = "next_use")]
+    NextUse,
+    /// The least recently used (below one token's routed experts, the least used): the policy
+    /// before `next_use`.
+    Recency,
+}
+
+impl CachePolicy {
+    /// The engine's value.
+    pub fn engine(self) -> bmoe_engine::CachePolicy {
+        match self {
+            CachePolicy::NextUse => bmoe_engine::CachePolicy::NextUse,
+            CachePolicy::Recency => bmoe_engine::CachePolicy::Recency,
+        }
+    }
+}
+
+impl fmt::Display for CachePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.engine().name())
+    }
+}
+
 /// Whether weights may take llama.cpp's repacked CPU layouts (the engine's `Repack`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
