@@ -36,7 +36,10 @@ fn a_traced_generate_replays_to_its_own_reads() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let pt = &v["points"][0];
     assert_eq!(pt["cache_mb"], 1.0);
-    let engine = &pt["engine"]["decode"];
+    // Both policies, the run's own (next_use, the default) first.
+    assert_eq!(v["cache_policy"], "next_use");
+    assert_eq!(pt["engine"][1]["policy"], "recency");
+    let engine = &pt["engine"][0]["decode"];
     let sim_mib = engine["miss_bytes"].as_f64().unwrap() / 1048576.0;
     assert!(
         (sim_mib - read_mib).abs() < 0.05,
@@ -47,8 +50,15 @@ fn a_traced_generate_replays_to_its_own_reads() {
     // Text: a row per size and policy.
     let o = p.bmoe(&["cache-sim", "run.trace", "--cache-mb", "0.5,2"]);
     let out = text(&o);
+    let rows = |p: &str| out.matches(&format!(" {p} ")).count();
     assert!(
-        o.status.success() && out.matches(" belady ").count() == 2,
+        o.status.success() && (rows("belady"), rows("next_use"), rows("recency")) == (2, 2, 2),
+        "{out}"
+    );
+    let o = p.bmoe(&["cache-sim", "run.trace", "--policy", "recency"]);
+    let out = text(&o);
+    assert!(
+        o.status.success() && out.contains(" recency ") && !out.contains(" next_use "),
         "{out}"
     );
 }
