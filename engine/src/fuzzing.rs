@@ -127,7 +127,8 @@ pub fn routing_trace(bytes: &[u8]) {
     let _ = routing_stats::stats(&t);
     let recorded = t.header.budget_bytes;
     let _ = sim::belady(&t, recorded);
-    for policy in [crate::CachePolicy::NextUse, crate::CachePolicy::Recency] {
+    use crate::options::CachePolicy;
+    for policy in [CachePolicy::NextUse, CachePolicy::Recency] {
         let _ = sim::replay(&t, recorded, true, policy);
         for budget in [0, t.header.token_bytes] {
             let _ = sim::replay(&t, budget, false, policy);

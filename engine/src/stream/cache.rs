@@ -229,9 +229,10 @@ impl ExpertLru {
         for (e, _) in read.iter().enumerate().filter(|(_, &r)| r) {
             self.insert(il, e as u32, layer_bytes);
         }
+        let decode = decode_sized(node.ids.len(), node.n_used);
         if let Some(nu) = self.next_use.as_mut() {
-            nu.observe(il, node.ids, node.n_used);
-        } else if !decode_sized(node.ids.len(), node.n_used) {
+            nu.observe(il, node.ids, node.n_used, decode);
+        } else if !decode {
             let share = (node.budget / layer_bytes.max(1)) as usize / node.n_layers.max(1);
             self.keep_popular(il, node.ids, share.max(node.n_used));
         }

@@ -13,8 +13,6 @@
 //! (docs/benchmarks.md, "The expert cache against the offline optimum").
 use std::collections::HashMap;
 
-use super::cache::decode_sized;
-
 /// How much of an expert's rate one token keeps: rates follow about the last ten tokens. Chosen
 /// in the simulator on three traces between 0.5 and 0.95 (docs/benchmarks.md): lower forgets
 /// the popular experts between their uses, higher holds on to the prompt's.
@@ -56,13 +54,12 @@ impl NextUse {
     }
 
     /// A routing node of `layer` over `ids` (rows of `n_used` a token; negative ids are empty
-    /// slots): each expert's rate moves towards the share of the node's tokens that chose it, by
-    /// one token's decay per token ([`HANDOVER_KEEP`] at decode's first node after a prompt
-    /// piece).
-    pub(crate) fn observe(&mut self, layer: u32, ids: &[i32], n_used: usize) {
+    /// slots; `decode`: a decode-sized node, not a prompt piece): each expert's rate moves
+    /// towards the share of the node's tokens that chose it, by one token's decay per token
+    /// ([`HANDOVER_KEEP`] at decode's first node after a prompt piece).
+    pub(crate) fn observe(&mut self, layer: u32, ids: &[i32], n_used: usize, decode: bool) {
         let tokens = (ids.len() / n_used.max(1)).max(1);
         let layer_rates = self.rates.entry(layer).or_default();
-        let decode = decode_sized(ids.len(), n_used);
         let keep = match (decode, layer_rates.after_wide) {
             (true, true) => HANDOVER_KEEP,
             _ => DECAY.powi(tokens.min(i32::MAX as usize) as i32),
@@ -114,7 +111,7 @@ mod tests {
     fn the_next_layer_comes_before_the_one_just_visited() {
         let mut nu = NextUse::new(&[0, 1, 2, 3]);
         for l in 0..4 {
-            nu.observe(l, &[0], 1);
+            nu.observe(l, &[0], 1, true);
         }
         // Equal rates: from layer 1's node, layer 2 is one node away, 1 itself four, 0 three.
         let at = |l| nu.expected(1, (l, 0));
@@ -131,21 +128,21 @@ mod tests {
         // Expert 0 every token, 1 every fourth; 2 never.
         for t in 0..40 {
             let ids = if t % 4 == 0 { [0, 1] } else { [0, -1] };
-            nu.observe(0, &ids, 2);
+            nu.observe(0, &ids, 2, true);
         }
         assert!(nu.expected(0, (0, 0)) < nu.expected(0, (0, 1)));
         assert_eq!(nu.expected(0, (0, 2)), f64::INFINITY);
         // A wide piece counts its tokens: 10 tokens all on expert 2 move its rate near 1 - 0.9^10.
-        nu.observe(0, &[2; 10], 1);
+        nu.observe(0, &[2; 10], 1, false);
         // One layer: the next node is one away, so the expected distance is 1 / q.
         let q = 1.0 / nu.expected(0, (0, 2));
         assert!((q - (1.0 - 0.9f64.powi(10))).abs() < 1e-9, "{q}");
         // The first decode-sized node after that piece moves the rates halfway to its own.
-        nu.observe(0, &[3], 1);
+        nu.observe(0, &[3], 1, true);
         let q3 = 1.0 / nu.expected(0, (0, 3));
         assert!((q3 - HANDOVER_KEEP).abs() < 1e-9, "{q3}");
         // Then a token's decay again.
-        nu.observe(0, &[3], 1);
+        nu.observe(0, &[3], 1, true);
         let q3 = 1.0 / nu.expected(0, (0, 3));
         assert!((q3 - (1.0 - 0.9 * HANDOVER_KEEP)).abs() < 1e-9, "{q3}");
     }
