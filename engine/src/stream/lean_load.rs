@@ -87,9 +87,23 @@ pub(crate) fn unsupported(index: &GgufIndex, arch: &str) -> Option<String> {
 /// stored as parts: the first shard's key-values as llama.cpp looks them up, every shard's tensor
 /// table and the fused tensors. Everything handed to ggml's writer here was read by ggml's own
 /// reader and the index (keys, types, shapes, unique names), so its asserts cannot fire (the
-/// `gguf_rebuild` fuzz target drives this with any header).
-pub(crate) fn rebuilt_header(index: &GgufIndex) -> GgufBuilder {
+/// `gguf_rebuild` fuzz target drives this with any header). A tensor with a dimension of 0 is
+/// refused: ggml's writer drops a trailing 0 from its shape (`ggml_n_dims` counts dimensions
+/// above 1) but places the next tensor after its 0 bytes, so its reader, sizing the shorter
+/// shape, finds every later offset wrong (a fuzz case: `[128, 128, 0]` read back as `[128, 128]`).
+pub(crate) fn rebuilt_header(index: &GgufIndex) -> std::result::Result<GgufBuilder, String> {
     let fused = index.fused_infos();
+    if let Some(t) = index
+        .tensor_infos()
+        .iter()
+        .chain(&fused)
+        .find(|t| t.ne.contains(&0))
+    {
+        return Err(format!(
+            "tensor {} has a dimension of 0 ({:?}): expected every dimension at least 1",
+            t.name, t.ne
+        ));
+    }
     let mut b = GgufBuilder::new(index.tensor_infos().len() + fused.len());
     // What the copy leaves out (keys no lookup can find) llama.cpp's own load never reads either.
     let _ = b.copy_kv(index.header());
@@ -97,7 +111,7 @@ pub(crate) fn rebuilt_header(index: &GgufIndex) -> GgufBuilder {
         let rank = t.ne.iter().rposition(|&n| n != 1).map_or(1, |i| i + 1);
         b.add_tensor(&t.name, t.ty, &t.ne[..rank]);
     }
-    b
+    Ok(b)
 }
 
 /// Builds the model without reading tensor data. For a split GGUF llama.cpp is given one header
@@ -112,7 +126,10 @@ pub(crate) fn load_unfilled(index: &GgufIndex, params: &RawLoadParams) -> Result
     LlamaModel::check_shapes(&index.files()[0].0, params)
         .map_err(|reason| load_err(index, reason.to_string()))?;
     let fused = index.fused_infos();
-    let built = (index.files().len() > 1 || !fused.is_empty()).then(|| rebuilt_header(index));
+    let built = (index.files().len() > 1 || !fused.is_empty())
+        .then(|| rebuilt_header(index))
+        .transpose()
+        .map_err(|reason| load_err(index, reason))?;
     let meta: &dyn GgufMeta = match &built {
         Some(b) => b,
         None => index.header(),
