@@ -133,8 +133,9 @@ impl ExpertLru {
 
     /// Evicts entries until `need` more bytes fit in `budget`, calling `release` for each: the
     /// one expected to be used furthest ahead ([`NextUse`]), or with recency the least recently
-    /// used first, or with `by_use` the least used (the most recent among equals). Entries `protect` names (what the current layer routes to, touched last, so at
-    /// the most recent end) are never evicted. Returns how many were evicted.
+    /// used first, or with `by_use` the least used (the most recent among equals). Entries
+    /// `protect` names (what the current layer routes to, touched last, so at the most recent
+    /// end) are never evicted. Returns how many were evicted.
     pub(crate) fn make_room(
         &mut self,
         need: u64,
@@ -150,10 +151,11 @@ impl ExpertLru {
                     .iter()
                     .map(|(k, _)| *k)
                     .filter(|k| !protect(k))
-                    .max_by(|a, b| {
-                        nu.expected(self.now, *a)
-                            .total_cmp(&nu.expected(self.now, *b))
-                    })
+                    // Each estimate once: `max_by` on the keys would compute both sides of every
+                    // comparison.
+                    .map(|k| (nu.expected(self.now, k), k))
+                    .max_by(|a, b| a.0.total_cmp(&b.0))
+                    .map(|(_, k)| k)
             } else if self.by_use {
                 // From the most recent end: of equal counts the newest goes (see the module doc).
                 self.map
