@@ -385,7 +385,11 @@ mod tests {
             assert!(e.contains(":2: ") && e.contains(want), "{line}: {e}");
         }
         type Change = fn(&mut Header);
-        let header_cases: [(Change, &str); 6] = [
+        let header_cases: [(Change, &str); 7] = [
+            (
+                |h| h.cache_policy = "lfu".into(),
+                "cache_policy: \"lfu\": expected \"next_use\" or \"recency\"",
+            ),
             (|h| h.n_expert = 4_000_000_000, "n_expert: 4000000000"),
             (|h| h.n_expert_used = 5, "n_expert_used: 5"),
             (
@@ -415,6 +419,15 @@ mod tests {
         ]);
         let e = Trace::read(f.path()).unwrap_err().to_string();
         assert!(e.contains(":2: budget_bytes"), "{e}");
+        // A header written before the policy was recorded ran recency.
+        let mut old: serde_json::Value = serde_json::to_value(header()).unwrap();
+        old.as_object_mut().unwrap().remove("cache_policy");
+        let f = write(&[&old.to_string()]);
+        let t = Trace::read(f.path()).unwrap();
+        assert_eq!(
+            t.header.policy(),
+            Some(crate::options::CachePolicy::Recency)
+        );
         let f = write(&[r#"{"n_expert":4}"#]);
         let e = Trace::read(f.path()).unwrap_err().to_string();
         assert!(e.contains(":1: not a routing trace header"), "{e}");
