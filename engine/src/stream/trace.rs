@@ -384,6 +384,10 @@ mod tests {
             let e = Trace::read(f.path()).unwrap_err().to_string();
             assert!(e.contains(":2: ") && e.contains(want), "{line}: {e}");
         }
+    }
+
+    #[test]
+    fn bad_headers_name_their_field() {
         type Change = fn(&mut Header);
         let header_cases: [(Change, &str); 7] = [
             (
@@ -413,6 +417,11 @@ mod tests {
             let e = Trace::read(f.path()).unwrap_err().to_string();
             assert!(e.contains(":1: ") && e.contains(want), "{want}: {e}");
         }
+    }
+
+    #[test]
+    fn odd_files_are_refused_or_read_as_written_before() {
+        let h = serde_json::to_string(&header()).unwrap();
         let f = write(&[
             &h,
             r#"{"kind":"budget","budget_bytes":18446744073709551615}"#,
