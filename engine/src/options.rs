@@ -27,8 +27,8 @@ pub enum Repack {
     /// resident model larger than memory no longer pages from the file: its weights must fit.
     /// With expert streaming on the CPU (no prefill device), each expert read from the file is
     /// repacked into its slot on the thread that read it, where ggml repacks that matrix; the
-    /// dense weights stay in the file's layout while mapped from it, and are repacked once at
-    /// load where `dense_weights = anon` copies them. A prefill device keeps the file's layout
+    /// dense matrices the resident load repacks (`CPU_REPACK`, or `AMX` first where the CPU
+    /// variant has it) are repacked once at load, copied out of the mapping where mapped. A prefill device keeps the file's layout
     /// everywhere (its arena must never receive the CPU's repacked bytes).
     #[default]
     Auto,

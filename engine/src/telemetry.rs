@@ -254,8 +254,8 @@ pub struct LoadStats {
     pub repacked: Repacked,
 }
 
-/// Weights held in llama.cpp's repacked CPU layout (buffer type `CPU_REPACK`), whose kernels
-/// the CPU then runs; zero when the load asked for none or the CPU has none for their types.
+/// Weights held in llama.cpp's repacked CPU layouts (buffer types `CPU_REPACK` and, where the
+/// CPU variant has AMX, `AMX`), whose kernels the CPU then runs; zero when the load asked for none or the CPU has none for their types.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Repacked {
     /// Weight tensors repacked.

@@ -33,7 +33,7 @@ fn model() -> std::path::PathBuf {
 struct Run {
     greedy: Vec<i32>,
     logits: Vec<Vec<u32>>,
-    /// Weight tensors held repacked (`CPU_REPACK`).
+    /// Weight tensors held repacked (`CPU_REPACK`, `AMX`).
     repacked: usize,
 }
 
@@ -98,11 +98,17 @@ fn stock(prompt: &[i32], use_extra_bufts: bool) -> Run {
         mp.n_gpu_layers = 0;
         let m = sys::llama_model_load_from_file(path.as_ptr(), mp);
         assert!(!m.is_null(), "stock load");
-        let (mut n, mut bytes) = (0usize, 0u64);
-        assert_eq!(
-            sys::shim::bmoe_model_weights_in(m, c"CPU_REPACK".as_ptr(), &mut n, &mut bytes),
-            0
-        );
+        // Every repacked layout the loader may choose: CPU_REPACK, and AMX where the CPU
+        // variant has it (the Q8_0 dense matrices there).
+        let mut n = 0usize;
+        for buft in [c"CPU_REPACK", c"AMX"] {
+            let (mut k, mut b) = (0usize, 0u64);
+            assert_eq!(
+                sys::shim::bmoe_model_weights_in(m, buft.as_ptr(), &mut k, &mut b),
+                0
+            );
+            n += k;
+        }
         let ctx = stock_context(m);
         let n_vocab = sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(m)) as usize;
         let mut last = stock_decode(ctx, prompt, 0, false, n_vocab)
@@ -382,8 +388,19 @@ fn streamed_dense_repacked_equals_resident_repacked() {
     else {
         return;
     };
-    // The same shape with Q8_0 dense weights (no repacked Q8_0 kernel on AVX2): its experts only.
-    let experts = stream_run_repack(&model(), stream(0, false), Repack::Auto).2;
+    // The same shape with F32 dense weights (no repacked F32 kernel anywhere: not CPU_REPACK, not
+    // AMX, which takes Q8_0 dense weights where the CPU variant has it): its experts only.
+    let f32_dense = common::model(
+        "w256-q4_0-experts-f32-dense",
+        &SynthSpec {
+            expert_type: WeightType::Q4_0,
+            dense_type: WeightType::F32,
+            n_embd: 256,
+            n_ff_exp: 256,
+            ..SynthSpec::preset(Preset::Tiny, SynthArch::Qwen3Moe)
+        },
+    );
+    let experts = stream_run_repack(&f32_dense, stream(0, false), Repack::Auto).2;
     assert!(
         resident_tensors > experts,
         "the resident load must repack dense matrices too: {resident_tensors} vs {experts} experts"

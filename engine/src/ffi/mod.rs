@@ -1,6 +1,7 @@
 //! The thin unsafe layer: safe wrappers over llama.cpp and ggml. Every `unsafe` block in the
 //! engine lives under this folder and says why it is sound.
 pub mod affinity;
+pub mod amx;
 pub mod batch;
 pub mod buffer;
 pub mod context;

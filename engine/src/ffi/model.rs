@@ -233,20 +233,25 @@ impl LlamaModel {
         }
     }
 
-    /// The weight tensors llama.cpp holds in its repacked CPU layout (buffer type `CPU_REPACK`)
-    /// and their bytes in the file's layout; `(0, 0)` when the count could not be taken.
+    /// The weight tensors llama.cpp holds in one of the CPU's repacked layouts (buffer types
+    /// `CPU_REPACK` and `AMX`) and their bytes in the file's layout; `(0, 0)` when the count
+    /// could not be taken.
     pub fn repacked(&self) -> (usize, u64) {
         let (mut n, mut bytes) = (0usize, 0u64);
-        // SAFETY: a live model; the shim reads tensor pointers and buffer-type names only, writes
-        // the two counts, and catches whatever throws.
-        let rc = unsafe {
-            sys::shim::bmoe_model_weights_in(self.raw(), c"CPU_REPACK".as_ptr(), &mut n, &mut bytes)
-        };
-        if rc == 0 {
-            (n, bytes)
-        } else {
-            (0, 0)
+        for buft in [c"CPU_REPACK", c"AMX"] {
+            let (mut k, mut b) = (0usize, 0u64);
+            // SAFETY: a live model; the shim reads tensor pointers and buffer-type names only,
+            // writes the two counts, and catches whatever throws.
+            let rc = unsafe {
+                sys::shim::bmoe_model_weights_in(self.raw(), buft.as_ptr(), &mut k, &mut b)
+            };
+            if rc != 0 {
+                return (0, 0);
+            }
+            n += k;
+            bytes += b;
         }
+        (n, bytes)
     }
 
     /// llama.cpp's one-line description (`qwen3moe ?B Q4_0`).

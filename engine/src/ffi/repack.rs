@@ -27,7 +27,27 @@ const REPACK_BUFT: &CStr = c"CPU_REPACK";
 const MARKER_BYTES: usize = 64;
 
 /// The owned marker buffer.
-struct Marker(NonNull<sys::ggml_backend_buffer>);
+pub(super) struct Marker(NonNull<sys::ggml_backend_buffer>);
+
+impl Marker {
+    /// A marker buffer of `buft`, marked as weights (as llama.cpp marks its own, so that the
+    /// scheduler and the engine's capture treat tensors bound to it as weights).
+    pub(super) fn alloc(buft: sys::ggml_backend_buffer_type_t) -> Option<Self> {
+        // SAFETY: a live buffer type; NULL means the allocation failed.
+        let b = unsafe { sys::ggml_backend_buft_alloc_buffer(buft, MARKER_BYTES) };
+        let b = NonNull::new(b)?;
+        // SAFETY: our own live buffer.
+        unsafe {
+            sys::ggml_backend_buffer_set_usage(b.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        };
+        Some(Self(b))
+    }
+
+    /// The raw buffer.
+    pub(super) fn raw(&self) -> sys::ggml_backend_buffer_t {
+        self.0.as_ptr()
+    }
+}
 
 // SAFETY: the buffer's only state used after creation is its interface table (immutable); its
 // `set_tensor` writes the tensor passed in, never the buffer.
@@ -77,6 +97,12 @@ unsafe impl Sync for ExpertRepack {}
 
 /// ggml-cpu's extra buffer type named `CPU_REPACK`, from the CPU registry's list.
 fn repack_buft() -> Option<sys::ggml_backend_buffer_type_t> {
+    extra_buft(REPACK_BUFT)
+}
+
+/// ggml-cpu's extra buffer type named `name` (`CPU_REPACK`, `AMX`), from the CPU registry's
+/// list, which llama.cpp's loader walks in order.
+pub(super) fn extra_buft(name: &CStr) -> Option<sys::ggml_backend_buffer_type_t> {
     let cpu = Device::cpu()?;
     // SAFETY: a live registry device; its registry is process-global.
     let reg = unsafe { sys::ggml_backend_dev_backend_reg(cpu.raw()) };
@@ -98,8 +124,8 @@ fn repack_buft() -> Option<sys::ggml_backend_buffer_type_t> {
     // name is a static NUL-terminated string.
     unsafe {
         while !p.is_null() && !(*p).is_null() {
-            let name = sys::ggml_backend_buft_name(*p);
-            if !name.is_null() && CStr::from_ptr(name) == REPACK_BUFT {
+            let n = sys::ggml_backend_buft_name(*p);
+            if !n.is_null() && CStr::from_ptr(n) == name {
                 return Some(*p);
             }
             p = p.add(1);
@@ -130,17 +156,8 @@ fn expert_header(t: TensorPtr) -> sys::ggml_tensor {
 impl CpuRepack {
     /// The marker buffer of the CPU's repacked layout; `None` where ggml-cpu has none.
     pub fn new() -> Option<Self> {
-        let buft = repack_buft()?;
-        // SAFETY: a live buffer type; NULL means the allocation failed.
-        let b = unsafe { sys::ggml_backend_buft_alloc_buffer(buft, MARKER_BYTES) };
-        let b = NonNull::new(b)?;
-        // SAFETY: our own live buffer. Marked as weights, as llama.cpp marks its own, so that
-        // the scheduler and the engine's capture treat tagged tensors as weights.
-        unsafe {
-            sys::ggml_backend_buffer_set_usage(b.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
-        };
         Some(Self {
-            marker: Arc::new(Marker(b)),
+            marker: Arc::new(Marker::alloc(repack_buft()?)?),
         })
     }
 

@@ -83,6 +83,8 @@ pub struct Streamer {
     /// does not repack) it would otherwise be freed under the graph (issue 37's fuzz, seed 4:
     /// `GGML_ASSERT(buft)` at random in the scheduler).
     repack: Option<crate::ffi::repack::CpuRepack>,
+    /// The AMX marker, held likewise while dense weights are converted to its layout.
+    amx: Option<crate::ffi::amx::DenseAmx>,
     n_expert: u32,
     n_expert_used: usize,
     read_all: bool,
@@ -190,6 +192,7 @@ impl Streamer {
             shared,
             dense,
             repack: None,
+            amx: None,
             n_expert: found.n_expert,
             n_expert_used: n_expert_used as usize,
             read_all: opts.read_all_experts,
@@ -289,24 +292,33 @@ impl Streamer {
     /// mapped, in the file's layout). Returns the weights tagged.
     pub fn repack_weights(&mut self, capture: &Capture, quiet: &mut Quiet<'_>) -> Result<usize> {
         let non_matmul = &capture.non_matmul;
+        let mapped = self.dense.is_empty();
+        // AMX first, as llama.cpp's loader walks the CPU's extra buffer types.
+        let amx = repacked::amx_dense(capture, &self.layers, &mut self.dense, quiet)?;
+        let in_amx: Vec<TensorPtr> = amx.as_ref().map(|a| a.1.clone()).unwrap_or_default();
+        self.amx = amx.map(|a| a.0);
         let Some(cpu) = crate::ffi::repack::CpuRepack::new() else {
-            return Ok(0);
+            return Ok(in_amx.len());
         };
         // Mapped dense weights cannot take another layout: those the CPU has a repacked kernel
         // for are copied first (as `anon` would), so every weight the resident load repacks is
         // repacked here too and streamed == resident holds (on ARM, Q8_0 has such kernels).
-        if self.dense.is_empty() {
+        if mapped {
             let layers = &self.layers;
-            let wanted = |w: TensorPtr| !non_matmul.contains(&w.name()) && cpu.chooses(w);
-            self.dense = layers::copy_dense(capture, layers, wanted, quiet)?;
+            let wanted = |w: TensorPtr| {
+                !non_matmul.contains(&w.name()) && !in_amx.contains(&w) && cpu.chooses(w)
+            };
+            // Beside the AMX copies made above.
+            let copies = layers::copy_dense(capture, layers, wanted, quiet)?;
+            self.dense.extend(copies);
         }
-        let mut n = 0;
+        let mut n = in_amx.len();
         for layer in self.layers.values_mut() {
             layer.repacks = repacked::tag_all(&cpu, &layer.tensors, quiet);
             n += layer.repacks.iter().flatten().count();
         }
         for (w, region) in &mut self.dense {
-            if !non_matmul.contains(&w.name()) {
+            if !non_matmul.contains(&w.name()) && !in_amx.contains(w) {
                 n += usize::from(repacked::repack_copy(&cpu, *w, region, quiet)?);
             }
         }

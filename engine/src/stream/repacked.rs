@@ -9,11 +9,18 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
 
 use crate::error::{EngineError, Result};
+use std::collections::BTreeMap;
+
+use crate::ffi::amx::DenseAmx;
+use crate::ffi::error::FfiError;
 use crate::ffi::region::Region;
 use crate::ffi::repack::{CpuRepack, ExpertRepack};
 use crate::ffi::tensor::TensorPtr;
+use crate::graph::Capture;
 use crate::io::DirectReader;
 use crate::weights::table::ExpertMatrix;
+
+use super::layers::Layer;
 use crate::weights::Quiet;
 
 thread_local! {
@@ -234,4 +241,56 @@ pub(super) fn repack_copy(
     rp.repack(&plain, &mut region.as_mut_slice()[..n])
         .map_err(EngineError::Weight)?;
     Ok(true)
+}
+
+/// The dense matmul weights (neither experts nor in `capture.non_matmul`) the resident load puts
+/// in the AMX layout, converted into engine memory of that layout's size and bound there, from
+/// the file's mapping or from their `anon` copy, which the converted one replaces in `dense`.
+/// `None` where this CPU variant has no AMX; else the marker (to keep while they compute) and the
+/// weights converted.
+pub(super) fn amx_dense(
+    capture: &Capture,
+    layers: &BTreeMap<u32, Layer>,
+    dense: &mut Vec<(TensorPtr, Region)>,
+    quiet: &mut Quiet<'_>,
+) -> Result<Option<(DenseAmx, Vec<TensorPtr>)>> {
+    let Some(amx) = DenseAmx::new() else {
+        return Ok(None);
+    };
+    let experts: Vec<TensorPtr> = layers
+        .values()
+        .flat_map(|l| l.tensors.iter().map(|t| t.tensor))
+        .collect();
+    let mut done = Vec::new();
+    for w in capture.weights.values() {
+        if experts.contains(w) || capture.non_matmul.contains(&w.name()) {
+            continue;
+        }
+        let Some(bytes) = amx.takes(*w) else {
+            continue;
+        };
+        let plain = w
+            .bytes(quiet)
+            .ok_or_else(|| {
+                EngineError::Weight(FfiError::Argument(format!(
+                    "{}: not in host memory",
+                    w.name()
+                )))
+            })?
+            .to_vec();
+        let mut r = Region::reserve(bytes).map_err(|e| {
+            EngineError::Weight(FfiError::Argument(format!(
+                "{}: reserving {bytes} bytes for the AMX layout: {e}",
+                w.name()
+            )))
+        })?;
+        amx.convert(*w, &plain, &mut r, quiet)
+            .map_err(EngineError::Weight)?;
+        match dense.iter_mut().find(|(t, _)| t == w) {
+            Some(copy) => copy.1 = r,
+            None => dense.push((*w, r)),
+        }
+        done.push(*w);
+    }
+    Ok(Some((amx, done)))
 }

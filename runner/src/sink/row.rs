@@ -287,8 +287,9 @@ pub struct Row {
     /// for the type) or `off`.
     #[schemars(extend("x-since" = 7))]
     pub repack: String,
-    /// Weight tensors held in the CPU's repacked layout (`CPU_REPACK`) by the model that ran (in
-    /// a streamed run, the expert tensors whose slices are repacked as they are read); 0 = every
+    /// Weight tensors held in one of the CPU's repacked layouts (`CPU_REPACK`; `AMX` where the
+    /// CPU variant has it) by the model that ran (in a streamed run, the expert tensors whose
+    /// slices are repacked as they are read and the dense matrices repacked at load); 0 = every
     /// kernel ran over the file's own layout; empty when the model did not load.
     #[schemars(extend("x-since" = 7, "x-unit" = "tensors"))]
     pub repacked_tensors: Option<u64>,
