@@ -93,8 +93,9 @@ impl DenseAmx {
         yes.then(|| unsafe { sys::ggml_backend_buft_get_alloc_size(self.buft, &w) })
     }
 
-    /// Converts `t` from `src`, its bytes in the file's layout, into `dst` in the AMX layout and
-    /// binds it there; `dst` must hold [`Self::takes`]'s bytes and outlive every compute on `t`.
+    /// Converts `t` (a weight [`Self::takes`]) from `src`, its bytes in the file's layout, into
+    /// `dst` in the AMX layout and binds it there; `dst` must hold the AMX layout's bytes and
+    /// outlive every compute on `t`.
     pub fn convert(
         &self,
         t: TensorPtr,
@@ -102,9 +103,8 @@ impl DenseAmx {
         dst: &mut Region,
         _quiet: &mut Quiet<'_>,
     ) -> Result<(), FfiError> {
-        let need = self.takes(t).ok_or_else(|| {
-            FfiError::Argument(format!("{}: not a matrix of the AMX layout", t.name()))
-        })?;
+        // SAFETY: a live buffer type; `get_alloc_size` reads the tensor's type and shape.
+        let need = unsafe { sys::ggml_backend_buft_get_alloc_size(self.buft, t.raw()) };
         if src.len() != t.nbytes() || dst.len() < need {
             return Err(FfiError::Argument(format!(
                 "{}: converting {} bytes into {} for a tensor of {} ({need} in the AMX layout)",

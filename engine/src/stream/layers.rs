@@ -112,6 +112,14 @@ pub(super) fn bind_regions(
     Ok(shared)
 }
 
+/// Every layer's expert matrices (what is not a dense weight).
+pub(super) fn expert_tensors(layers: &BTreeMap<u32, Layer>) -> Vec<TensorPtr> {
+    layers
+        .values()
+        .flat_map(|l| l.tensors.iter().map(|t| t.tensor))
+        .collect()
+}
+
 /// `dense_weights = anon`: every other weight the graph reads copied into engine-owned memory.
 pub(super) fn copy_dense(
     capture: &Capture,
@@ -120,10 +128,7 @@ pub(super) fn copy_dense(
     quiet: &mut Quiet<'_>,
 ) -> Result<Vec<(TensorPtr, Region)>> {
     let io_err = setup_err("reserving expert memory");
-    let expert_ptrs: Vec<TensorPtr> = layers
-        .values()
-        .flat_map(|l| l.tensors.iter().map(|t| t.tensor))
-        .collect();
+    let expert_ptrs = expert_tensors(layers);
     let mut dense = Vec::new();
     for w in capture
         .weights

@@ -8,9 +8,9 @@ use std::cell::RefCell;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
 
-use crate::error::{EngineError, Result};
 use std::collections::BTreeMap;
 
+use crate::error::{EngineError, Result};
 use crate::ffi::amx::DenseAmx;
 use crate::ffi::error::FfiError;
 use crate::ffi::region::Region;
@@ -19,9 +19,9 @@ use crate::ffi::tensor::TensorPtr;
 use crate::graph::Capture;
 use crate::io::DirectReader;
 use crate::weights::table::ExpertMatrix;
+use crate::weights::Quiet;
 
 use super::layers::Layer;
-use crate::weights::Quiet;
 
 thread_local! {
     /// The file's bytes of the expert being repacked, per reading thread (the largest expert's
@@ -257,10 +257,7 @@ pub(super) fn amx_dense(
     let Some(amx) = DenseAmx::new() else {
         return Ok(None);
     };
-    let experts: Vec<TensorPtr> = layers
-        .values()
-        .flat_map(|l| l.tensors.iter().map(|t| t.tensor))
-        .collect();
+    let experts = super::layers::expert_tensors(layers);
     let mut done = Vec::new();
     for w in capture.weights.values() {
         if experts.contains(w) || capture.non_matmul.contains(&w.name()) {
