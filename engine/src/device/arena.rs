@@ -22,6 +22,10 @@ use crate::telemetry::PrefillDevCounters;
 use crate::weights::table::{ExpertMatrix, WeightTable};
 use crate::weights::{residency, Quiet};
 
+/// The most bytes one host-to-device copy of a run of experts moves: runs stay many enough for
+/// every loader to have one, and a remote device's message stays small.
+const MAX_RUN_BYTES: usize = 16 << 20;
+
 /// What one wide graph has done so far.
 #[derive(Default)]
 struct GraphState {
@@ -308,31 +312,60 @@ impl Arena {
         r
     }
 
+    /// The uploads of layer `il`'s experts `which`, weight by weight: a streamed expert the
+    /// CPU-side cache does not hold is one read from the GGUF; the others come from host memory,
+    /// in runs of neighbours, one copy a run (on a remote device, one message instead of one an
+    /// expert).
     fn expert_jobs(&mut self, il: u32, which: &[bool], ticket: Ticket) -> Vec<Job> {
         let Some(layer) = self.layers.get(&il) else {
             return Vec::new();
         };
         let cached = self.graph.cached.get(&il);
+        // A streamed expert the CPU-side cache holds is in its region, the host binding.
+        let in_cache = |e: usize| cached.is_some_and(|c| c.get(e) == Some(&true));
+        if layer.experts.iter().any(|w| w.file.is_some()) {
+            let held = (0..which.len())
+                .filter(|&e| which[e] && in_cache(e))
+                .count();
+            self.counters.cached_experts += held as u64;
+        }
         let mut jobs = Vec::new();
-        for (e, _) in which.iter().enumerate().filter(|(_, &w)| w) {
-            // A streamed expert the CPU-side cache holds is in its region, the host binding.
-            let in_cache = cached.is_some_and(|c| c.get(e) == Some(&true));
-            if in_cache && layer.experts.iter().any(|w| w.file.is_some()) {
-                self.counters.cached_experts += 1;
-            }
-            for w in &layer.experts {
-                let at = e * w.expert_bytes;
-                let source = match &w.file {
-                    Some(parts) if !in_cache => {
-                        Source::File(ExpertMatrix::pieces(parts, e).collect())
-                    }
-                    _ => Source::Host(w.host, at),
-                };
+        for w in &layer.experts {
+            let from_file = |e: usize| w.file.is_some() && !in_cache(e);
+            let mut e = 0;
+            while e < which.len() {
+                if !which[e] {
+                    e += 1;
+                    continue;
+                }
+                if let Some(parts) = w.file.as_ref().filter(|_| from_file(e)) {
+                    jobs.push(Job {
+                        ticket,
+                        target: Target::Experts {
+                            t: w.t,
+                            first: e,
+                            count: 1,
+                        },
+                        source: Source::File(ExpertMatrix::pieces(parts, e).collect()),
+                        len: w.expert_bytes,
+                    });
+                    e += 1;
+                    continue;
+                }
+                let first = e;
+                let most = (MAX_RUN_BYTES / w.expert_bytes.max(1)).max(1);
+                while e < which.len() && which[e] && !from_file(e) && e - first < most {
+                    e += 1;
+                }
                 jobs.push(Job {
                     ticket,
-                    target: Target::Expert(w.t, e),
-                    source,
-                    len: w.expert_bytes,
+                    target: Target::Experts {
+                        t: w.t,
+                        first,
+                        count: e - first,
+                    },
+                    source: Source::Host(w.host, first * w.expert_bytes),
+                    len: (e - first) * w.expert_bytes,
                 });
             }
         }

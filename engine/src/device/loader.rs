@@ -1,6 +1,6 @@
 //! The arena's loaders (`prefill_loaders`): threads that fill a slot while the device computes out
-//! of the other one. Each job puts one tensor, or one expert of one, into device memory: a copy
-//! from host memory, or an O_DIRECT read from the GGUF handed over through a per-expert view.
+//! of the other one. Each job puts one tensor, or a run of experts of one, into device memory: a
+//! copy from host memory, or an O_DIRECT read from the GGUF handed over through a view of the run.
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -35,8 +35,15 @@ pub enum Source {
 pub enum Target {
     /// The whole tensor.
     Whole(TensorPtr),
-    /// Expert `e` of a 3-D expert tensor.
-    Expert(TensorPtr, usize),
+    /// Experts `first..first + count` of a 3-D expert tensor, which lie one after another in it.
+    Experts {
+        /// The expert tensor.
+        t: TensorPtr,
+        /// The first expert written.
+        first: usize,
+        /// How many experts, from `first` on.
+        count: usize,
+    },
 }
 
 /// One upload.
@@ -280,6 +287,6 @@ fn run(
     };
     match job.target {
         Target::Whole(t) => Ok(t.upload(src)?),
-        Target::Expert(t, e) => Ok(scratch.upload_expert(t, e, src)?),
+        Target::Experts { t, first, count } => Ok(scratch.upload_experts(t, first, count, src)?),
     }
 }

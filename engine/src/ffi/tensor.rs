@@ -404,9 +404,9 @@ pub fn read_ids_anywhere(t: &sys::ggml_tensor) -> Option<Vec<i32>> {
     decode_ids(t, &raw)
 }
 
-/// A small ggml context for per-expert views of a weight, one per loader thread: handing a
-/// backend one expert as a whole tensor lets a repacking backend repack it there, in parallel
-/// across loaders, where a partial write would make it stage the whole tensor.
+/// A small ggml context for views of runs of experts of a weight, one per loader thread: handing a
+/// backend a run of experts as a whole tensor lets a repacking backend repack it there, in
+/// parallel across loaders, where a partial write would make it stage the whole tensor.
 pub struct ViewScratch(std::ptr::NonNull<sys::ggml_context>);
 
 // SAFETY: the context is owned by one loader thread at a time and holds only view headers.
@@ -443,42 +443,63 @@ impl ViewScratch {
         self.0.as_ptr()
     }
 
-    /// Writes `src` as expert `e` of the 3-D weight `t`, through a view of that expert alone.
-    pub fn upload_expert(&mut self, t: TensorPtr, e: usize, src: &[u8]) -> Result<(), FfiError> {
+    /// Writes `src` as experts `first..first + count` of the 3-D weight `t`, through a view of
+    /// those experts alone: one copy (one message on a remote device) for the run.
+    pub fn upload_experts(
+        &mut self,
+        t: TensorPtr,
+        first: usize,
+        count: usize,
+        src: &[u8],
+    ) -> Result<(), FfiError> {
         let ne = t.ne();
         let nb = t.nb();
         if t.buffer().is_null() {
             return Err(FfiError::Argument(format!(
-                "{}: expert {e} uploaded to a tensor bound to no buffer",
-                t.name()
+                "{}: experts {first}..{} uploaded to a tensor bound to no buffer",
+                t.name(),
+                first + count
             )));
         }
-        if e as i64 >= ne[2] || src.len() != nb[2] {
+        if count == 0 || (first + count) as i64 > ne[2] || src.len() != count * nb[2] {
             return Err(FfiError::Argument(format!(
-                "{}: expert {e} of {} bytes asked, the tensor has {} experts of {} bytes",
+                "{}: {count} experts from {first} in {} bytes asked, the tensor has {} experts \
+                 of {} bytes",
                 t.name(),
                 src.len(),
                 ne[2],
                 nb[2]
             )));
         }
-        // SAFETY: the context is ours; the view lies inside `t` (expert e < ne[2], nb[2] bytes);
-        // `t` is bound to a buffer (checked non-null; the arena binds it before queuing this
-        // upload and drains the loaders before unbinding), which `ggml_backend_view_init` requires; `src` holds exactly the view's bytes. The copy is
-        // synchronous, and the slot it writes is not computed on until the arena's wait returns.
+        // SAFETY: the context is ours; the view lies inside `t` (first + count <= ne[2], with t's
+        // own strides, so it covers count * nb[2] bytes from first * nb[2]); `t` is bound to a
+        // buffer (checked non-null; the arena binds it before queuing this upload and drains the
+        // loaders before unbinding), which `ggml_backend_view_init` requires; `src` holds exactly
+        // the view's bytes (checked). The copy is synchronous, and the slot it writes is not
+        // computed on until the arena's wait returns.
         unsafe {
             sys::ggml_reset(self.0.as_ptr());
-            let v = sys::ggml_view_2d(self.0.as_ptr(), t.raw(), ne[0], ne[1], nb[1], e * nb[2]);
+            let v = sys::ggml_view_3d(
+                self.0.as_ptr(),
+                t.raw(),
+                ne[0],
+                ne[1],
+                count as i64,
+                nb[1],
+                nb[2],
+                first * nb[2],
+            );
             if v.is_null() {
                 return Err(FfiError::Ggml(format!(
-                    "{}: no view of expert {e}",
-                    t.name()
+                    "{}: no view of experts {first}..{}",
+                    t.name(),
+                    first + count
                 )));
             }
             let st = sys::ggml_backend_view_init(v);
             if st != sys::GGML_STATUS_SUCCESS {
                 return Err(FfiError::Bind {
-                    tensor: format!("{} (view of expert {e})", t.name()),
+                    tensor: format!("{} (view of experts {first}..{})", t.name(), first + count),
                     status: st,
                 });
             }
