@@ -332,13 +332,14 @@ impl Arena {
         let mut jobs = Vec::new();
         for w in &layer.experts {
             let from_file = |e: usize| w.file.is_some() && !in_cache(e);
+            let most = (MAX_RUN_BYTES / w.expert_bytes.max(1)).max(1);
             let mut e = 0;
             while e < which.len() {
                 if !which[e] {
                     e += 1;
                     continue;
                 }
-                if let Some(parts) = w.file.as_ref().filter(|_| from_file(e)) {
+                if let (Some(parts), true) = (&w.file, from_file(e)) {
                     jobs.push(Job {
                         ticket,
                         target: Target::Experts {
@@ -353,7 +354,6 @@ impl Arena {
                     continue;
                 }
                 let first = e;
-                let most = (MAX_RUN_BYTES / w.expert_bytes.max(1)).max(1);
                 while e < which.len() && which[e] && !from_file(e) && e - first < most {
                     e += 1;
                 }
