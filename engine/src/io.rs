@@ -258,6 +258,61 @@ impl Lanes {
     }
 }
 
+/// MiB/s of random reads of `read_bytes` at multiples of it within the first `size` bytes of the
+/// reader's first file, with `depth` reads in flight (one thread per lane, `depth` at most the
+/// reader's lanes) for `spend`. Each lane walks a fixed-seed LCG of its own, so the offsets differ
+/// between lanes and are the same on every run. A read that fails ends its lane; `Err` when none
+/// completed.
+pub fn random_read_rate(
+    reader: &std::sync::Arc<DirectReader>,
+    read_bytes: usize,
+    size: u64,
+    depth: usize,
+    spend: std::time::Duration,
+) -> std::io::Result<f64> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let done = std::sync::Arc::new(AtomicU64::new(0));
+    let first_err = std::sync::Arc::new(Mutex::new(None));
+    let slots = (size / read_bytes.max(1) as u64).max(1);
+    let t0 = Instant::now();
+    let threads: Vec<_> = (0..depth.clamp(1, reader.lanes()))
+        .map(|lane| {
+            let (reader, stop, done) = (reader.clone(), stop.clone(), done.clone());
+            let first_err = first_err.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; read_bytes];
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ lane as u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let off = (x >> 33) % slots * read_bytes as u64;
+                    if let Err(e) = reader.read(lane, 0, off, &mut buf) {
+                        first_err
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        break;
+                    }
+                    done.fetch_add(read_bytes as u64, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(spend);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    let bytes = done.load(Ordering::Relaxed);
+    if bytes == 0 {
+        let e = first_err.lock().unwrap_or_else(|p| p.into_inner()).take();
+        return Err(e.unwrap_or_else(|| std::io::Error::other("no read completed")));
+    }
+    Ok(bytes as f64 / (1u64 << 20) as f64 / t0.elapsed().as_secs_f64())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

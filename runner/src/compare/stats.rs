@@ -108,6 +108,30 @@ pub fn median_ratio_95(a: &[f64], b: &[f64]) -> (f64, f64) {
     percentile_95(stats)
 }
 
+/// The bootstrap 95% interval of median(t) / (median(r) + median(base)), for `rows` of (t, r)
+/// pairs (a row's time and its floor's part of its own) and an independent sample `base`: each
+/// resample draws n rows whole, then m values of `base`, from the one SplitMix64 stream seeded
+/// with [`SEED`]. Neither may be empty.
+pub fn floor_ratio_95(rows: &[(f64, f64)], base: &[f64]) -> (f64, f64) {
+    let mut rng = SplitMix64(SEED);
+    let (mut t, mut r, mut b) = (Vec::new(), Vec::new(), Vec::new());
+    let n = rows.len() as u64;
+    let stats = (0..RESAMPLES)
+        .map(|_| {
+            t.clear();
+            r.clear();
+            for _ in 0..n {
+                let (ti, ri) = rows[(rng.next() % n) as usize];
+                t.push(ti);
+                r.push(ri);
+            }
+            resample(&mut rng, base, &mut b);
+            median(&mut t) / (median(&mut r) + median(&mut b))
+        })
+        .collect();
+    percentile_95(stats)
+}
+
 /// The mean, summed in order from 0 (so the bootstrap's means are reproducible elsewhere); NaN
 /// when empty.
 pub fn mean(v: &[f64]) -> f64 {

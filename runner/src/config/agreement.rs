@@ -145,9 +145,10 @@ fn generate_flags() -> BTreeMap<String, Vec<String>> {
 #[test]
 fn every_setting_is_a_flag_of_its_own_name_without_a_default() {
     let flags = generate_flags();
-    // The load time limit, the memory limit and the cold start are the runner's (`run` keeps
-    // `--load-timeout`, `--memory-limit`, `--cold-start`): the one-shot commands load in-process.
-    let runners = ["load_timeout_s", "memory_limit", "cold_start"];
+    // The load time limit, the memory limit, the cold start and the disk probe are the runner's
+    // (`run` keeps `--load-timeout`, `--memory-limit`, `--cold-start`; `--set disk_probe=true`):
+    // the one-shot commands load in-process.
+    let runners = ["load_timeout_s", "memory_limit", "cold_start", "disk_probe"];
     for k in KEYS.iter().filter(|k| !runners.contains(k)) {
         let flag = match *k {
             // A bool that defaults to true is turned off by its flag.

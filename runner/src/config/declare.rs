@@ -669,6 +669,17 @@ declare_settings! {
             r#"before the point's model loads, its file's pages are dropped from the page cache (`posix_fadvise(DONTNEED)`; a model the runner still holds from the previous point is released first), so the load and the first token read from storage: a phone's cold start. Pages another process maps stay. On with any `memory_limit`; `--cold-start` on `bmoe run`"#,
         );
     }
+    engine {
+        /// Measure the storage's random-read rate before the point loads, for the floor
+        /// `bmoe report` puts a streamed point's decode against.
+        disk_probe: bool = false;
+        schema [];
+        flag [#[arg(skip)]] disk_probe: bool => |v| v.then_some(json!(true));
+        engine |s, load, session| ();
+        docs ("bool", "false", "none (the runner's)",
+            r#"before the point's model loads (after its cold start), `bmoe run` reads the model file for 2 s in random `O_DIRECT` reads of one expert matrix's mean size (the largest layer's routed expert bytes over its experts and three matrices, rounded up to 4 KiB), `io_threads` reads in flight (the reader lanes a decode node's misses use): the rate decode's misses can be read at, measured in the same sitting as the point, since a machine's storage rate moves within an hour. Rows record it (`disk_mib_s`), and `bmoe report` gives each streamed point that has it its decode time against the floor: decode's own reads a token at that rate plus the reference point's decode time a token (its `decode x floor` column; docs/report.md). A probe that cannot run (no `O_DIRECT` on the file system) is said on stderr and leaves the column empty. Nothing else changes: the reads bypass the page cache. `--set disk_probe=true` on `bmoe run`"#,
+        );
+    }
 }
 
 /// The default of `load_timeout_s`: a 30 GB model read at 20 MB/s (a slow phone's flash, a busy
@@ -783,8 +794,9 @@ pub static RECORDED_SETTINGS: std::sync::LazyLock<Vec<String>> = std::sync::Lazy
 
 /// Layered keys recorded in the `settings` cell but not compared: they cannot change a row's
 /// result, speed or memory (a load's time limit only decides when a stuck load is given up; a
-/// routing trace only records what ran), so two runs that differ in them ran alike.
-pub const OUTSIDE_THE_RESULT: &[&str] = &["load_timeout_s", "routing_trace"];
+/// routing trace only records what ran; a disk probe reads before the load, past the page cache),
+/// so two runs that differ in them ran alike.
+pub const OUTSIDE_THE_RESULT: &[&str] = &["load_timeout_s", "routing_trace", "disk_probe"];
 
 /// The `settings` cell: every layered value, as configured (`"auto"` kept), one compact JSON
 /// object in declaration order; its schema (ranges, enums) is `Settings`' own.

@@ -114,6 +114,33 @@ pub struct Speedup {
 /// table shows.
 pub const SPEEDUP_METHOD: &str = "bootstrap of the ratio of medians, each group's rows resampled apart, 2000 resamples, SplitMix64 seed 20250933, percentile 95%";
 
+/// A streamed point's decode time a token against its floor: decode's own reads a token at the
+/// storage rate probed before the point (`disk_probe`), plus the reference point's decode time a
+/// token (its compute, with every expert in memory).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Floor {
+    /// The reference point's label (the compute floor).
+    pub reference: String,
+    /// This point's median decode time a token over (median read floor + the reference's
+    /// median decode time a token): 1.0 is the floor itself.
+    pub value: f64,
+    /// Lower end of its 95% interval ([`FLOOR_METHOD`]).
+    pub low: f64,
+    /// Upper end of its 95% interval.
+    pub high: f64,
+    /// This point's median decode time a token, ms.
+    pub decode_ms: f64,
+    /// Median over its rows of decode's reads a token at the row's probed rate, ms.
+    pub read_ms: f64,
+    /// The reference's median decode time a token, ms.
+    pub compute_ms: f64,
+    /// How the interval was computed.
+    pub interval_method: &'static str,
+}
+
+/// How the floor ratio's interval is computed.
+pub const FLOOR_METHOD: &str = "bootstrap of median(decode s/token) / (median(read s/token) + the reference's median decode s/token), the point's rows resampled whole and the reference's apart, 2000 resamples, SplitMix64 seed 20250933, percentile 95%";
+
 /// Agreement on `best` with the reference point.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Agreement {
@@ -190,6 +217,9 @@ pub struct Group {
     /// job's points); absent where `speedup` is prefill's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefill_speedup: Option<Speedup>,
+    /// Decode against its floor (a streamed point with `disk_probe` on; not on the reference).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<Floor>,
     /// Perplexity against the reference point.
     pub ppl_change: Option<PplChange>,
     /// Row indices into [`Data::recs`] (not serialized).

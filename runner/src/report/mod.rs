@@ -3,6 +3,7 @@
 //! and requirements, written back as a TOML overlay.
 pub mod best;
 mod error;
+mod floor;
 pub mod group;
 pub mod input;
 pub mod metrics;

@@ -6,7 +6,7 @@ use comfy_table::{presets::ASCII_MARKDOWN, Table};
 use serde_json::json;
 
 use super::best::render as render_best;
-use super::group::{Agreement, Group, PplChange, Speedup, Stat};
+use super::group::{Agreement, Floor, Group, PplChange, Speedup, Stat};
 use super::metrics::METRICS;
 use super::Report;
 
@@ -121,6 +121,14 @@ fn speedup_cell(s: Option<&Speedup>) -> String {
     })
 }
 
+/// A floor cell: decode over its floor with the 95% interval, then the parts in ms a token.
+fn floor_cell(f: &Floor) -> String {
+    format!(
+        "{:.2}x [{:.2}, {:.2}] ({:.1} ms / ({:.1} + {:.1}))",
+        f.value, f.low, f.high, f.decode_ms, f.read_ms, f.compute_ms
+    )
+}
+
 /// The columns of one (job, profile) table: what at least one of its groups measured.
 struct Columns<'a> {
     metrics: Vec<&'static (&'static str, &'static str, &'static str)>,
@@ -128,6 +136,7 @@ struct Columns<'a> {
     agreement: Option<&'a Agreement>,
     speedup: Option<&'a Speedup>,
     prefill_speedup: Option<&'a Speedup>,
+    floor: Option<&'a Floor>,
     ppl: Option<&'a PplChange>,
     headroom: bool,
 }
@@ -143,6 +152,7 @@ impl<'a> Columns<'a> {
             agreement: gs.iter().find_map(|g| g.agreement.as_ref()),
             speedup: gs.iter().find_map(|g| g.speedup.as_ref()),
             prefill_speedup: gs.iter().find_map(|g| g.prefill_speedup.as_ref()),
+            floor: gs.iter().find_map(|g| g.floor.as_ref()),
             ppl: gs.iter().find_map(|g| g.ppl_change.as_ref()),
             headroom: gs
                 .iter()
@@ -159,6 +169,9 @@ impl<'a> Columns<'a> {
                 m => m.trim_end_matches("_tps"),
             };
             head.push(format!("{what} speed-up vs {}", s.reference));
+        }
+        if let Some(f) = self.floor {
+            head.push(format!("decode x floor (read + {})", f.reference));
         }
         if self.headroom {
             head.push("RAM headroom MiB".into());
@@ -192,6 +205,9 @@ impl<'a> Columns<'a> {
         }
         if self.speedup.is_some() {
             cells.push(speedup_cell(g.speedup.as_ref()));
+        }
+        if self.floor.is_some() {
+            cells.push(g.floor.as_ref().map_or("-".into(), floor_cell));
         }
         if self.headroom {
             let h = g
@@ -234,7 +250,7 @@ fn markdown(r: &Report) -> String {
     for (k, v) in r.provenance.lines() {
         let _ = writeln!(s, "- {k}: {v}");
     }
-    s.push_str("\nCells: median (p10..p90) over the group's rows; `-` = not measured; accuracy: mean over items of each item's repeats, ± lm-eval's standard error; then the change against the reference point over the items both have, with its 95% interval (paired bootstrap, 2000 resamples, fixed seed: as `bmoe compare`); speed-up: the median over the reference's, with its 95% interval [low, high] (bootstrap, each point's rows resampled apart).\n");
+    s.push_str("\nCells: median (p10..p90) over the group's rows; `-` = not measured; accuracy: mean over items of each item's repeats, ± lm-eval's standard error; then the change against the reference point over the items both have, with its 95% interval (paired bootstrap, 2000 resamples, fixed seed: as `bmoe compare`); speed-up: the median over the reference's, with its 95% interval [low, high] (bootstrap, each point's rows resampled apart); decode x floor (a streamed point with `disk_probe`): its median decode time a token over the floor, decode's own reads a token at the rate probed before it plus the reference's median decode time a token, with its 95% interval and the three in ms.\n");
     for ((job, profile), gs) in tables(r) {
         let _ = writeln!(s, "\n## job {job} on profile {profile}\n");
         let (head, rows) = table_rows(r, &gs);
@@ -325,7 +341,7 @@ fn html_head(s: &mut String, r: &Report) {
     for (k, v) in r.provenance.lines() {
         let _ = writeln!(s, "<li>{}: {}</li>", esc(k), esc(&v));
     }
-    s.push_str("</ul>\n<p>Cells: median (p10..p90) over the group's rows; - = not measured; speed-up: the median over the reference's, with its 95% interval [low, high].</p>\n");
+    s.push_str("</ul>\n<p>Cells: median (p10..p90) over the group's rows; - = not measured; speed-up: the median over the reference's, with its 95% interval [low, high]; decode x floor: decode's time a token over (its reads at the probed disk rate + the reference's decode time a token).</p>\n");
 }
 
 /// One table per (job, profile), the best point's row marked.

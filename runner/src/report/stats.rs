@@ -154,6 +154,7 @@ fn summarise(
             .collect(),
         speedup: None,
         prefill_speedup: None,
+        floor: None,
         ppl_change: None,
         settings: configured_settings(d, &members),
         members,
@@ -238,6 +239,7 @@ pub fn groups(d: &Data, reference: Option<&str>) -> Result<Vec<Group>, ReportErr
         agreement(d, &mut out, &idx, ref_i);
         accuracy_change(&mut out, &idx, ref_i);
         speedup(d, &mut out, &idx, ref_i);
+        super::floor::floor(d, &mut out, &idx, ref_i);
         ppl_change(d, &mut out, &idx, ref_i);
     }
     Ok(out)

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The version of the column set this build writes (the `schema_version` column). Bump it whenever
 /// a column is appended; a file without the column was written by version 1.
-pub const SCHEMA_VERSION: u32 = 11;
+pub const SCHEMA_VERSION: u32 = 12;
 
 pub use crate::config::declare::{RECORDED_SETTINGS, SETTINGS_COLUMN};
 
@@ -338,6 +338,15 @@ pub struct Row {
     /// `memory.max_usage_in_bytes`, v2 `memory.peak`); empty without a limit.
     #[schemars(extend("x-since" = 11, "x-unit" = "MiB"))]
     pub memory_peak_mib: Option<f64>,
+    // ---- schema 12 ----
+    /// Expert bytes read from storage while this item decoded (its prompt's reads left out),
+    /// / 2^20: what decode's speed depends on. Empty without `moe_stream`.
+    #[schemars(extend("x-since" = 12, "x-unit" = "MiB"))]
+    pub decode_read_mib: Option<f64>,
+    /// The storage's random O_DIRECT read rate measured before the point loaded (`disk_probe`),
+    /// at `io_threads` reads in flight; empty without the probe.
+    #[schemars(extend("x-since" = 12, "x-unit" = "MiB/s"))]
+    pub disk_mib_s: Option<f64>,
 }
 }
 

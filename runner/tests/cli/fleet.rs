@@ -61,10 +61,10 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
     let o = p.bmoe(&["run", "jobs/demo.toml", "--run-id", "new"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    let note = "runs/demo.csv was written by an older bmoe (schema 1); this build writes schema 11: appending to runs/demo.v11.csv instead";
+    let note = "runs/demo.csv was written by an older bmoe (schema 1); this build writes schema 12: appending to runs/demo.v12.csv instead";
     assert_eq!(out.matches(note).count(), 1, "{out}");
     assert!(
-        out.contains("3 rows appended to runs/demo.v11.csv"),
+        out.contains("3 rows appended to runs/demo.v12.csv"),
         "{out}"
     );
     assert_eq!(
@@ -72,7 +72,7 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
         old,
         "the older file is never written"
     );
-    let new = p.read("runs/demo.v11.csv");
+    let new = p.read("runs/demo.v12.csv");
     assert_eq!(data_lines(&new).len(), 3);
     let rows = rows_by_key(&new);
     let devices = p.bmoe(&["devices", "--json"]);
@@ -82,7 +82,7 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
         .unwrap()
         .to_string();
     for r in rows.values() {
-        assert_eq!(r["schema_version"], "11");
+        assert_eq!(r["schema_version"], "12");
         // Schema 10: every layered setting in one JSON cell, and its hash.
         assert!(
             r["settings"].starts_with("{\"threads\":"),
@@ -121,8 +121,8 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
     // older build prefilled in 512-wide pieces, this one on the 64-token grid (docs/benchmarks.md,
     // "Exact reuse on a 64-token grid, padded tails"), which rounds a longer prompt differently.
     for (a, b) in [
-        ("runs/demo.csv", "runs/demo.v11.csv"),
-        ("runs/demo.v11.csv", "runs/demo.csv"),
+        ("runs/demo.csv", "runs/demo.v12.csv"),
+        ("runs/demo.v12.csv", "runs/demo.csv"),
     ] {
         let o = p.bmoe(&["compare", a, b]);
         let out = text(&o);
@@ -133,7 +133,7 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
     // A second run appends to the versioned file without a second note about it being new.
     let o = p.bmoe(&["run", "jobs/demo.toml", "--run-id", "new2", "-q"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(data_lines(&p.read("runs/demo.v11.csv")).len(), 6);
+    assert_eq!(data_lines(&p.read("runs/demo.v12.csv")).len(), 6);
 
     // Generate rows of the older build compare too (text identical), and carry sampling now.
     // The fixture was written by the AVX2 build and its text is compared bit for bit, so this run
@@ -146,11 +146,11 @@ fn an_older_builds_csv_is_compared_resumed_and_appended_to() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    let o = p.bmoe(&["compare", "runs/generate.csv", "runs/generate.v11.csv"]);
+    let o = p.bmoe(&["compare", "runs/generate.csv", "runs/generate.v12.csv"]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains("generations: 2/2 identical text"), "{out}");
-    for r in rows_by_key(&p.read("runs/generate.v11.csv")).values() {
+    for r in rows_by_key(&p.read("runs/generate.v12.csv")).values() {
         assert_eq!(
             (
                 r["temperature"].as_str(),
@@ -625,7 +625,7 @@ fn bad_fleet_input_is_refused_before_anything_is_written() {
     let o = p.bmoe(&["merge", "runs/c.csv", "runs/d.csv", "-o", "runs/all.csv"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        text(&o).contains("runs/c.csv is schema 1 but runs/d.csv is schema 11"),
+        text(&o).contains("runs/c.csv is schema 1 but runs/d.csv is schema 12"),
         "{}",
         text(&o)
     );

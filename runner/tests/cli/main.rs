@@ -20,6 +20,7 @@ mod decisions;
 mod demo;
 mod deploy;
 mod direct_cli;
+mod disk_floor;
 mod examples;
 mod fleet;
 mod fuzz_corpus;

@@ -2,9 +2,8 @@
 //! their frequencies, page size, kernel, whether page moves work, the storage's O_DIRECT random
 //! read rate at an expert slice's size, what can be seen of a Hexagon NPU), written as a profile.
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bmoe_engine::io::DirectReader;
 
@@ -113,39 +112,10 @@ pub fn write_scratch(path: &Path, bytes: u64) -> std::io::Result<()> {
 }
 
 /// MiB/s of random aligned reads of `plan.read_bytes` with `depth` reads in flight (one thread
-/// per read, each on its own reader lane), over `plan.per_depth`.
+/// per read, each on its own reader lane), over `plan.per_depth`; 0 where no read completed.
 fn read_rate(reader: &Arc<DirectReader>, plan: &ReadPlan, size: u64, depth: usize) -> f64 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let slots = (size / plan.read_bytes as u64).max(1);
-    let t0 = Instant::now();
-    let threads: Vec<_> = (0..depth)
-        .map(|lane| {
-            let (reader, stop, done) = (reader.clone(), stop.clone(), done.clone());
-            let n = plan.read_bytes;
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; n];
-                // A fixed-seed LCG per lane: the offsets differ between lanes and runs alike.
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ lane as u64;
-                while !stop.load(Ordering::Relaxed) {
-                    x = x
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    let off = (x >> 33) % slots * n as u64;
-                    if reader.read(lane, 0, off, &mut buf).is_err() {
-                        break;
-                    }
-                    done.fetch_add(n as u64, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(plan.per_depth);
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        let _ = t.join();
-    }
-    done.load(Ordering::Relaxed) as f64 / (1u64 << 20) as f64 / t0.elapsed().as_secs_f64()
+    bmoe_engine::io::random_read_rate(reader, plan.read_bytes, size, depth, plan.per_depth)
+        .unwrap_or(0.0)
 }
 
 /// Measures this machine; `plan` says what file the storage test reads.

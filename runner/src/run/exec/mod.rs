@@ -1,11 +1,13 @@
 //! `bmoe run`: one engine session per (job, profile point), one record and one CSV row per item,
 //! resumable by run id, stoppable between rows. The run's steps, each in its file: what a resumed
 //! run already has (`resume.rs`), what every unit shares (`context.rs`), the model kept between
-//! units (`models.rs`), one unit's items run (`unit.rs`), a row filled (`row.rs`), the totals
+//! units (`models.rs`), the storage's rate before a point loads (`disk_probe.rs`), one unit's
+//! items run (`unit.rs`), a row filled (`row.rs`), the totals
 //! (`summary.rs`); a limited point in a child process inside its memory cgroup (`isolated.rs`,
 //! the child's side in `child.rs`, what they say to each other in `wire.rs`).
 mod child;
 mod context;
+mod disk_probe;
 mod isolated;
 mod models;
 mod resume;

@@ -43,10 +43,12 @@ pub(super) fn run_unit(
     if cold_start(unit) {
         drop_pages(out, models, &lj.model);
     }
+    let disk = probe_disk(out, unit, &lj.model);
     let outcome = models.load(&ctx.rss, &unit.placement, probe_error, &lj.model, limit);
     let reused = outcome.reused;
     let loaded = models.loaded(outcome.result);
-    let base = unit_base_row(ctx, lj, unit, &loaded, outcome.load_s, reused)?;
+    let mut base = unit_base_row(ctx, lj, unit, &loaded, outcome.load_s, reused)?;
+    base.disk_mib_s = disk;
     let model = match loaded {
         Ok(m) => m,
         Err(why) => return refuse_unit(out, &write_to, pending, &base, &why),
@@ -84,6 +86,25 @@ pub(super) fn run_unit(
 fn cold_start(unit: &Unit) -> bool {
     let s = &unit.resolved.settings;
     s.cold_start || s.memory_limit != crate::config::values::MemoryLimit::None
+}
+
+/// The storage's read rate when the point asks for it (`disk_probe`), at its reader lanes; a
+/// probe that cannot run is said and leaves the rows' `disk_mib_s` empty.
+fn probe_disk(out: &Out, unit: &Unit, model: &Path) -> Option<f64> {
+    let s = &unit.resolved.settings;
+    if !s.disk_probe {
+        return None;
+    }
+    let lanes = s.io_threads.or(crate::config::values::AUTO_IO_THREADS) as usize;
+    match super::disk_probe::disk_rate(model, lanes) {
+        Ok(rate) => Some((rate * 10.0).round() / 10.0),
+        Err(e) => {
+            let shown = crate::config::paths::display_path(model);
+            out.progress
+                .println(&format!("bmoe: disk_probe: {shown}: {e}"));
+            None
+        }
+    }
 }
 
 /// Drops the model file's pages from the page cache, the held model released first (pages a
@@ -348,6 +369,7 @@ pub(super) fn run_item(
                 return Ok(false);
             }
             fill_common(row, &r.timing, &r.stream, &r.prefill_dev);
+            row.decode_read_mib = row.moe_stream.then(|| r.decode_stream.read_mib());
             row.ttft_s = (r.timing.n_decoded > 0).then_some(r.timing.first_token_s);
             row.stopped_eog = r.stopped_eog;
             row.stopped = r.stopped.as_str().to_string();
