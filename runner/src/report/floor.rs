@@ -20,8 +20,26 @@ fn row_floor(d: &Data, r: &Rec) -> Option<(f64, f64)> {
     Some((1.0 / tps, read / tokens / rate))
 }
 
-/// The floor of each group in `idx` but the reference's, where its rows have what it needs.
+/// Whether a reference row can stand for the compute floor, every expert in memory: not
+/// streamed, and under no memory limit smaller than its model (llama.cpp's mmap path under a cap
+/// waits on the page cache, which is no floor).
+fn resident(d: &Data, r: &Rec) -> bool {
+    let limit = d.num(r, "memory_limit_mib");
+    let roomy = match (limit, d.num(r, "model_bytes")) {
+        (None, _) => true,
+        (Some(mib), Some(bytes)) => mib * (1u64 << 20) as f64 >= bytes,
+        (Some(_), None) => false,
+    };
+    r.moe_stream == Some(false) && roomy
+}
+
+/// The floor of each group in `idx` but the reference's, where its rows have what it needs and
+/// every row of the reference is resident.
 pub(super) fn floor(d: &Data, out: &mut [Group], idx: &[usize], ref_i: usize) {
+    let rows = out[ref_i].members.iter().map(|&i| &d.recs[i]);
+    if rows.filter(|r| !r.failed).any(|r| !resident(d, r)) {
+        return;
+    }
     let base: Vec<f64> = metric_values(d, &out[ref_i], "decode_tps")
         .iter()
         .map(|v| 1.0 / v)

@@ -107,3 +107,53 @@ fn a_probed_streamed_point_is_put_against_its_floor() {
         "{md}"
     );
 }
+
+/// A hand-written CSV: a streamed point with its probe, and three references, of which only the
+/// resident one without a memory limit below its model is a compute floor.
+#[test]
+fn only_a_resident_reference_is_a_compute_floor() {
+    let p = Project::new();
+    let mut csv = String::from(
+        "job,profile,point,item,run_id,moe_stream,tokens,tok_s,decode_read_mib,disk_mib_s,memory_limit_mib,model_bytes\n",
+    );
+    for run in ["r1", "r2", "r3"] {
+        // Streamed: 100 ms a token, 80 MiB a token read at 1000 MiB/s (80 ms).
+        csv += &format!("j,p,streamed,a,{run},true,10,10,800,1000,1200,4000000000\n");
+        // Resident, 20 ms a token: the floor is 100 / (80 + 20) = 1.0x.
+        csv += &format!("j,p,resident,a,{run},false,10,50,,1000,,4000000000\n");
+        // llama.cpp's mmap path under a 1200 MiB cap, and a streamed reference.
+        csv += &format!("j,p,mmap,a,{run},false,10,0.1,,1000,1200,4000000000\n");
+        csv += &format!("j,p,streamed2,a,{run},true,10,12,700,1000,,4000000000\n");
+    }
+    p.write("runs/hand.csv", &csv);
+    let floor_of = |reference: &str| {
+        let o = p.bmoe(&[
+            "report",
+            "runs/hand.csv",
+            "--format",
+            "json",
+            "--reference",
+            reference,
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("report JSON");
+        let g = doc["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["label"] == "streamed")
+            .cloned();
+        g.expect("the streamed group")["floor"].clone()
+    };
+    let f = floor_of("resident");
+    assert!((f["value"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{f}");
+    assert!((f["read_ms"].as_f64().unwrap() - 80.0).abs() < 1e-9, "{f}");
+    assert!(
+        floor_of("mmap").is_null(),
+        "a capped mmap path is no compute floor"
+    );
+    assert!(
+        floor_of("streamed2").is_null(),
+        "a streamed point is no compute floor"
+    );
+}
