@@ -2,7 +2,7 @@
 //! storage records its O_DIRECT read rate, a streamed row its decode's own reads, and `bmoe
 //! report` puts each streamed point's decode against (its reads at that rate + the reference's
 //! decode time a token), a value recomputed here from the rows.
-use crate::common::{csv_rows, text, Project};
+use crate::common::{cell as num, csv_rows, json, median, text, Project};
 
 /// A generate job on the tiny model, resident against streamed with no expert cache (every
 /// routed expert read each token), both probing the disk.
@@ -22,22 +22,6 @@ moe_stream = [false, true]
 cache_mb = 0
 disk_probe = true
 "#;
-
-fn num(r: &std::collections::BTreeMap<String, String>, col: &str) -> f64 {
-    r[col]
-        .parse()
-        .unwrap_or_else(|_| panic!("{col} is not a number: {r:?}"))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 #[test]
 fn a_probed_streamed_point_is_put_against_its_floor() {
@@ -64,7 +48,7 @@ fn a_probed_streamed_point_is_put_against_its_floor() {
 
     let o = p.bmoe(&["report", "runs/floor.csv", "--format", "json"]);
     assert!(o.status.success(), "{}", text(&o));
-    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("report JSON");
+    let doc = json(&o);
     let groups = doc["groups"].as_array().expect("groups");
     let point = |label: &str| {
         groups
@@ -136,7 +120,7 @@ fn only_a_resident_reference_is_a_compute_floor() {
             reference,
         ]);
         assert!(o.status.success(), "{}", text(&o));
-        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("report JSON");
+        let doc = json(&o);
         let g = doc["groups"]
             .as_array()
             .unwrap()

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use bmoe_synth::{write_model, Preset, SynthArch, SynthSpec};
 
 use crate::common::cgroup::Group;
-use crate::common::{csv_rows, text, Project};
+use crate::common::{cell as mib, csv_rows, text, Project};
 
 /// Whether this machine can make memory groups (root, cgroup v1's memory controller).
 fn cgroups_here() -> bool {
@@ -53,12 +53,6 @@ fn big_model(p: &Project) -> PathBuf {
     };
     write_model(&spec, &path).expect("write the model");
     path
-}
-
-fn mib(r: &std::collections::BTreeMap<String, String>, col: &str) -> f64 {
-    r[col]
-        .parse()
-        .unwrap_or_else(|_| panic!("{col} is not a number: {r:?}"))
 }
 
 #[test]

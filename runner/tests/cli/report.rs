@@ -4,7 +4,7 @@
 use crate::common;
 use std::collections::BTreeMap;
 
-use common::{csv_rows, text, Project};
+use common::{csv_rows, median, text, Project};
 
 /// The repository's profiles/ and jobs/ beside the tiny model, the sweep given repeats.
 fn sweep_project(warmup: u32, repeat: u32) -> Project {
@@ -27,17 +27,6 @@ fn sweep_project(warmup: u32, repeat: u32) -> Project {
     );
     p.write("jobs/sweep-cache.toml", &job);
     p
-}
-
-/// The median, computed independently of the report's quantile code.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn close(a: f64, b: f64) -> bool {

@@ -233,3 +233,22 @@ pub fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(o)))
 }
+
+/// The median, computed independently of the report's quantile code (the mean of the two middle
+/// values for an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// A numeric cell of a row from [`csv_rows`]; panics, naming the column, where it is not one.
+pub fn cell(r: &BTreeMap<String, String>, col: &str) -> f64 {
+    r[col]
+        .parse()
+        .unwrap_or_else(|_| panic!("{col} is not a number: {r:?}"))
+}
