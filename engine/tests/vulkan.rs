@@ -317,18 +317,21 @@ fn explain_puts_the_matmuls_on_vulkan() {
     }
 }
 
-/// A replay of 50 decisions (growing histories, repeats, a divergence) keeps every `best` the CPU
-/// chose when its wide pieces run on Vulkan0; the log-prob drift is printed, as `bmoe compare`
-/// prices it.
+/// A replay of the tests' decision trace keeps every `best` the CPU chose when its wide pieces run
+/// on Vulkan0; the log-prob drift is printed, as `bmoe compare` prices it. The trace's first
+/// [`ON_VULKAN`] decisions hold every case it has (growing histories, two repeats, two shrinks,
+/// two mid-word divergences) at a third of the whole trace's time on lavapipe (47 s against
+/// 159 s); the CPU replays all 50 in decide_gates.rs.
 #[test]
 #[ignore = "needs the Vulkan module and lavapipe: scripts/test-vulkan"]
-fn fifty_decisions_on_vulkan_keep_the_cpus_best() {
+fn trace_decisions_on_vulkan_keep_the_cpus_best() {
     let vk = vulkan();
     let path = routed();
     let replay = |m: &Model| {
         let mut s = m.session(&narrow()).unwrap();
         common::trace()
             .iter()
+            .take(ON_VULKAN)
             .map(|r| s.decide(r).unwrap())
             .collect::<Vec<_>>()
     };
@@ -336,14 +339,19 @@ fn fifty_decisions_on_vulkan_keep_the_cpus_best() {
     let m = on(&path, None, device(&vk, true));
     let dev = replay(&m);
     assert!(m.prefill_dev_counters().tokens > 0);
-    assert_eq!(cpu.len(), 50);
+    assert_eq!(cpu.len(), ON_VULKAN);
     let drift = cpu
         .iter()
         .zip(&dev)
         .flat_map(|(c, d)| c.choice_logp.iter().zip(&d.choice_logp))
         .fold(0f64, |a, (c, d)| a.max((c - d).abs()));
     let min_margin = cpu.iter().fold(f64::INFINITY, |a, c| a.min(c.margin));
-    eprintln!("50 decisions on {vk}: log-prob drift up to {drift:.3e}; smallest CPU margin {min_margin:.3e}");
-    let flipped: Vec<usize> = (0..50).filter(|&i| cpu[i].best != dev[i].best).collect();
+    eprintln!("{ON_VULKAN} decisions on {vk}: log-prob drift up to {drift:.3e}; smallest CPU margin {min_margin:.3e}");
+    let flipped: Vec<usize> = (0..ON_VULKAN)
+        .filter(|&i| cpu[i].best != dev[i].best)
+        .collect();
     assert!(flipped.is_empty(), "best changed on {flipped:?}");
 }
+
+/// How many of the trace's decisions the Vulkan replay runs.
+const ON_VULKAN: usize = 16;
