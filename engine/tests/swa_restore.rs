@@ -16,15 +16,17 @@ fn gemma() -> Option<PathBuf> {
     common::gemma3()
 }
 
-/// One-token pieces: the context then holds few sequences (n_seq_max = min(16, n_batch), and the
-/// batch is kept at 2 or more for whole-choice scoring), so the sliding-window cache is a little
-/// over 512 cells and a ~1,300-token prompt wraps it: the earliest positions' cells are overwritten.
+/// Two-token pieces: the context then holds few sequences (n_seq_max = min(16, n_batch), and the
+/// batch is kept at 2 or more for whole-choice scoring, so one-token pieces give the same cache),
+/// so the sliding-window cache is a little over 512 cells and a ~1,300-token prompt wraps it: the
+/// earliest positions' cells are overwritten. Four-token pieces hold four sequences, and the
+/// window no longer drops what the prefix needs (the decision extends; seen failing).
 fn opts(reuse: PrefixReuse) -> SessionOptions {
     SessionOptions {
         threads: 1,
         n_ctx: 2048,
-        n_ubatch: 1,
-        n_ubatch_device: 1,
+        n_ubatch: 2,
+        n_ubatch_device: 2,
         prefix_reuse: reuse,
         ..Default::default()
     }
