@@ -5,7 +5,7 @@
 //! its group.
 use crate::common;
 
-use common::{json, repo_root, text};
+use common::{json, repo_root, report_group, text};
 
 /// One row of the table, its cells trimmed of their backquotes.
 struct Claim {
@@ -69,12 +69,7 @@ fn every_current_result_is_what_its_csv_gives() {
         let o = cmd.args(["--reference", &c.reference]).output().unwrap();
         assert!(o.status.success(), "{}: {}", c.csv, text(&o));
         let d = json(&o);
-        let g = d["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["label"] == c.point.as_str())
-            .unwrap_or_else(|| panic!("{}: no point {}", c.csv, c.point));
+        let g = report_group(&d, "label", &c.point);
         // The phase column names the metric: prefill and decode rates, decide's decisions.
         let metric = match c.phase.as_str() {
             "decision" => "decisions_per_s".to_string(),

@@ -3,7 +3,7 @@
 //! (same seed), the flipped items are listed, and `--fail-on-regression` exits 1 on a lossy
 //! replay (`n_expert_used` halved) and 0 against itself.
 use crate::common;
-use common::{data_lines, json, repo_root, text, Project};
+use common::{data_lines, json, repo_root, report_group, text, Project};
 
 /// A decide job over `n` decisions that carry an expected answer, each with its own four
 /// choices (so halving the experts changes some `best`).
@@ -166,12 +166,7 @@ fn interval_and_flips_match_python_and_the_gate_trips_on_a_lossy_replay() {
     p.write("runs/points.csv", &both);
     let o = p.bmoe(&["report", "runs/points.csv", "--format", "json"]);
     let v = json(&o);
-    let lossy = v["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["point"] == "lossy")
-        .unwrap_or_else(|| panic!("{v}"));
+    let lossy = report_group(&v, "point", "lossy");
     let c = &lossy["accuracy_change"];
     assert_eq!(c["reference"], "base", "{c}");
     for f in ["change", "low", "high"] {

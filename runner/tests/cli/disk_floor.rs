@@ -2,7 +2,7 @@
 //! storage records its O_DIRECT read rate, a streamed row its decode's own reads, and `bmoe
 //! report` puts each streamed point's decode against (its reads at that rate + the reference's
 //! decode time a token), a value recomputed here from the rows.
-use crate::common::{cell as num, csv_rows, json, median, text, Project};
+use crate::common::{cell as num, csv_rows, json, median, report_group, text, Project};
 
 /// A generate job on the tiny model, resident against streamed with no expert cache (every
 /// routed expert read each token), both probing the disk.
@@ -49,13 +49,7 @@ fn a_probed_streamed_point_is_put_against_its_floor() {
     let o = p.bmoe(&["report", "runs/floor.csv", "--format", "json"]);
     assert!(o.status.success(), "{}", text(&o));
     let doc = json(&o);
-    let groups = doc["groups"].as_array().expect("groups");
-    let point = |label: &str| {
-        groups
-            .iter()
-            .find(|g| g["label"] == label)
-            .unwrap_or_else(|| panic!("no group {label}: {doc}"))
-    };
+    let point = |label: &str| report_group(&doc, "label", label);
     assert!(point("moe_stream=false").get("floor").is_none());
     let f = &point("moe_stream=true")["floor"];
     // Recomputed from the rows: the medians of decode's time a token and of its reads' time at
@@ -120,14 +114,7 @@ fn only_a_resident_reference_is_a_compute_floor() {
             reference,
         ]);
         assert!(o.status.success(), "{}", text(&o));
-        let doc = json(&o);
-        let g = doc["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["label"] == "streamed")
-            .cloned();
-        g.expect("the streamed group")["floor"].clone()
+        report_group(&json(&o), "label", "streamed")["floor"].clone()
     };
     let f = floor_of("resident");
     assert!((f["value"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{f}");

@@ -4,7 +4,7 @@
 use crate::common;
 use std::collections::BTreeMap;
 
-use common::{csv_rows, median, text, Project};
+use common::{csv_rows, median, report_group, text, Project};
 
 /// The repository's profiles/ and jobs/ beside the tiny model, the sweep given repeats.
 fn sweep_project(warmup: u32, repeat: u32) -> Project {
@@ -842,12 +842,7 @@ fn best_names_the_points_it_cannot_be_told_from() {
         b["interval"]["high"].as_f64().unwrap(),
     );
     assert!(lo <= 100.0 && hi >= 100.0 && hi - lo < 6.0, "{b}");
-    let g200 = j["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["point"] == "cache_mb=200")
-        .unwrap();
+    let g200 = report_group(&j, "point", "cache_mb=200");
     let s = &g200["speedup"];
     assert!(
         s["low"].as_f64().unwrap() < 0.925 && s["high"].as_f64().unwrap() > 0.925,

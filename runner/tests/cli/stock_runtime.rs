@@ -3,7 +3,7 @@
 //! `report` measures every other point against it by default (speed-up, agreement on `best`).
 use crate::common;
 
-use common::{csv_rows, json, text, Project};
+use common::{csv_rows, json, report_group, text, Project};
 
 /// Decisions that share a long prefix: bmoe's engine reuses it, stock llama.cpp prefills each.
 const JOB: &str = r#"
@@ -79,11 +79,8 @@ fn a_llama_cpp_point_runs_beside_bmoe_and_report_measures_against_it() {
 
     let o = p.bmoe(&["report", "runs/versus.csv", "--format", "json"]);
     assert!(o.status.success(), "{}", text(&o));
-    let groups = json(&o)["groups"].as_array().unwrap().clone();
-    let g = groups
-        .iter()
-        .find(|g| g["point"] == "runtime=bmoe")
-        .expect("the bmoe point");
+    let doc = json(&o);
+    let g = report_group(&doc, "point", "runtime=bmoe");
     // The default reference is the stock point, though the sweep lists bmoe first.
     assert_eq!(g["agreement"]["reference"], "runtime=llama.cpp", "{g}");
     assert_eq!(g["agreement"]["value"].as_f64(), Some(same as f64 / 3.0));

@@ -234,6 +234,19 @@ pub fn json(o: &Output) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", text(o)))
 }
 
+/// The group of a `bmoe report --format json` document whose `field` (`label` or `point`) is
+/// `value`; panics naming it, with the document.
+pub fn report_group<'a>(
+    doc: &'a serde_json::Value,
+    field: &str,
+    value: &str,
+) -> &'a serde_json::Value {
+    doc["groups"]
+        .as_array()
+        .and_then(|gs| gs.iter().find(|g| g[field] == value))
+        .unwrap_or_else(|| panic!("no group with {field} {value}: {doc}"))
+}
+
 /// The median, computed independently of the report's quantile code (the mean of the two middle
 /// values for an even count).
 pub fn median(mut v: Vec<f64>) -> f64 {
